@@ -1,0 +1,129 @@
+"""Per-rank run metrics: one JSON line per optimizer step or evaluation, plus an
+optional Chrome trace (chrome://tracing, ui.perfetto.dev).
+
+Schema (docs/ARCHITECTURE.md, "Worker, config, metrics"): OUTPUT_DIR/metrics/rank{R}.jsonl,
+train records
+    {"kind": "train", "step", "epoch", "rank", "stage", "replica", "loss",
+     "step_time_s", "compute_s", "comm_wait_s", "compress_s", "dp_sync_s",
+     "samples", "tokens", "lr", "grad_norm",
+     "bytes_sent": {"activation", "gradient", "dp"}, "bytes_recv": {...},
+     "bytes_by_peer": {"<peer rank>": {"sent", "recv"}}}
+and eval records {"kind": "eval", "step", "epoch", "rank", "stage", "replica",
+"eval_loss", "perplexity", "samples", "tokens", "eval_time_s", bytes as above}.
+
+Byte counts are exactly numel * element_size of every tensor handed to isend or
+filled by irecv (message headers included); "dp" bytes are the gradient
+compressor's own counters (a collective has no single peer, so they appear in
+the per-kind totals and not in bytes_by_peer).
+
+Time accounting (seconds, per step, wall clock on this rank):
+  compute_s    forward and backward of this stage (and the loss on the last one)
+  compress_s   encode and decode in the activation/gradient compressors
+  comm_wait_s  blocked on communication: waiting for receives and for sends to
+               finish, the data-parallel gradient exchange and the clipping all-reduce
+  dp_sync_s    the part of comm_wait_s spent in the data-parallel exchange
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["KINDS", "StepMeter", "MetricsWriter"]
+
+KINDS = ("activation", "gradient", "dp")
+_CATEGORIES = ("compute", "compress", "comm_wait", "dp_sync")
+
+
+class StepMeter:
+    """Accumulates one step's times, bytes and (optionally) trace spans."""
+
+    def __init__(self, rank: int, trace: bool = False):
+        self.rank = rank
+        self.trace_enabled = trace
+        self.events: list[dict] = []
+        self._t0 = time.perf_counter()  # trace time origin
+        self.reset()
+
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(_CATEGORIES, 0.0)
+        self.bytes_sent = dict.fromkeys(KINDS, 0)
+        self.bytes_recv = dict.fromkeys(KINDS, 0)
+        self.by_peer: dict[int, dict[str, int]] = defaultdict(lambda: {"sent": 0, "recv": 0})
+        self.step_start = time.perf_counter()
+
+    def now_us(self) -> float:
+        return (time.perf_counter() - self._t0) * 1e6
+
+    @contextmanager
+    def span(self, category: str, name: str, track: str = "compute"):
+        """Time a block; add it to `category` (None: trace only) and the trace."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            end = time.perf_counter()
+            if category is not None:
+                self.seconds[category] += end - start
+            self.add_trace(name, track, (start - self._t0) * 1e6, (end - start) * 1e6)
+
+    def add_trace(self, name: str, track: str, ts_us: float, dur_us: float) -> None:
+        if self.trace_enabled:
+            self.events.append(
+                {"name": name, "ph": "X", "ts": ts_us, "dur": dur_us,
+                 "pid": self.rank, "tid": track, "cat": track}
+            )  # fmt: skip
+
+    def add_bytes(self, kind: str, peer: int | None, sent: int = 0, recv: int = 0) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"byte kind must be one of {KINDS}, got {kind!r}")
+        self.bytes_sent[kind] += sent
+        self.bytes_recv[kind] += recv
+        if peer is not None:
+            self.by_peer[peer]["sent"] += sent
+            self.by_peer[peer]["recv"] += recv
+
+    def record(self, **fields) -> dict:
+        """The step's record: `fields` plus the accumulated times and bytes."""
+        rec = dict(fields)
+        rec.update(
+            step_time_s=time.perf_counter() - self.step_start,
+            compute_s=self.seconds["compute"],
+            comm_wait_s=self.seconds["comm_wait"] + self.seconds["dp_sync"],
+            compress_s=self.seconds["compress"],
+            dp_sync_s=self.seconds["dp_sync"],
+            bytes_sent=dict(self.bytes_sent),
+            bytes_recv=dict(self.bytes_recv),
+            bytes_by_peer={str(p): dict(v) for p, v in sorted(self.by_peer.items())},
+        )
+        return rec
+
+
+class MetricsWriter:
+    """Appends records to OUTPUT_DIR/metrics/rank{R}.jsonl (flushed per line, so a
+    crashed run keeps its steps) and writes the trace on close."""
+
+    def __init__(self, output_dir: str | Path, rank: int):
+        self.metrics_path = Path(output_dir) / "metrics" / f"rank{rank}.jsonl"
+        self.trace_path = Path(output_dir) / "trace" / f"rank{rank}.json"
+        self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.metrics_path, "w", encoding="utf-8")  # noqa: SIM115
+
+    def write(self, record: dict) -> None:
+        self._file.write(json.dumps(record, sort_keys=True) + "\n")
+        self._file.flush()
+
+    def write_trace(self, events: list[dict], rank: int, stage: int, replica: int) -> None:
+        self.trace_path.parent.mkdir(parents=True, exist_ok=True)
+        meta = [
+            {"name": "process_name", "ph": "M", "pid": rank,
+             "args": {"name": f"rank {rank} (stage {stage}, replica {replica})"}}
+        ]  # fmt: skip
+        with open(self.trace_path, "w", encoding="utf-8") as f:
+            json.dump({"traceEvents": meta + events, "displayTimeUnit": "ms"}, f)
+
+    def close(self) -> None:
+        self._file.close()

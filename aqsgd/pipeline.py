@@ -1,0 +1,347 @@
+"""The stage executor: one pipeline stage of one data-parallel replica.
+
+Each rank walks its stage's action list (aqsgd/schedule.py) once per optimizer
+step. Rank layout: rank = replica * stages + stage; stage s of every replica
+forms one data-parallel group, the stages of one replica one pipeline group (for
+the global gradient norm). Per micro-batch k with sample ids ids[k] (B,):
+
+    stage 0         input_ids (B, L) -> module -> hidden (B, L, D) -> fwd encode -> isend
+    middle stages   irecv -> fwd decode -> hidden (B, L, D), requires_grad -> module -> ...
+    last stage      ... -> logits (B, L, V) -> lm_loss / M
+    backward        irecv -> bwd decode -> grad of output -> autograd -> grad of input
+                    -> bwd encode -> isend to the previous stage
+
+Receives of each kind are posted one message ahead, in the schedule's order, so
+they overlap with compute; sends complete in the background until OPT_STEP.
+Note on sample ids: every rank derives ids from (seed, step) with `Sampler`, so no
+rank waits on another to learn them; the compressor's header carries them and
+the receiver's decode checks them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from aqsgd.metrics import StepMeter
+from aqsgd.p2p import P2P, PendingRecv
+from aqsgd.schedule import Op, Schedule
+
+__all__ = ["Topology", "make_groups", "Sampler", "linear_warmup_decay", "PipelineRunner",
+           "InjectedFailure"]  # fmt: skip
+
+
+class InjectedFailure(RuntimeError):
+    """Raised by the `train.fail_at_step` test hook."""
+
+
+@dataclass(frozen=True)
+class Topology:
+    stages: int
+    replicas: int
+    rank: int
+
+    def __post_init__(self):
+        if not 0 <= self.rank < self.stages * self.replicas:
+            raise ValueError(
+                f"rank {self.rank} outside world of {self.stages} stages x "
+                f"{self.replicas} replicas"
+            )
+
+    @property
+    def stage(self) -> int:
+        return self.rank % self.stages
+
+    @property
+    def replica(self) -> int:
+        return self.rank // self.stages
+
+    @property
+    def is_first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.stage == self.stages - 1
+
+    @property
+    def prev_rank(self) -> int | None:
+        return None if self.is_first else self.rank - 1
+
+    @property
+    def next_rank(self) -> int | None:
+        return None if self.is_last else self.rank + 1
+
+    def dp_ranks(self, stage: int) -> list[int]:
+        return [r * self.stages + stage for r in range(self.replicas)]
+
+    def pipe_ranks(self, replica: int) -> list[int]:
+        return [replica * self.stages + s for s in range(self.stages)]
+
+
+def make_groups(topo: Topology, timeout) -> tuple[object, object]:
+    """(data-parallel group of this stage, pipeline group of this replica).
+    new_group is collective: every rank creates every group, in the same order."""
+    dp_group = pipe_group = None
+    for s in range(topo.stages):
+        g = dist.new_group(topo.dp_ranks(s), timeout=timeout)
+        if s == topo.stage:
+            dp_group = g
+    for r in range(topo.replicas):
+        g = dist.new_group(topo.pipe_ranks(r), timeout=timeout)
+        if r == topo.replica:
+            pipe_group = g
+    return dp_group, pipe_group
+
+
+class Sampler:
+    """Sample ids per step, the same on every rank: epoch e is a permutation of the
+    training windows drawn from seed (seed, e); step t takes the next
+    replicas * M * B ids (the tail of an epoch that does not fill a step is dropped)."""
+
+    def __init__(self, num_samples: int, replicas: int, num_micro_batches: int,
+                 micro_batch_size: int, seed: int):  # fmt: skip
+        self.num_samples = num_samples
+        self.shape = (replicas, num_micro_batches, micro_batch_size)
+        self.per_step = replicas * num_micro_batches * micro_batch_size
+        if num_samples < self.per_step:
+            raise ValueError(
+                f"the training set has {num_samples} windows, fewer than the "
+                f"{self.per_step} one step needs (replicas x micro-batches x micro-batch size)"
+            )
+        self.steps_per_epoch = num_samples // self.per_step
+        self.seed = seed
+        self._perm_epoch, self._perm = -1, None
+
+    def epoch_of(self, step: int) -> int:
+        return step // self.steps_per_epoch
+
+    def ids(self, step: int, replica: int) -> torch.Tensor:
+        """(M, B) int64 sample ids of `replica` at `step`."""
+        epoch = self.epoch_of(step)
+        if epoch != self._perm_epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._perm, self._perm_epoch = torch.randperm(self.num_samples, generator=g), epoch
+        pos = (step % self.steps_per_epoch) * self.per_step
+        return self._perm[pos : pos + self.per_step].view(self.shape)[replica].clone()
+
+
+def linear_warmup_decay(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """LR multiplier: linear 0 -> 1 over warmup_steps, then linear 1 -> 0 at total_steps."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+@dataclass
+class _MicroBatch:
+    ids: torch.Tensor  # (B,) int64
+    tokens: torch.Tensor  # (B, L) int64
+    inp: torch.Tensor | None = None  # received activation (B, L, D), requires grad
+    out: torch.Tensor | None = None  # stage output
+    loss: torch.Tensor | None = None  # last stage only
+    grad_out: torch.Tensor | None = None  # received gradient of `out`
+
+
+class PipelineRunner:
+    """Runs training steps and evaluations of one stage on one rank."""
+
+    def __init__(self, *, schedule: Schedule, topo: Topology, module: torch.nn.Module,
+                 loss_fn: Callable, train_tokens: torch.Tensor, eval_tokens: torch.Tensor,
+                 sampler: Sampler, compressors: dict, dp, lr_scheduler, pipe_group, dp_group,
+                 clip: float, meter: StepMeter, p2p: P2P, device: torch.device,
+                 fail_at_step: int | None = None,
+                 after_sync: Callable[[int], None] | None = None):  # fmt: skip
+        self.schedule, self.topo, self.module, self.loss_fn = schedule, topo, module, loss_fn
+        self.train_tokens, self.eval_tokens = train_tokens, eval_tokens  # (N, L) int64
+        self.sampler, self.comp, self.dp, self.lr_scheduler = sampler, compressors, dp, lr_scheduler
+        self.pipe_group, self.dp_group, self.clip = pipe_group, dp_group, clip
+        self.meter, self.p2p, self.device = meter, p2p, device
+        self.fail_at_step = fail_at_step
+        self.after_sync = after_sync  # test hook, called with the step after dp sync
+        self.actions = schedule.stage_actions(topo.stage)
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self._dp_sent = self._dp_recv = 0
+
+    # ----------------------------------------------------------- receives
+    def _recv_order(self, op: Op) -> list[int]:
+        return [a.micro_batch for a in self.actions if a.op is op]
+
+    def _post(self, kind: str, mb: _MicroBatch, k: int, step: int, training: bool) -> PendingRecv:
+        shape = (mb.ids.numel(), *self.comp["sample_shape"])
+        if kind == "activation":
+            peer, codec = self.topo.prev_rank, self.comp["fwd_recv"]
+        else:
+            peer, codec = self.topo.next_rank, self.comp["bwd_recv"]
+        spec = codec.wire_spec(shape, mb.ids, training=training)
+        return self.p2p.post_recv(peer, kind, f"{kind} mb{k} step {step}", spec)
+
+    # ----------------------------------------------------------- one step
+    def train_step(self, step: int) -> dict:
+        self.meter.reset()
+        epoch = self.sampler.epoch_of(step)
+        for key in ("fwd_send", "fwd_recv", "bwd_send", "bwd_recv"):
+            if self.comp.get(key) is not None:
+                self.comp[key].set_epoch(epoch)
+        ids = self.sampler.ids(step, self.topo.replica)  # (M, B)
+        mbs = [_MicroBatch(ids[k], self.train_tokens[ids[k]]) for k in range(ids.shape[0])]
+        self.module.train()
+        queues = {Op.RECV_ACT: self._recv_order(Op.RECV_ACT),
+                  Op.RECV_GRAD: self._recv_order(Op.RECV_GRAD)}  # fmt: skip
+        kinds = {Op.RECV_ACT: "activation", Op.RECV_GRAD: "gradient"}
+        pending: dict[Op, PendingRecv | None] = {}
+
+        def post_next(op: Op) -> None:
+            order = queues[op]
+            pending[op] = (self._post(kinds[op], mbs[order[0]], order[0], step, True)
+                           if order else None)  # fmt: skip
+
+        for op in queues:
+            post_next(op)
+        for a in self.actions:
+            k = a.micro_batch
+            if a.op in queues:
+                assert pending[a.op] is not None and queues[a.op][0] == k
+                tensors = self.p2p.wait_recv(pending[a.op])
+                queues[a.op].pop(0)
+                self._on_recv(a.op, mbs[k], k, tensors)
+                post_next(a.op)  # after decode: the next wire_spec sees updated state
+            elif a.op is Op.FORWARD:
+                if self.fail_at_step == step:
+                    raise InjectedFailure(f"train.fail_at_step={step}: injected (test hook)")
+                self._forward(mbs[k], k, len(mbs))
+            elif a.op is Op.SEND_ACT:
+                with self.meter.span("compress", f"encode act mb{k}"):
+                    msg = self.comp["fwd_send"].encode(mbs[k].out.detach(), mbs[k].ids)
+                self.p2p.send(self.topo.next_rank, "activation", msg)
+            elif a.op is Op.BACKWARD:
+                self._backward(mbs[k], k)
+            elif a.op is Op.SEND_GRAD:
+                with self.meter.span("compress", f"encode grad mb{k}"):
+                    msg = self.comp["bwd_send"].encode(mbs[k].inp.grad, mbs[k].ids)
+                self.p2p.send(self.topo.prev_rank, "gradient", msg)
+                mbs[k].inp = None
+            elif a.op is Op.OPT_STEP:
+                grad_norm, lr = self._optimizer_step(step)
+        loss = None
+        if self.topo.is_last:
+            loss = float(sum(m.loss.item() for m in mbs) / len(mbs))
+        n = sum(m.ids.numel() for m in mbs)
+        return self.meter.record(
+            kind="train", step=step, epoch=epoch, rank=self.topo.rank, stage=self.topo.stage,
+            replica=self.topo.replica, loss=loss, samples=n,
+            tokens=n * self.train_tokens.shape[1], lr=lr, grad_norm=grad_norm,
+        )  # fmt: skip
+
+    def _on_recv(self, op: Op, mb: _MicroBatch, k: int, tensors: list[torch.Tensor]) -> None:
+        if op is Op.RECV_ACT:
+            with self.meter.span("compress", f"decode act mb{k}"):
+                x = self.comp["fwd_recv"].decode(tensors, mb.ids)
+            mb.inp = x.requires_grad_(True)
+        else:
+            with self.meter.span("compress", f"decode grad mb{k}"):
+                mb.grad_out = self.comp["bwd_recv"].decode(tensors, mb.ids)
+
+    def _forward(self, mb: _MicroBatch, k: int, num_mb: int) -> None:
+        x = mb.tokens.to(self.device) if self.topo.is_first else mb.inp
+        with self.meter.span("compute", f"F{k}"):
+            mb.out = self.module(x)
+            if self.topo.is_last:
+                mb.loss = self.loss_fn(mb.out, mb.tokens.to(self.device))
+                mb.out = mb.loss / num_mb  # backward of the mean over micro-batches
+
+    def _backward(self, mb: _MicroBatch, k: int) -> None:
+        with self.meter.span("compute", f"B{k}"):
+            if self.topo.is_last:
+                mb.out.backward()
+            else:
+                torch.autograd.backward(mb.out, mb.grad_out)
+        mb.out = mb.grad_out = None
+        mb.loss = mb.loss.detach() if mb.loss is not None else None
+
+    def _optimizer_step(self, step: int) -> tuple[float, float]:
+        """Returns (global grad norm before clipping, lr used)."""
+        self.p2p.wait_sends()
+        if self.topo.replicas > 1:  # averaging over a group of one is the identity
+            with self.meter.span("dp_sync", "dp synchronize"):
+                self.dp.synchronize()
+        sent, recv = int(self.dp.bytes_sent), int(self.dp.bytes_recv)
+        self.meter.add_bytes("dp", None, sent=sent - self._dp_sent, recv=recv - self._dp_recv)
+        self._dp_sent, self._dp_recv = sent, recv
+        for p in self.params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        if self.after_sync is not None:
+            self.after_sync(step)
+        with self.meter.span("comm_wait", "grad norm all-reduce"):
+            sq = torch.stack([p.grad.detach().float().pow(2).sum() for p in self.params]).sum()
+            if self.topo.stages > 1:
+                dist.all_reduce(sq, group=self.pipe_group)
+        norm = math.sqrt(sq.item())
+        if self.clip > 0 and norm > self.clip:
+            coef = self.clip / (norm + 1e-6)
+            for p in self.params:
+                p.grad.mul_(coef)
+        opt = self.dp.optimizer
+        lr = opt.param_groups[0]["lr"]
+        with self.meter.span("compute", "optimizer step"):
+            opt.step()
+            self.lr_scheduler.step()
+            opt.zero_grad(set_to_none=True)
+        return norm, lr
+
+    # ----------------------------------------------------------- evaluation
+    def evaluate(self, step: int, num_batches: int, micro_batch_size: int) -> dict:
+        """Forward-only pass over held-out windows, raw activations, no cache touch.
+        Replica r takes eval micro-batches r, r + R, ...; loss is averaged over all."""
+        self.meter.reset()
+        self.module.eval()
+        R, r = self.topo.replicas, self.topo.replica
+        n_eval = self.eval_tokens.shape[0]
+        batches = []
+        for j in range(num_batches):
+            start = ((j * R + r) * micro_batch_size) % max(1, n_eval - micro_batch_size + 1)
+            ids = torch.arange(start, start + micro_batch_size)
+            batches.append(_MicroBatch(ids, self.eval_tokens[ids]))
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        with torch.no_grad():
+            pend = self._post("activation", batches[0], 0, step, False) if (
+                batches and not self.topo.is_first) else None  # fmt: skip
+            for j, mb in enumerate(batches):
+                if not self.topo.is_first:
+                    tensors = self.p2p.wait_recv(pend)
+                    mb.inp = self.comp["fwd_recv"].decode(tensors, mb.ids, training=False)
+                    if j + 1 < len(batches):
+                        pend = self._post("activation", batches[j + 1], j + 1, step, False)
+                x = mb.tokens.to(self.device) if self.topo.is_first else mb.inp
+                with self.meter.span("compute", f"eval F{j}"):
+                    out = self.module(x)
+                if self.topo.is_last:
+                    loss_sum += self.loss_fn(out, mb.tokens.to(self.device)).double().cpu()
+                else:
+                    msg = self.comp["fwd_send"].encode(out, mb.ids, training=False)
+                    self.p2p.send(self.topo.next_rank, "activation", msg)
+            self.p2p.wait_sends()
+        eval_loss = ppl = None
+        if self.topo.is_last:
+            both = torch.stack([loss_sum, torch.tensor(float(len(batches)), dtype=torch.float64)])
+            if R > 1:
+                dist.all_reduce(both, group=self.dp_group)
+            eval_loss = float(both[0] / both[1])
+            ppl = math.exp(min(eval_loss, 700.0))
+        n = len(batches) * micro_batch_size
+        rec = self.meter.record(
+            kind="eval", step=step, epoch=self.sampler.epoch_of(step), rank=self.topo.rank,
+            stage=self.topo.stage, replica=self.topo.replica, eval_loss=eval_loss,
+            perplexity=ppl, samples=n, tokens=n * self.eval_tokens.shape[1],
+        )  # fmt: skip
+        rec["eval_time_s"] = rec.pop("step_time_s")
+        return rec
