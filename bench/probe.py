@@ -1,0 +1,196 @@
+"""Link probe: what a shaped link actually delivers.
+
+For one directed link src -> dst: a small TCP ping-pong (round-trip time) and a
+TCP bulk transfer sized to take about one second at the configured rate, timed
+at the receiver. Run by the launchers inside the namespaces:
+
+    python -m bench.probe serve --addr 198.18.0.2 --port 5201 --sessions 1
+    python -m bench.probe measure --addr 198.18.0.2 --port 5201 --bytes 12500000
+
+`measure` prints one JSON object. Two payload rates are reported:
+`rate_mbit_first_to_last` (first to last byte at the receiver) and
+`rate_mbit` (from the moment 10% of the bytes have arrived to the last byte:
+leaves out TCP slow start and the token bucket's initial burst, so it is the
+rate a long transfer sees; this is the one checked against the scenario).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import sys
+import time
+
+__all__ = ["LinkProbeError", "bulk_bytes_for", "check_links", "format_table", "measure",
+           "serve"]
+
+PING_BYTES = 64
+STEADY_FROM_FRACTION = 0.10
+CHUNK_BYTES = 1 << 20
+
+
+class LinkProbeError(RuntimeError):
+    """A link delivers something other than its scenario promises."""
+
+
+def bulk_bytes_for(rate_mbit: float | None, duration_s: float = 1.0) -> int:
+    """Transfer size taking ~duration_s at rate_mbit (unshaped: 256 MiB), >= 256 KiB."""
+    if rate_mbit is None:
+        return 256 << 20
+    return int(min(max(rate_mbit * 1e6 / 8 * duration_s, 256 << 10), 256 << 20))
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"peer closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv_line(conn: socket.socket) -> bytes:
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(1)
+        if not chunk:
+            raise ConnectionError("peer closed before the end of a line")
+        buf += chunk
+    return bytes(buf)
+
+
+def _handle(conn: socket.socket) -> None:
+    header = json.loads(_recv_line(conn))
+    for _ in range(header["pings"]):
+        conn.sendall(_recv_exact(conn, PING_BYTES))
+    total = header["bulk_bytes"]
+    view = memoryview(bytearray(CHUNK_BYTES))
+    got, t_first, t_steady = 0, None, None
+    steady_at = int(total * STEADY_FROM_FRACTION)
+    while got < total:
+        n = conn.recv_into(view, min(CHUNK_BYTES, total - got))
+        if n == 0:
+            raise ConnectionError(f"sender closed after {got} of {total} bytes")
+        now = time.perf_counter()
+        if t_first is None:
+            t_first, first_bytes = now, n
+        got += n
+        if t_steady is None and got >= steady_at:
+            t_steady, steady_bytes = now, got
+    t_last = time.perf_counter()
+    reply = {"bytes": total, "first_bytes": first_bytes, "first_to_last_s": t_last - t_first,
+             "steady_bytes": total - steady_bytes, "steady_s": t_last - t_steady}
+    conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def serve(addr: str, port: int, sessions: int, out=sys.stdout) -> None:
+    """Accept `sessions` probe clients one after the other, then exit."""
+    with socket.create_server((addr, port), reuse_port=False) as srv:
+        print("listening", file=out, flush=True)
+        for _ in range(sessions):
+            conn, _ = srv.accept()
+            with conn:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                _handle(conn)
+
+
+def _connect(addr: str, port: int, timeout_s: float) -> socket.socket:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return socket.create_connection((addr, port), timeout=timeout_s)
+        except (ConnectionRefusedError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def measure(addr: str, port: int, bulk_bytes: int, pings: int = 10,
+            timeout_s: float = 60.0) -> dict:
+    """Client side: ping-pong then bulk transfer to a `serve`r; returns the results."""
+    with _connect(addr, port, timeout_s) as conn:
+        conn.settimeout(timeout_s)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(json.dumps({"pings": pings + 1, "bulk_bytes": bulk_bytes}).encode()
+                     + b"\n")
+        payload = b"p" * PING_BYTES
+        rtts = []
+        for _ in range(pings + 1):
+            t0 = time.perf_counter()
+            conn.sendall(payload)
+            _recv_exact(conn, PING_BYTES)
+            rtts.append(time.perf_counter() - t0)
+        block = memoryview(b"\0" * CHUNK_BYTES)
+        left = bulk_bytes
+        while left:
+            n = min(left, CHUNK_BYTES)
+            conn.sendall(block[:n])
+            left -= n
+        reply = json.loads(_recv_line(conn))
+    # the first round trip pays for connection warm-up: leave it out
+    return {
+        "rtt_ms": statistics.median(rtts[1:]) * 1e3,
+        "rtt_ms_min": min(rtts[1:]) * 1e3,
+        "rate_mbit": reply["steady_bytes"] * 8 / reply["steady_s"] / 1e6,
+        "rate_mbit_first_to_last": (reply["bytes"] - reply["first_bytes"]) * 8
+        / reply["first_to_last_s"] / 1e6,
+        "bytes": reply["bytes"],
+    }
+
+
+def check_links(results: list[dict], tolerance: float = 0.10, rtt_slack_ms: float = 2.0) -> None:
+    """Raise LinkProbeError if a link's rate is off by more than `tolerance` of its
+    configured payload rate, or its RTT by more than max(tolerance, rtt_slack_ms)."""
+    bad = []
+    for r in results:
+        want = r["rate_mbit_configured"]
+        if want is not None and abs(r["rate_mbit_achieved"] - want) > tolerance * want:
+            bad.append(f"host {r['src']} -> {r['dst']}: {r['rate_mbit_achieved']:.1f} Mbit/s "
+                       f"achieved, {want:g} Mbit/s configured")
+        rtt_want = r["rtt_ms_configured"]
+        if abs(r["rtt_ms"] - rtt_want) > max(tolerance * rtt_want, rtt_slack_ms):
+            bad.append(f"host {r['src']} -> {r['dst']}: RTT {r['rtt_ms']:.2f} ms achieved, "
+                       f"{rtt_want:g} ms configured")
+    if bad:
+        raise LinkProbeError(
+            f"link probe: {len(bad)} link(s) off by more than {tolerance:.0%} of the scenario "
+            f"(is the machine overloaded, or the rate above what the delay mechanism "
+            f"carries?):\n  " + "\n  ".join(bad) + "\n" + format_table(results))
+
+
+def format_table(results: list[dict]) -> str:
+    lines = [f"{'link':>8} {'configured':>12} {'achieved':>10} {'ratio':>6} "
+             f"{'RTT cfg':>8} {'RTT':>8}  (Mbit/s payload, ms)"]
+    for r in results:
+        want = r["rate_mbit_configured"]
+        ratio = f"{r['rate_mbit_achieved'] / want:.3f}" if want else "-"
+        lines.append(f"{r['src']:>3} -> {r['dst']:<2} {want if want else 'unshaped':>12} "
+                     f"{r['rate_mbit_achieved']:>10.1f} {ratio:>6} "
+                     f"{r['rtt_ms_configured']:>8.2f} {r['rtt_ms']:>8.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="TCP link probe (server and client)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--addr", required=True)
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--sessions", type=int, default=1)
+    m = sub.add_parser("measure")
+    m.add_argument("--addr", required=True)
+    m.add_argument("--port", type=int, required=True)
+    m.add_argument("--bytes", type=int, required=True)
+    m.add_argument("--pings", type=int, default=10)
+    args = parser.parse_args(argv)
+    if args.cmd == "serve":
+        serve(args.addr, args.port, args.sessions)
+    else:
+        print(json.dumps(measure(args.addr, args.port, args.bytes, args.pings)))
+
+
+if __name__ == "__main__":
+    main()
