@@ -1,0 +1,409 @@
+"""Triton kernels against the torch path, bit for bit, under the Triton interpreter.
+
+Run: .venv/bin/python -m pytest tests/test_kernels_triton.py -q
+
+TRITON_INTERPRET=1 is set here, before aqsgd.kernels (and so triton.jit) is first
+imported: the kernels then run on CPU tensors. Two references: a small oracle in
+this file written from the contract in docs/ARCHITECTURE.md (plain torch, unpacked
+codes, numpy bit packing), and `aqsgd.quant` with backend="torch". The kernels
+must match both to the bit, except l2 scales, which may differ by one fp16 ulp
+(the fp32 sum order differs), as documented.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import math  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+pytestmark = pytest.mark.triton
+
+if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+    import triton  # noqa: F401  (in CI a missing Triton is a failure, not a skip)
+else:
+    pytest.importorskip("triton")
+
+from aqsgd import kernels  # noqa: E402
+
+try:
+    from aqsgd import quant
+except ImportError:  # quant.py is written in parallel; the oracle below stands alone
+    quant = None
+
+
+@dataclass(frozen=True)
+class _Cfg:
+    """Stand-in with QuantConfig's fields, used only while aqsgd.quant is absent."""
+
+    bits: int = 4
+    granularity: str = "channel"
+    group_size: int = 128
+    scale_method: str = "maxabs"
+    rounding: str = "nearest"
+    grid: str = "reference"
+
+
+def make_cfg(**kw):
+    return quant.QuantConfig(**kw) if quant is not None else _Cfg(**kw)
+
+
+# ---------------------------------------------------------------------------
+# Oracle, from the contract (unpacked codes, one op at a time)
+# ---------------------------------------------------------------------------
+
+
+def oracle_span(shape, cfg):
+    return cfg.group_size if cfg.granularity == "group" else shape[-1]
+
+
+def oracle_scales(v: torch.Tensor, cfg) -> torch.Tensor:
+    """v fp32 -> fp16 scales of the contract's shape."""
+    d = v.shape[-1]
+    if cfg.granularity == "channel":
+        rows = v.reshape(-1, d)
+        dim = 0
+    else:
+        rows = v.reshape(-1, oracle_span(v.shape, cfg))
+        dim = 1
+    if cfg.scale_method == "maxabs":
+        stat = rows.abs().amax(dim=dim)
+    else:
+        stat = 2.0 * torch.sqrt((rows * rows).mean(dim=dim))
+    s16 = torch.clamp(stat * (1.0 + 2.0**-10), max=65504.0).to(torch.float16)
+    if cfg.granularity == "token":
+        return s16.reshape(v.shape[:-1])
+    return s16
+
+
+def oracle_expand(s16: torch.Tensor, n: int, span: int, cfg) -> torch.Tensor:
+    """Per-element fp32 scale, by the contract's scale index."""
+    i = torch.arange(n)
+    sidx = i % span if cfg.granularity == "channel" else i // span
+    return s16.reshape(-1).float()[sidx]
+
+
+def oracle_uniform(n: int, seed: int) -> torch.Tensor:
+    mix = (seed * 0x9E3779B9) % 2**32
+    h = (torch.arange(n, dtype=torch.int64) & 0xFFFFFFFF) ^ mix
+    mask = 0xFFFFFFFF
+    h = h ^ (h >> 16)
+    h = (h * 0x7FEB352D) & mask
+    h = h ^ (h >> 15)
+    h = (h * 0x846CA68B) & mask
+    h = h ^ (h >> 16)
+    return (h >> 8).to(torch.float32) * 2.0**-24
+
+
+def oracle_codes(v: torch.Tensor, s16: torch.Tensor, cfg, seed: int) -> torch.Tensor:
+    """v fp32 (any shape), scales fp16 -> flat int64 codes."""
+    flat = v.reshape(-1)
+    s = oracle_expand(s16, flat.numel(), oracle_span(v.shape, cfg), cfg)
+    if cfg.grid == "reference":
+        q = 2 ** (cfg.bits - 1)
+        top = torch.tensor(float(q), dtype=torch.float32)
+        inv = torch.where(s == 0, 0.0, top / torch.where(s == 0, 1.0, s))
+        t = flat * inv
+        lo, hi, offset = -q, q - 1, q
+    else:
+        levels = 2**cfg.bits - 1
+        half = torch.tensor(levels / 2, dtype=torch.float32)
+        inv = torch.where(s == 0, 0.0, half / torch.where(s == 0, 1.0, s))
+        t = flat * inv + half
+        lo, hi, offset = 0, levels, 0
+    u = oracle_uniform(flat.numel(), seed) if cfg.rounding == "stochastic" else 0.5
+    r = torch.floor(t + u)
+    return torch.clamp(r, lo, hi).to(torch.int64) + offset
+
+
+def oracle_values(codes: torch.Tensor, s16: torch.Tensor, shape, cfg) -> torch.Tensor:
+    s = oracle_expand(s16, codes.numel(), oracle_span(shape, cfg), cfg)
+    if cfg.grid == "reference":
+        q = 2 ** (cfg.bits - 1)
+        return ((codes - q).to(torch.float32) * (s / q)).reshape(shape)
+    half = (2**cfg.bits - 1) / 2
+    return ((codes.to(torch.float32) - half) * (s / half)).reshape(shape)
+
+
+def oracle_pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """Dense little-endian bit stream via numpy's bit unpacking (an independent route)."""
+    c = codes.to(torch.uint8).numpy()
+    stream = np.unpackbits(c[:, None], axis=1, bitorder="little")[:, :bits].reshape(-1)
+    return torch.from_numpy(np.packbits(stream, bitorder="little").copy())
+
+
+def oracle_quantize_packed(x, cfg, seed=0):
+    v = x.float()
+    s16 = oracle_scales(v, cfg)
+    return oracle_pack(oracle_codes(v, s16, cfg, seed), cfg.bits), s16
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+
+SHAPES = [(3, 37, 50), (2, 129, 1600)]
+
+
+def sample(shape, dtype, seed, spread=True):
+    """Activation-like data: per-channel magnitudes over 4 decades, a few outliers."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g)
+    if spread:
+        x = x * torch.logspace(-2, 2, shape[-1])
+    x.view(-1)[:: max(1, x.numel() // 7)] *= 30.0
+    return x.to(dtype)
+
+
+def fp16_ulps(a: torch.Tensor, b: torch.Tensor) -> int:
+    ia = a.view(torch.int16).to(torch.int32)
+    ib = b.view(torch.int16).to(torch.int32)
+    return int((ia - ib).abs().max()) if a.numel() else 0
+
+
+def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.shape, want.shape)
+    same = got.view(torch.uint8) == want.view(torch.uint8) if got.dtype.is_floating_point \
+        else got == want
+    if not bool(same.all()):
+        bad = (~same).nonzero()[:5].tolist()
+        pytest.fail(f"{what}: {int((~same).sum())} mismatches, first at {bad}")
+
+
+# ---------------------------------------------------------------------------
+# quantize + pack, unpack + dequantize
+# ---------------------------------------------------------------------------
+
+# (shape, dtype, cfg fields) chosen to cover every bit width, grid, rounding,
+# granularity, both scale methods, one-pass and two-pass paths, in few launches.
+QUANT_CASES = [
+    ((3, 37, 50), torch.float32, dict(bits=4)),
+    ((3, 37, 50), torch.float16, dict(bits=3, granularity="token")),  # 150 bits: two-pass
+    ((3, 37, 50), torch.bfloat16, dict(bits=2, grid="symmetric", rounding="stochastic")),
+    ((3, 37, 50), torch.float32, dict(bits=1, granularity="group", group_size=111,
+                                      grid="symmetric")),
+    ((3, 37, 50), torch.float32, dict(bits=5, granularity="token", rounding="stochastic")),
+    ((3, 37, 50), torch.float16, dict(bits=8, granularity="token")),  # one-pass, D % 8 != 0
+    ((2, 129, 1600), torch.float32, dict(bits=4, granularity="token")),  # one-pass
+    ((2, 129, 1600), torch.bfloat16, dict(bits=3, rounding="stochastic")),
+    ((2, 129, 1600), torch.float16, dict(bits=8, granularity="group", group_size=128,
+                                         grid="symmetric", rounding="stochastic")),
+    ((2, 129, 1600), torch.float32, dict(bits=2, granularity="group", group_size=64)),
+    ((2, 129, 1600), torch.float32, dict(bits=6, grid="symmetric")),
+    ((2, 129, 1600), torch.float16, dict(bits=7, granularity="token", grid="symmetric")),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shape,dtype,fields", QUANT_CASES,
+                         ids=[f"{s}-{str(d)[6:]}-{f}" for s, d, f in QUANT_CASES])
+def test_quantize_dequantize_match_oracle(shape, dtype, fields):
+    cfg = make_cfg(**fields)
+    x = sample(shape, dtype, seed=sum(shape) + cfg.bits)
+    seed = 1234567 + cfg.bits
+    packed, scales = kernels.quantize_packed(x, cfg, seed)
+    want_packed, want_scales = oracle_quantize_packed(x, cfg, seed)
+    assert_same_bits(scales, want_scales, "scales")
+    assert packed.numel() == math.ceil(x.numel() * cfg.bits / 8)
+    assert_same_bits(packed, want_packed, "packed codes")
+
+    out_dtype = torch.float32 if dtype == torch.float32 else dtype
+    got = kernels.dequantize_packed(packed, scales, x.shape, cfg, out_dtype)
+    codes = oracle_codes(x.float(), want_scales, cfg, seed)
+    want = oracle_values(codes, want_scales, x.shape, cfg).to(out_dtype)
+    assert_same_bits(got, want, "dequantized values")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("granularity", ["channel", "token", "group"])
+def test_l2_scales_within_one_ulp(granularity):
+    # l2 = 2 * RMS: sum order differs between kernel and torch -> at most 1 fp16 ulp;
+    # codes must then be exactly the oracle's codes for the kernel's own scales.
+    cfg = make_cfg(bits=4, granularity=granularity, group_size=100, scale_method="l2")
+    x = sample((2, 129, 1600), torch.float32, seed=7)
+    packed, scales = kernels.quantize_packed(x, cfg)
+    want_scales = oracle_scales(x, cfg)
+    assert fp16_ulps(scales, want_scales) <= 1
+    codes = oracle_codes(x, scales, cfg, 0)
+    assert_same_bits(packed, oracle_pack(codes, cfg.bits), "codes under the kernel's scales")
+
+
+@pytest.mark.timeout(60)
+def test_edge_values():
+    # zero rows and columns, an fp16-overflowing magnitude, subnormal-sized values
+    cfg = make_cfg(bits=4)
+    x = sample((3, 37, 50), torch.float32, seed=3)
+    x[:, :, 5] = 0.0
+    x[:, :, 7] = 1e-30
+    x[0, 0, 9] = 1e6
+    for fields in (dict(bits=4), dict(bits=3, grid="symmetric", granularity="token")):
+        cfg = make_cfg(**fields)
+        y = x.clone()
+        if cfg.granularity == "token":
+            y[1, 2, :] = 0.0
+        packed, scales = kernels.quantize_packed(y, cfg)
+        want_packed, want_scales = oracle_quantize_packed(y, cfg)
+        assert_same_bits(scales, want_scales, f"scales {fields}")
+        assert_same_bits(packed, want_packed, f"packed {fields}")
+        out = kernels.dequantize_packed(packed, scales, y.shape, cfg)
+        assert bool(torch.isfinite(out).all())
+
+
+@pytest.mark.timeout(60)
+def test_two_pass_paths_match_one_pass():
+    # Tiles too small for a whole row force the two-pass kernels (row statistics, then
+    # flat packing) and several row blocks in the channel statistics.
+    small = replace(kernels._TILES["interpreter"], max_row_elems=1024, stat_cols=256,
+                    stat_elems=1024, flat_octets=64, target_programs=64)
+    x = sample((2, 3, 1600), torch.float16, seed=11)
+    m0 = sample((2, 3, 1600), torch.bfloat16, seed=12)
+    for granularity in ("token", "channel"):
+        cfg = make_cfg(bits=4, granularity=granularity, rounding="stochastic")
+        m_one, m_two = m0.clone(), m0.clone()
+        one = kernels._encode(x, m_one, cfg, 99)
+        two = kernels._encode(x, m_two, cfg, 99, tiles=small)
+        assert_same_bits(two[0], one[0], f"{granularity} packed")
+        assert_same_bits(two[1], one[1], f"{granularity} scales")
+        assert_same_bits(m_two, m_one, f"{granularity} cache")
+        m_ref = m0.clone()
+        want = oracle_encode(x, m_ref, cfg, 99)
+        assert_same_bits(two[0], want[0], f"{granularity} packed vs oracle")
+        assert_same_bits(m_two, m_ref, f"{granularity} cache vs oracle")
+
+
+# ---------------------------------------------------------------------------
+# Fused AQ-SGD encode / decode
+# ---------------------------------------------------------------------------
+
+
+def oracle_encode(x, m, cfg, seed):
+    v = x.float() - m.float()
+    s16 = oracle_scales(v, cfg)
+    codes = oracle_codes(v, s16, cfg, seed)
+    m.copy_((m.float() + oracle_values(codes, s16, x.shape, cfg)).to(m.dtype))
+    return oracle_pack(codes, cfg.bits), s16
+
+
+ENCODE_CASES = [
+    ((3, 37, 50), torch.float32, torch.float32, dict(bits=4)),
+    ((3, 37, 50), torch.bfloat16, torch.float16, dict(bits=3, granularity="token",
+                                                      rounding="stochastic")),
+    ((2, 129, 1600), torch.float16, torch.float16, dict(bits=2, granularity="token",
+                                                        grid="symmetric")),
+    ((2, 129, 1600), torch.float32, torch.bfloat16, dict(bits=8, granularity="group",
+                                                         group_size=160, rounding="stochastic")),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("shape,x_dtype,m_dtype,fields", ENCODE_CASES,
+                         ids=[f"{s}-{str(a)[6:]}-{str(b)[6:]}-{f}" for s, a, b, f in ENCODE_CASES])
+def test_fused_steps_keep_caches_identical(shape, x_dtype, m_dtype, fields):
+    cfg = make_cfg(**fields)
+    m_send = torch.zeros(shape, dtype=m_dtype)
+    m_recv = torch.zeros(shape, dtype=m_dtype)
+    m_oracle = torch.zeros(shape, dtype=m_dtype)
+    base = sample(shape, torch.float32, seed=5)
+    g = torch.Generator().manual_seed(0)
+    for step in range(3):
+        x = (base + 0.05 * step * torch.randn(shape, generator=g)).to(x_dtype)
+        seed = 1000 + step
+        packed, scales = kernels.aqsgd_encode(x, m_send, cfg, seed)
+        want_packed, want_scales = oracle_encode(x, m_oracle, cfg, seed)
+        assert_same_bits(scales, want_scales, f"step {step} scales")
+        assert_same_bits(packed, want_packed, f"step {step} packed")
+        assert_same_bits(m_send, m_oracle, f"step {step} sender cache")
+        out = kernels.aqsgd_decode(packed, scales, m_recv, cfg)
+        assert out is m_recv
+        assert_same_bits(m_recv, m_send, f"step {step} receiver cache")
+
+
+@pytest.mark.timeout(60)
+def test_encode_error_shrinks_when_x_stops_changing():
+    cfg = make_cfg(bits=2)
+    x = sample((3, 37, 50), torch.float32, seed=8)
+    m = torch.zeros_like(x)
+    errors = []
+    for _ in range(40):  # the 2-bit reference grid halves the worst error per visit
+        kernels.aqsgd_encode(x, m, cfg)
+        errors.append(float((x - m).abs().max()))
+    assert all(b <= a for a, b in zip(errors, errors[1:])), errors
+    assert errors[-1] <= 1e-6 * errors[0], errors
+
+
+@pytest.mark.timeout(60)
+def test_non_contiguous_cache_is_updated_in_place():
+    cfg = make_cfg(bits=4, granularity="token")
+    x = sample((3, 37, 48), torch.float32, seed=9)
+    m_t = torch.zeros(48, 37, 3).permute(2, 1, 0)  # (3, 37, 48), not contiguous
+    m_ref = torch.zeros(3, 37, 48)
+    packed, scales = kernels.aqsgd_encode(x, m_t, cfg)
+    want = oracle_encode(x, m_ref, cfg, 0)
+    assert_same_bits(packed, want[0], "packed")
+    assert_same_bits(m_t.contiguous(), m_ref, "non-contiguous sender cache")
+    r_t = torch.zeros(48, 37, 3).permute(2, 1, 0)
+    kernels.aqsgd_decode(packed, scales, r_t, cfg)
+    assert_same_bits(r_t.contiguous(), m_ref, "non-contiguous receiver cache")
+
+
+# ---------------------------------------------------------------------------
+# Against aqsgd.quant's torch path (once it exists)
+# ---------------------------------------------------------------------------
+
+needs_quant = pytest.mark.skipif(quant is None, reason="aqsgd.quant not written yet")
+
+
+@needs_quant
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fields", [
+    dict(bits=4),
+    dict(bits=3, granularity="token", rounding="stochastic", grid="symmetric"),
+    dict(bits=5, granularity="group", group_size=37 * 2),
+], ids=str)
+def test_match_torch_backend(fields):
+    cfg = make_cfg(**fields)
+    x = sample((3, 37, 50), torch.bfloat16, seed=21)
+    gen = torch.Generator().manual_seed(4)
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=torch.Generator().manual_seed(4)))
+    want = quant.quantize_packed(x, cfg, generator=gen, backend="torch")
+    got = kernels.quantize_packed(x, cfg, seed)
+    assert_same_bits(got[1], want[1], "scales")
+    assert_same_bits(got[0], want[0], "packed")
+    for dtype in (torch.float32, torch.bfloat16):
+        assert_same_bits(kernels.dequantize_packed(got[0], got[1], x.shape, cfg, dtype),
+                         quant.dequantize_packed(want[0], want[1], x.shape, cfg, dtype=dtype,
+                                                 backend="torch"), f"values {dtype}")
+    m_k = sample(x.shape, torch.float16, seed=22)
+    m_t = m_k.clone()
+    enc_k = kernels.aqsgd_encode(x, m_k, cfg, seed)
+    enc_t = quant.aqsgd_encode(x, m_t, cfg, generator=torch.Generator().manual_seed(4),
+                               backend="torch")
+    assert_same_bits(enc_k[0], enc_t[0], "encode packed")
+    assert_same_bits(m_k, m_t, "encode cache")
+    r_k = torch.zeros_like(m_k)
+    r_t = torch.zeros_like(m_k)
+    kernels.aqsgd_decode(enc_k[0], enc_k[1], r_k, cfg)
+    quant.aqsgd_decode(enc_t[0], enc_t[1], r_t, cfg, backend="torch")
+    assert_same_bits(r_k, r_t, "decode cache")
+
+
+# ---------------------------------------------------------------------------
+# Interpreter budget
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_interpreter_launches_stay_few():
+    # The whole (2, 129, 1600) quantize must stay a handful of interpreter programs.
+    cfg = make_cfg(bits=4)
+    x = sample((2, 129, 1600), torch.float32, seed=1, spread=False)
+    t0 = time.perf_counter()
+    kernels.quantize_packed(x, cfg)
+    elapsed_s = time.perf_counter() - t0
+    assert elapsed_s < 20.0, f"interpreted quantize of 412800 elements took {elapsed_s:.1f} s"
