@@ -1,0 +1,163 @@
+"""The harness command line.
+
+    python -m bench run --scenario 100mbps                 # default grid, table, figures
+    python -m bench run --scenario 100mbps --modes fp32 aqsgd:2/4 --steps 5
+    python -m bench sweep scenarios/sweeps/paper.yaml      # resumable sweep
+    python -m bench report results/100mbps                 # table + figures + report.md again
+    python -m bench paper                                  # paper-style figures with claims
+    python -m bench regress [--update-baseline]            # CI regression check
+
+Exit codes: 0 all cells ok (regress: no regression), 1 a cell failed or a
+regression was found, 2 bad input (unknown scenario, bad mode, bad file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from bench.sweep import DEFAULT_GRID, SweepSpec, Workload, load_sweep, parse_mode
+
+__all__ = ["main", "build_parser", "finish_sweep"]
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _split_modes(values: list[str]) -> list[str]:
+    return [m for v in values for m in v.split(",") if m.strip()]
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--launcher", default="auto", choices=("auto", "netns", "local", "docker"),
+                   help="auto: netns when root and `ip netns` works, else local (unshaped)")
+    p.add_argument("--fresh", action="store_true",
+                   help="rerun every cell, even those finished earlier")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    defaults = Workload()
+
+    run = sub.add_parser("run", help="one scenario, every mode of the grid")
+    run.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
+    run.add_argument("--modes", nargs="+", default=list(DEFAULT_GRID),
+                     help=f"modes as NAME[:FW/BW] (default: {' '.join(DEFAULT_GRID)})")
+    run.add_argument("--steps", type=int, default=defaults.steps,
+                     help=f"measured steps after the warm-up (default {defaults.steps})")
+    run.add_argument("--warmup-epochs", type=int, default=defaults.warmup_epochs)
+    run.add_argument("--train-samples", type=int, default=defaults.train_samples,
+                     help="training windows (one warm-up epoch = one pass over them)")
+    run.add_argument("--preset", default=defaults.preset)
+    run.add_argument("--stages", type=int, default=defaults.stages)
+    run.add_argument("--replicas", type=int, default=defaults.replicas)
+    run.add_argument("--seed", type=int, default=defaults.seed)
+    run.add_argument("--reference", default="loopback", metavar="SCENARIO",
+                     help="also run fp32 on this (unshaped) scenario as the speed-up "
+                          "reference; 'none' to skip (default loopback)")
+    run.add_argument("--out", type=Path, help="results directory (default results/<scenario>)")
+    _add_run_options(run)
+
+    sweep = sub.add_parser("sweep", help="scenarios x modes from a sweep file")
+    sweep.add_argument("file", type=Path)
+    sweep.add_argument("--out", type=Path, help="default results/<sweep name>")
+    _add_run_options(sweep)
+
+    report = sub.add_parser("report", help="table, figures and report.md from results")
+    report.add_argument("paths", nargs="+", type=Path)
+
+    from bench import paper, regress
+
+    paper.add_arguments(sub.add_parser("paper", help="paper-style figures with the "
+                                                     "published claims beside them"))
+    regress.add_arguments(sub.add_parser("regress", help="short fixed-seed sweep compared "
+                                                         "with the committed baseline"))
+    return parser
+
+
+def finish_sweep(sweep_dir: Path, outcomes=None, title: str | None = None) -> int:
+    """Summary table, figures and report of a sweep directory; the exit code."""
+    from bench.plots import make_figures
+    from bench.report import print_table, write_report
+    from bench.summary import summarize
+
+    summary = summarize([sweep_dir])
+    print_table(summary)
+    figures = make_figures([sweep_dir], sweep_dir / "figures")
+    report = write_report(sweep_dir, summary, figures, title=title)
+    print(f"report: {report}")
+    for fig in figures:
+        if fig.suffix == ".png":
+            print(f"figure: {fig}")
+    failed = summary[summary["status"] != "ok"]
+    if len(failed):
+        print(f"{len(failed)} cell(s) failed: {', '.join(failed['cell'])}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _cmd_run(args) -> int:
+    from bench.run import REPO_ROOT, run_sweep
+
+    modes = tuple(parse_mode(m) for m in _split_modes(args.modes))
+    workload = dataclasses.replace(
+        Workload(), steps=args.steps, warmup_epochs=args.warmup_epochs,
+        train_samples=args.train_samples, preset=args.preset, stages=args.stages,
+        replicas=args.replicas, seed=args.seed)
+    name = Path(args.scenario).stem
+    reference = None if args.reference in ("none", "", name) else args.reference
+    spec = SweepSpec(name=name, scenarios=(args.scenario,), modes=modes, workload=workload,
+                     reference_scenario=reference)
+    out = args.out or REPO_ROOT / "results" / name
+    started = time.monotonic()
+    outcomes = run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh,
+                         quiet=args.quiet)
+    code = finish_sweep(out, outcomes, title=f"Benchmark: scenario {name}")
+    print(f"wall time: {time.monotonic() - started:.1f} s")
+    return code
+
+
+def _cmd_sweep(args) -> int:
+    from bench.run import REPO_ROOT, run_sweep
+
+    spec = load_sweep(args.file)
+    out = args.out or REPO_ROOT / "results" / spec.name
+    started = time.monotonic()
+    outcomes = run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh,
+                         quiet=args.quiet)
+    code = finish_sweep(out, outcomes, title=f"Sweep {spec.name}")
+    print(f"wall time: {time.monotonic() - started:.1f} s")
+    return code
+
+
+def _cmd_report(args) -> int:
+    code = EXIT_OK
+    for path in args.paths:
+        code = max(code, finish_sweep(path))
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from bench.run import UnknownScenarioError
+
+    try:
+        if args.command == "run":
+            return _cmd_run(args)
+        if args.command == "sweep":
+            return _cmd_sweep(args)
+        if args.command == "report":
+            return _cmd_report(args)
+        return args.func(args)
+    except (UnknownScenarioError, ValueError, TypeError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
