@@ -90,7 +90,7 @@ def _integer(source: str, name: str, value: Any, lo: int, hi: int, unit: str) ->
 
 def _mapping(source: str, name: str, value: Any, allowed: set[str], required: set[str]) -> dict:
     if not isinstance(value, dict):
-        raise _fail(source, name, "a mapping", value)
+        raise _fail(source, name or "(top level)", "a mapping", value)
     for key in value:
         if key not in allowed:
             raise _fail(source, f"{name}.{key}" if name else str(key),

@@ -1,0 +1,82 @@
+"""Scenario files: the shipped ones load, malformed ones are rejected by field."""
+
+from pathlib import Path
+
+import pytest
+
+from bench.scenario import (
+    Layout,
+    LinkSpec,
+    ScenarioError,
+    available_scenarios,
+    load_scenario,
+    parse_scenario,
+)
+
+BAD_DIR = Path(__file__).parent / "scenarios_bad"
+BAD_FILES = sorted(BAD_DIR.glob("*.yaml"))
+
+
+def test_shipped_scenarios_load():
+    names = available_scenarios()
+    for required in ("10gbps", "1gbps", "500mbps", "300mbps", "100mbps", "wan",
+                     "heterogeneous", "loopback"):
+        assert required in names
+    rates = {n: load_scenario(n).link.rate_mbit for n in
+             ("10gbps", "1gbps", "500mbps", "300mbps", "100mbps")}
+    assert rates == {"10gbps": 10000, "1gbps": 1000, "500mbps": 500, "300mbps": 300,
+                     "100mbps": 100}
+    wan = load_scenario("wan")
+    assert wan.link.delay_ms > 0 and wan.link.loss_pct > 0 and wan.link.queue_bytes
+
+
+def test_heterogeneous_links_and_caps():
+    s = load_scenario("heterogeneous")
+    assert s.link_spec(1, 2).rate_mbit == 100 and s.link_spec(2, 1).delay_ms == 10
+    assert s.link_spec(0, 1).rate_mbit == 1000
+    # host 3: 50 up, 200 down, both under the 1000 Mbit/s link
+    assert s.payload_rate_mbit(3, 2) == 50 and s.payload_rate_mbit(2, 3) == 200
+    assert s.payload_rate_mbit(0, 1) == 1000
+
+
+def test_asymmetric_override_is_one_direction():
+    raw = {"description": "d", "layout": {"stages": 3}, "link": {"rate_mbit": 100},
+           "links": [{"src": 0, "dst": 1, "rate_mbit": 10, "queue_bytes": 30000}]}
+    s = parse_scenario(raw, "t")
+    assert s.link_spec(0, 1).rate_mbit == 10 and s.link_spec(0, 1).queue_packets is None
+    assert s.link_spec(1, 0).rate_mbit == 100 and s.link_spec(1, 0).queue_packets == 1000
+
+
+def test_loader_miss_lists_available_names():
+    with pytest.raises(ScenarioError, match=r"no scenario 'nosuch'.*available: .*100mbps"):
+        load_scenario("nosuch")
+
+
+def test_pipeline_links_layout():
+    # 2 stages x 2 replicas: hosts 0,1 (replica 0) and 2,3 (replica 1)
+    links = Layout(2, 2).pipeline_links()
+    assert {(0, 1), (1, 0), (2, 3), (3, 2), (0, 2), (1, 3), (2, 0), (3, 1)} == set(links)
+    assert Layout(3).pipeline_links() == [(0, 1), (1, 0), (1, 2), (2, 1)]
+
+
+def test_linkspec_validates_directly():
+    with pytest.raises(ScenarioError, match="rate_mbit.*-1"):
+        LinkSpec(rate_mbit=-1)
+    with pytest.raises(ScenarioError, match="loss_pct"):
+        LinkSpec(rate_mbit=10, loss_pct=float("nan"))
+
+
+def test_there_are_at_least_20_malformed_fixtures():
+    assert len(BAD_FILES) >= 20
+
+
+@pytest.mark.parametrize("path", BAD_FILES, ids=[p.stem for p in BAD_FILES])
+def test_malformed_scenario_rejected_naming_the_field(path):
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# field: "), f"{path.name}: first line must name the field"
+    field = first.removeprefix("# field: ").strip()
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    message = str(info.value)
+    assert path.name in message
+    assert f"field '{field}'" in message, message

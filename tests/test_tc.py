@@ -1,0 +1,185 @@
+"""tc/ip commands as data, mechanism choice, executor, multi-host plan, local launcher.
+
+No root needed (except the executor test, which only runs `ip link show`)."""
+
+import json
+import sys
+
+import pytest
+
+from bench.executor import CommandError, Executor, RecordingExecutor
+from bench.local import LocalLauncher
+from bench.multihost import plan_hosts
+from bench.probe import LinkProbeError, check_links
+from bench.scenario import LinkSpec, load_scenario
+from bench.tc import (
+    Capabilities,
+    EgressLink,
+    ShapingError,
+    choose_mechanisms,
+    egress_argvs,
+    fifo_argv,
+    htb_class_argv,
+    htb_root_argv,
+    ifb_redirect_argvs,
+    netem_argv,
+    payload_factor,
+    tbf_argv,
+    u32_dst_filter_argv,
+)
+
+
+def test_htb_argv():
+    assert htb_root_argv("v0", netns="ns1") == (
+        "tc", "-n", "ns1", "qdisc", "add", "dev", "v0", "root", "handle", "1:", "htb")
+    assert htb_class_argv("v0", "1:1", "1:10", 100_000_000, 100_000_000, 25_000) == (
+        "tc", "class", "add", "dev", "v0", "parent", "1:1", "classid", "1:10", "htb",
+        "rate", "100000000bit", "ceil", "100000000bit", "burst", "25000", "cburst", "25000")
+
+
+def test_tbf_argv():
+    assert tbf_argv("eth0", 10_000_000, 16384, 1_514_000) == (
+        "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "10000000bit",
+        "burst", "16384", "limit", "1514000")
+    assert tbf_argv("eth0", 8, 2000, 3000, parent="1:10", handle="10:", netns="n")[:12] == (
+        "tc", "-n", "n", "qdisc", "add", "dev", "eth0", "parent", "1:10", "handle", "10:", "tbf")
+
+
+def test_netem_argv():
+    assert netem_argv("v0", "1:10", "10:", 25, 2, 0.1, 500) == (
+        "tc", "qdisc", "add", "dev", "v0", "parent", "1:10", "handle", "10:", "netem",
+        "limit", "500", "delay", "25ms", "2ms", "loss", "0.1%")
+    assert netem_argv("v0", "1:10", "10:", 7.5)[-2:] == ("delay", "7.5ms")
+
+
+def test_fifo_and_filter_argv():
+    assert fifo_argv("v0", "1:10", "10:", queue_packets=1000)[-3:] == ("pfifo", "limit", "1000")
+    assert fifo_argv("v0", "1:10", "10:", queue_bytes=30000)[-3:] == ("bfifo", "limit", "30000")
+    with pytest.raises(ValueError, match="queue_packets"):
+        fifo_argv("v0", "1:10", "10:")
+    assert u32_dst_filter_argv("v0", "1:", "198.18.0.2", "1:11") == (
+        "tc", "filter", "add", "dev", "v0", "parent", "1:", "protocol", "ip", "prio", "1",
+        "u32", "match", "ip", "dst", "198.18.0.2/32", "flowid", "1:11")
+
+
+def test_ifb_redirect_argvs():
+    assert ifb_redirect_argvs("eth0", "ifb9", netns="h1") == [
+        ("ip", "-n", "h1", "link", "add", "name", "ifb9", "type", "ifb"),
+        ("ip", "-n", "h1", "link", "set", "dev", "ifb9", "up"),
+        ("tc", "-n", "h1", "qdisc", "add", "dev", "eth0", "handle", "ffff:", "ingress"),
+        ("tc", "-n", "h1", "filter", "add", "dev", "eth0", "parent", "ffff:", "protocol", "all",
+         "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev",
+         "ifb9"),
+    ]
+
+
+def test_payload_factor_matches_frame_overhead():
+    assert payload_factor(1500, 14) == pytest.approx(1514 / 1448)
+    assert payload_factor(1500, 0) == pytest.approx(1500 / 1448)
+
+
+def test_egress_tree_per_destination():
+    links = [EgressLink("198.18.0.2", LinkSpec(rate_mbit=10)),
+             EgressLink("198.18.0.3", LinkSpec(rate_mbit=None, delay_ms=5, queue_packets=None,
+                                               queue_bytes=30000))]
+    argvs = egress_argvs("v0", links, uplink_mbit=50, factor=1.0, netem=True)
+    assert argvs[0] == htb_root_argv("v0")
+    assert argvs[1] == htb_class_argv("v0", "1:", "1:1", 50_000_000, 50_000_000, 16384)
+    assert argvs[2] == htb_class_argv("v0", "1:1", "1:10", 10_000_000, 10_000_000, 16384)
+    assert argvs[3] == fifo_argv("v0", "1:10", "10:", queue_packets=1000)
+    assert argvs[4] == u32_dst_filter_argv("v0", "1:", "198.18.0.2", "1:10")
+    # unshaped rate under a 50 Mbit/s uplink: the class gets the uplink; delay by netem
+    assert argvs[5] == htb_class_argv("v0", "1:1", "1:11", 50_000_000, 50_000_000, 16384)
+    assert argvs[6] == netem_argv("v0", "1:11", "11:", 5, limit_packets=30000 // 1514)
+    assert len(argvs) == 8
+    # without netem the delay is not in tc at all (the delay line carries it)
+    assert not any("netem" in a for a in egress_argvs("v0", links, 50, 1.0, netem=False))
+    assert egress_argvs("v0", [EgressLink("1.2.3.4", LinkSpec(rate_mbit=None))], None, 1.0,
+                        netem=True) == []
+
+
+def test_rate_correction_raises_tc_rate():
+    argvs = egress_argvs("v0", [EgressLink("a", LinkSpec(rate_mbit=100))], None,
+                         payload_factor(), netem=False)
+    assert "104558012bit" in argvs[2]  # ceil(100e6 * 1514 / 1448)
+
+
+def test_choose_mechanisms():
+    wan = load_scenario("wan")
+    specs = wan.specs(2)
+    assert choose_mechanisms(specs, Capabilities(True, True), False) == {
+        "rate": "htb", "delay": "netem", "jitter": "netem", "loss": "netem"}
+    assert choose_mechanisms(specs, Capabilities(False, True), False)["loss"] == "delayline"
+    with pytest.raises(ShapingError, match="delay.*allow_drop"):
+        choose_mechanisms(specs, Capabilities(False, False), False)
+    dropped = choose_mechanisms(specs, Capabilities(False, False), True)
+    assert dropped["rate"] == "htb" and dropped["loss"].startswith("dropped")
+    plain = choose_mechanisms(load_scenario("100mbps").specs(2), Capabilities(False, False),
+                              False)
+    assert plain == {"rate": "htb", "delay": "none", "jitter": "none", "loss": "none"}
+
+
+def test_executor_fails_loudly_with_command_and_stderr():
+    ex = Executor()
+    with pytest.raises(CommandError) as info:
+        ex.run(("ip", "link", "show", "dev", "aq-no-such-dev"))
+    msg = str(info.value)
+    assert "ip link show dev aq-no-such-dev" in msg and "stderr:" in msg
+    assert info.value.returncode != 0 and info.value.stderr
+    with pytest.raises(TypeError, match="argv"):
+        ex.run("ip link show")
+    with pytest.raises(CommandError, match="executable not found"):
+        ex.run(("aq-no-such-binary",))
+    rec = RecordingExecutor()
+    rec.run_all([("tc", "qdisc", "show")])
+    assert rec.history == [("tc", "qdisc", "show")]
+
+
+def test_multihost_plan():
+    plans, mech = plan_hosts(load_scenario("heterogeneous"),
+                             ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"], "eth0",
+                             ["--config", "run.yaml"])
+    assert mech["delay"] == "netem"
+    assert plans[1].launch[:8] == ("torchrun", "--nnodes", "4", "--nproc-per-node", "1",
+                                   "--node-rank", "1", "--master-addr")
+    assert plans[1].launch[-3:] == ("aqsgd.worker", "--config", "run.yaml")
+    # host 1 -> host 2 (10.0.0.3) has the 10 ms delay; host 3 has an ifb for its downlink
+    assert any(a[-3:] == ("netem", "limit", "1000") or "10ms" in a for a in plans[1].setup)
+    assert any("ifb" in a for a in plans[3].setup)
+    assert not any("ifb" in a for a in plans[0].setup)
+    assert ("GLOO_SOCKET_IFNAME", "eth0") in plans[0].env
+    assert "tc qdisc del dev eth0 root" in plans[0].render()
+    with pytest.raises(ValueError, match=r"hosts\[1\].*gpu-b"):
+        plan_hosts(load_scenario("100mbps"), ["10.0.0.1", "gpu-b"], "eth0", [])
+    with pytest.raises(ShapingError):
+        plan_hosts(load_scenario("wan"), ["10.0.0.1", "10.0.0.2"], "eth0", [], netem=False)
+
+
+def test_check_links_names_the_bad_link():
+    good = {"src": 0, "dst": 1, "rate_mbit_configured": 100.0, "rate_mbit_achieved": 97.0,
+            "rtt_ms": 20.5, "rtt_ms_configured": 20.0}
+    check_links([good])
+    slow = dict(good, src=1, dst=2, rate_mbit_achieved=80.0)
+    with pytest.raises(LinkProbeError, match=r"host 1 -> 2: 80.0 Mbit/s achieved, 100"):
+        check_links([good, slow])
+    with pytest.raises(LinkProbeError, match="RTT"):
+        check_links([dict(good, rtt_ms=30.0)])
+
+
+@pytest.mark.timeout(60)
+def test_local_launcher(tmp_path):
+    out = tmp_path / "env.json"
+    code = ("import json, os, sys; json.dump({k: os.environ.get(k) for k in "
+            "('GLOO_SOCKET_IFNAME', 'EXTRA')}, open(sys.argv[1], 'w'))")
+    with LocalLauncher(load_scenario("100mbps"), 2, warn=None) as hosts:
+        assert hosts.addr(1) == "127.0.0.1"
+        p = hosts.spawn(1, [sys.executable, "-c", code, str(out)], {"EXTRA": "x"},
+                        tmp_path / "w1.log")
+        assert p.wait(timeout=30) == 0
+        sleeper = hosts.spawn(0, ["sleep", "60"])
+        probe = hosts.probe()
+        rec = hosts.record()
+    assert sleeper.poll() is not None  # killed on exit
+    assert json.loads(out.read_text()) == {"GLOO_SOCKET_IFNAME": "lo", "EXTRA": "x"}
+    assert rec["shaped"] is False and "UNSHAPED" in rec["warning"]
+    assert probe[0]["rate_mbit_achieved"] > 100
