@@ -1,0 +1,26 @@
+"""AQ-SGD benchmarking suite: the library.
+
+Importable with no GPU and no Triton: `aqsgd.kernels` (Triton) is imported lazily by
+`aqsgd.quant` only when it dispatches to it. The quantizer's public calls are re-exported
+here; the other modules are imported by name (`from aqsgd import compress`).
+"""
+
+from aqsgd.quant import (
+    QuantConfig,
+    aqsgd_decode,
+    aqsgd_encode,
+    dequantize_packed,
+    packed_nbytes,
+    quantize_packed,
+    scale_shape,
+)
+
+__all__ = [
+    "QuantConfig",
+    "aqsgd_decode",
+    "aqsgd_encode",
+    "dequantize_packed",
+    "packed_nbytes",
+    "quantize_packed",
+    "scale_shape",
+]

@@ -1,0 +1,661 @@
+"""Activation quantizer: the torch reference of the bit-exact contract.
+
+The contract (docs/ARCHITECTURE.md, "Quantizer") fixes every rounding step, so this
+module and the Triton kernels in `aqsgd/kernels.py` produce the same bytes:
+
+    cfg = QuantConfig(bits=4)                      # per-channel max-abs, reference grid
+    packed, scales = quantize_packed(x, cfg)       # x (B, L, D) -> uint8 stream, (D,) fp16
+    y = dequantize_packed(packed, scales, x.shape, cfg)
+    packed, scales = aqsgd_encode(x, m_send, cfg)  # quantizes x - m, m += deQ in place
+    aqsgd_decode(packed, scales, m_recv, cfg)      # m_recv == m_send, bit for bit
+
+Small composable parts (`compute_scales`, `quantize`, `dequantize`, `pack`, `unpack`)
+sit under the fused single calls. The public calls validate their arguments, draw
+the stochastic-rounding seed once from the caller's generator, then dispatch to
+torch (CPU, or CUDA without Triton) or to `aqsgd.kernels` (imported lazily).
+
+Speed on CPU (see bench/kernels.py): every pass is an in-place op on a cache-sized
+chunk of rows, codes go to int8 once, and packing merges neighbouring code fields
+pairwise in wider and wider integer lanes, narrowing back to bytes as soon as a
+field fits one (see "Note on packing" below).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "BACKENDS",
+    "GRANULARITIES",
+    "GRIDS",
+    "QuantConfig",
+    "ROUNDINGS",
+    "SCALE_METHODS",
+    "aqsgd_decode",
+    "aqsgd_encode",
+    "compute_scales",
+    "dequantize",
+    "dequantize_packed",
+    "draw_seed",
+    "pack",
+    "packed_nbytes",
+    "quantize",
+    "quantize_packed",
+    "scale_shape",
+    "unpack",
+]
+
+GRANULARITIES = ("channel", "token", "group")
+SCALE_METHODS = ("maxabs", "l2")
+ROUNDINGS = ("nearest", "stochastic")
+GRIDS = ("reference", "symmetric")
+BACKENDS = ("auto", "torch", "triton")
+
+INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+CACHE_DTYPES = (torch.float32, torch.float16)
+SCALE_DTYPE = torch.float16
+FP16_MAX = 65504.0
+SCALE_MARGIN = 1.0 + 2.0**-10  # fp16 rounding of stat * margin is never below stat
+SEED_HIGH = 2**31 - 1
+GOLDEN32 = 0x9E3779B9
+CHUNK_ELEMENTS = 1 << 18  # 1 MiB of fp32 per chunk: each in-place pass stays in L2
+
+
+def _check_choice(field: str, value, choices: Sequence[str]) -> None:
+    if not isinstance(value, str):
+        kind = type(value).__name__
+        raise TypeError(f"QuantConfig.{field} must be a str, got {value!r} ({kind})")
+    if value not in choices:
+        raise ValueError(f"QuantConfig.{field} must be one of {list(choices)}, got {value!r}")
+
+
+def _check_int(field: str, value, low: int, high: int | None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field} must be an int, got {value!r} ({type(value).__name__})")
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{field} must be in {bound}, got {value}")
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """How a tensor is quantized; see docs/ARCHITECTURE.md "Quantizer" for the arithmetic.
+
+    bits: code width 1..8. granularity: one scale per last-dim channel (over all other
+    dims), per token (row of the last dim), or per `group_size` consecutive elements.
+    scale_method: max |v| or 2 * RMS. rounding: floor(t + 0.5) or floor(t + u), u from a
+    seeded hash. grid: "reference" (asymmetric, [-Q, Q-1] * s/Q as in the paper's code)
+    or "symmetric" (2**bits mid-rise levels spanning [-s, s]).
+    """
+
+    bits: int = 4
+    granularity: str = "channel"
+    group_size: int = 128
+    scale_method: str = "maxabs"
+    rounding: str = "nearest"
+    grid: str = "reference"
+
+    def __post_init__(self) -> None:
+        _check_int("QuantConfig.bits", self.bits, 1, 8)
+        _check_choice("granularity", self.granularity, GRANULARITIES)
+        _check_int("QuantConfig.group_size", self.group_size, 1, None)
+        _check_choice("scale_method", self.scale_method, SCALE_METHODS)
+        _check_choice("rounding", self.rounding, ROUNDINGS)
+        _check_choice("grid", self.grid, GRIDS)
+
+    @property
+    def symmetric(self) -> bool:
+        return self.grid == "symmetric"
+
+    @property
+    def stochastic(self) -> bool:
+        return self.rounding == "stochastic"
+
+    @property
+    def code_max(self) -> int:
+        """Largest code, 2**bits - 1."""
+        return (1 << self.bits) - 1
+
+    @property
+    def center(self) -> float:
+        """The value subtracted from a code before scaling: Q (reference) or L/2 (symmetric)."""
+        return self.code_max / 2 if self.symmetric else float(1 << (self.bits - 1))
+
+
+# ---------------------------------------------------------------------------
+# Shapes and argument checks
+# ---------------------------------------------------------------------------
+
+
+def packed_nbytes(n: int, bits: int) -> int:
+    """Bytes of the dense stream holding n codes of `bits` bits: ceil(n * bits / 8)."""
+    return (n * bits + 7) // 8
+
+
+def scale_shape(shape: Sequence[int], cfg: QuantConfig) -> tuple[int, ...]:
+    """Shape of the fp16 scales for a tensor of `shape`: (D,), shape[:-1] or (numel // G,)."""
+    shape = tuple(int(d) for d in shape)
+    numel = math.prod(shape)
+    if numel == 0:
+        raise ValueError(f"x must have at least one element, got shape {shape}")
+    if cfg.granularity == "channel":
+        if len(shape) < 2:
+            raise ValueError(f"granularity 'channel' needs x with ndim >= 2, got shape {shape}")
+        return (shape[-1],)
+    if cfg.granularity == "token":
+        if len(shape) < 1:
+            raise ValueError(f"granularity 'token' needs x with ndim >= 1, got shape {shape}")
+        return shape[:-1]
+    if numel % cfg.group_size:
+        raise ValueError(
+            f"group_size={cfg.group_size} must divide x.numel()={numel} (shape {shape})")
+    return (numel // cfg.group_size,)
+
+
+def _check_input(x, name: str = "x") -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"{name} must be float32, float16 or bfloat16, got dtype {x.dtype}")
+
+
+def _check_config(cfg) -> None:
+    if not isinstance(cfg, QuantConfig):
+        raise TypeError(f"cfg must be a QuantConfig, got {type(cfg).__name__}")
+
+
+def _check_cache(m, x: torch.Tensor) -> None:
+    if not isinstance(m, torch.Tensor):
+        raise TypeError(f"m must be a torch.Tensor, got {type(m).__name__}")
+    if m.dtype not in CACHE_DTYPES:
+        raise TypeError(f"m must be float32 or float16, got dtype {m.dtype}")
+    if tuple(m.shape) != tuple(x.shape):
+        raise ValueError(f"m must have the shape of x {tuple(x.shape)}, got {tuple(m.shape)}")
+    if m.device != x.device:
+        raise ValueError(f"m must be on the device of x ({x.device}), got {m.device}")
+    if not m.is_contiguous():
+        raise ValueError(f"m must be contiguous (updated in place), got strides {m.stride()}")
+
+
+def _check_scales(scales, shape: tuple[int, ...], cfg: QuantConfig, device) -> None:
+    want = scale_shape(shape, cfg)
+    if not isinstance(scales, torch.Tensor) or scales.dtype != SCALE_DTYPE:
+        got = scales.dtype if isinstance(scales, torch.Tensor) else type(scales).__name__
+        raise TypeError(f"scales must be a float16 tensor, got {got}")
+    if tuple(scales.shape) != want:
+        raise ValueError(f"scales must have shape {want} for x of shape {shape}, "
+                         f"got {tuple(scales.shape)}")
+    if scales.device != device:
+        raise ValueError(f"scales must be on {device}, got {scales.device}")
+
+
+def _check_packed(packed, n: int, bits: int, device=None) -> None:
+    if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8:
+        got = packed.dtype if isinstance(packed, torch.Tensor) else type(packed).__name__
+        raise TypeError(f"packed must be a uint8 tensor, got {got}")
+    want = packed_nbytes(n, bits)
+    if packed.dim() != 1 or packed.numel() != want:
+        raise ValueError(f"packed must be 1-D with packed_nbytes({n}, {bits})={want} bytes, "
+                         f"got shape {tuple(packed.shape)}")
+    if device is not None and packed.device != device:
+        raise ValueError(f"packed must be on {device}, got {packed.device}")
+
+
+# ---------------------------------------------------------------------------
+# Scales
+# ---------------------------------------------------------------------------
+
+
+def _rows(x: torch.Tensor, cfg: QuantConfig) -> tuple[torch.Tensor, int]:
+    """2-D view whose scale groups are columns (channel: (N, D), reduce dim 0) or rows
+    (token: (R, D); group: (numel // G, G); reduce dim 1), in flat row-major order."""
+    if cfg.granularity == "channel":
+        return x.reshape(-1, x.shape[-1]), 0
+    span = x.shape[-1] if cfg.granularity == "token" else cfg.group_size
+    return x.reshape(-1, span), 1
+
+
+def _statistic(rows: torch.Tensor, dim: int, cfg: QuantConfig) -> torch.Tensor:
+    """fp32 max |v| or 2 * sqrt(mean(v * v)) over `dim` of the (R, C) view."""
+    if cfg.scale_method == "maxabs":
+        # max and -min in the input dtype are exact, and cheaper than abs() then max
+        return torch.maximum(rows.amax(dim), rows.amin(dim).neg_()).float()
+    v = rows.float()
+    return (v * v).mean(dim).sqrt_().mul_(2.0)
+
+
+def _scales_from_stat(stat: torch.Tensor) -> torch.Tensor:
+    return stat.mul_(SCALE_MARGIN).clamp_(max=FP16_MAX).to(SCALE_DTYPE)
+
+
+def compute_scales(x: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
+    """fp16 scales of x, shape `scale_shape(x.shape, cfg)`."""
+    _check_config(cfg)
+    _check_input(x)
+    shape = scale_shape(x.shape, cfg)
+    rows, dim = _rows(x, cfg)
+    return _scales_from_stat(_statistic(rows, dim, cfg)).reshape(shape)
+
+
+def _factors(scales: torch.Tensor, cfg: QuantConfig, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inv, step) in fp32, shaped to broadcast over the (R, C) view.
+
+    inv = Q / s (or h / s) by one IEEE division per scale and 0 where s == 0; step = s / Q
+    (or s / h). Both divide tensor by tensor: torch computes `scalar / tensor` as
+    reciprocal * scalar, and on CUDA `tensor / scalar` as a multiplication, either of
+    which rounds differently from the contract's single division.
+    """
+    s = scales.reshape(-1).float()
+    center = torch.full_like(s, cfg.center)
+    inv = torch.where(s == 0, torch.zeros_like(s), center / s)
+    step = s / center
+    shape = (1, -1) if dim == 0 else (-1, 1)
+    return inv.view(shape), step.view(shape)
+
+
+# ---------------------------------------------------------------------------
+# Codes
+# ---------------------------------------------------------------------------
+
+
+def draw_seed(generator: torch.Generator | None, cfg: QuantConfig) -> int:
+    """The stochastic-rounding seed of one call, drawn from `generator`; 0 for nearest."""
+    if not cfg.stochastic:
+        return 0
+    if generator is None:
+        raise ValueError("rounding='stochastic' needs an explicit torch.Generator, "
+                         "got generator=None")
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    seed = torch.randint(0, SEED_HIGH, (1,), generator=generator, device=generator.device)
+    return int(seed.item())
+
+
+def _mul32_(h: torch.Tensor, const: int) -> torch.Tensor:
+    """h * const mod 2**32 for int64 h in [0, 2**32), without int64 overflow."""
+    hi = h * (const >> 16)
+    hi.bitwise_and_(0xFFFF).bitwise_left_shift_(16)
+    h.mul_(const & 0xFFFF).add_(hi).bitwise_and_(0xFFFFFFFF)
+    return h
+
+
+def _uniform(seed: int, start: int, count: int, device) -> torch.Tensor:
+    """u in [0, 1) for flat indices [start, start + count): lowbias32 of
+    (index mod 2**32) ^ mix(seed), top 24 bits, exactly as the contract says. (count,) fp32."""
+    h = torch.arange(start, start + count, dtype=torch.int64, device=device)
+    h.bitwise_and_(0xFFFFFFFF).bitwise_xor_((seed * GOLDEN32) % 2**32)
+    h.bitwise_xor_(h >> 16)
+    _mul32_(h, 0x7FEB352D).bitwise_xor_(h >> 15)
+    _mul32_(h, 0x846CA68B).bitwise_xor_(h >> 16)
+    return h.bitwise_right_shift_(8).float().mul_(2.0**-24)
+
+
+def _levels_(work: torch.Tensor, inv: torch.Tensor, cfg: QuantConfig, seed: int,
+             start: int) -> torch.Tensor:
+    """In place on fp32 `work` (rows, C) holding v (or already v * inv if inv is None):
+    -> integer levels r(t) as floats, reference c - Q in [-Q, Q-1], symmetric c in [0, L].
+    `start` is the flat index of work[0, 0] (stochastic rounding keys on it)."""
+    if inv is not None:
+        work.mul_(inv)
+    if cfg.symmetric:
+        work.add_(cfg.code_max / 2)
+    if cfg.stochastic:
+        work.add_(_uniform(seed, start, work.numel(), work.device).view_as(work))
+    else:
+        work.add_(0.5)
+    work.floor_()
+    low = 0 if cfg.symmetric else -(1 << (cfg.bits - 1))
+    return work.clamp_(low, low + cfg.code_max)
+
+
+def _code_flip(cfg: QuantConfig) -> int:
+    """Codes are raw level bytes (low `bits` bits) XOR this: Q on the reference grid,
+    where levels are signed c - Q, and 0 on the symmetric grid."""
+    return 0 if cfg.symmetric else 1 << (cfg.bits - 1)
+
+
+def _quantize_raw(x: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig, seed: int,
+                  raw: torch.Tensor) -> None:
+    """Writes the level bytes of x into raw[:x.numel()] (code = (byte & mask) ^ flip)."""
+    rows, dim = _rows(x, cfg)
+    inv, _ = _factors(scales, cfg, dim)
+    out = raw[: x.numel()].view(rows.shape)
+    # int8 holds reference levels [-Q, Q-1]; symmetric codes [0, L] go to uint8
+    out = out if cfg.symmetric else out.view(torch.int8)
+    for r0, r1, work in _chunks(rows):
+        torch.mul(rows[r0:r1], inv if dim == 0 else inv[r0:r1], out=work)  # fp32 v * inv
+        _levels_(work, None, cfg, seed, r0 * rows.shape[1])
+        out[r0:r1].copy_(work)
+
+
+def quantize(x: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig,
+             seed: int = 0) -> torch.Tensor:
+    """Unpacked codes of x under `scales`: uint8 of x's shape, values 0..2**bits - 1."""
+    _check_config(cfg)
+    _check_input(x)
+    _check_scales(scales, tuple(x.shape), cfg, x.device)
+    raw = torch.empty(x.numel(), dtype=torch.uint8, device=x.device)
+    _quantize_raw(x, scales, cfg, seed, raw)
+    flip = _code_flip(cfg)
+    if flip:
+        raw.bitwise_and_(cfg.code_max).bitwise_xor_(flip)
+    return raw.view(x.shape)
+
+
+def _values_into(levels: torch.Tensor, step: torch.Tensor, cfg: QuantConfig,
+                 out: torch.Tensor) -> torch.Tensor:
+    """out = (c - center) * step; `levels` is c - Q as int8 (reference) or c as uint8."""
+    out.copy_(levels)
+    if cfg.symmetric:
+        out.sub_(cfg.code_max / 2)
+    return out.mul_(step)
+
+
+def _signed_levels(codes: torch.Tensor, cfg: QuantConfig) -> torch.Tensor:
+    """Reference grid: codes -> c - Q as int8 (uint8 subtraction wraps mod 256); in place."""
+    if cfg.symmetric:
+        return codes
+    return codes.sub_(1 << (cfg.bits - 1)).view(torch.int8)
+
+
+def dequantize(codes: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig,
+               dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Values (c - center) * (s / center) of unpacked uint8 codes, computed in fp32,
+    returned in `dtype` (fp32, fp16 or bf16) with the codes' shape."""
+    _check_config(cfg)
+    if not isinstance(codes, torch.Tensor) or codes.dtype != torch.uint8:
+        raise TypeError(f"codes must be a uint8 tensor, got {getattr(codes, 'dtype', codes)}")
+    _check_scales(scales, tuple(codes.shape), cfg, codes.device)
+    rows, dim = _rows(codes, cfg)
+    _, step = _factors(scales, cfg, dim)
+    levels = _signed_levels(rows.clone(), cfg)
+    out = torch.empty(rows.shape, device=codes.device)
+    return _values_into(levels, step, cfg, out).to(dtype).view(codes.shape)
+
+
+# ---------------------------------------------------------------------------
+# Note on packing
+# ---------------------------------------------------------------------------
+# The stream is little-endian: code k occupies stream bits [k*b, (k+1)*b), stream bit j
+# is bit j % 8 of byte j // 8. On a little-endian host, viewing bytes as a wider integer
+# puts byte i at bits [8i, 8i+8) of the word, so "merge two neighbouring f-bit fields
+# held in C-bit lanes into one 2f-bit field in a 2C-bit lane" is two masks, a shift and
+# an or on the 2C-bit view. Repeating that turns 8 codes into 8b contiguous bits. While
+# a merged field fits a byte (2f <= 8) the lanes are narrowed back to uint8, so b = 1, 2,
+# 4 finish on whole bytes with every pass on fewer bytes; other widths end with lanes
+# holding a whole number of bytes and copy out those bytes. Unpacking runs the steps
+# backwards. Every pass is one vectorised integer op over at most n bytes.
+
+_LANE_DTYPES = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
+
+
+def _pack_plan(bits: int) -> tuple[list[tuple[int, int, bool]], int, int]:
+    """Merge steps [(lane bits C, field bits f, narrow)]: C-bit lanes of f-bit fields ->
+    2C-bit lanes of 2f-bit fields, narrowed back to bytes when `narrow`; then the final
+    (lane bits, field bits). Every plan merges 8 codes (b whole bytes) per final lane,
+    except b = 1, 2, 4 (a byte holds 8 / b codes) and b = 8 (nothing to do)."""
+    plan, lane, field = [], 8, bits
+    while field % 8:
+        narrow = lane == 8 and 2 * field <= 8
+        plan.append((lane, field, narrow))
+        field *= 2
+        lane = lane if narrow else 2 * lane
+    return plan, lane, field
+
+
+def _flip_pattern(bits: int, field: int, flip: int) -> int:
+    """`flip` at every code position of a `field`-bit lane."""
+    return sum(flip << k for k in range(0, field, bits))
+
+
+def _check_little_endian() -> None:
+    if sys.byteorder != "little":
+        raise RuntimeError(f"bit packing assumes a little-endian host, got {sys.byteorder}")
+
+
+def _padded_bytes(n: int) -> int:
+    return -(-n // 8) * 8
+
+
+def _pack_raw(raw: torch.Tensor, n: int, bits: int, flip: int) -> torch.Tensor:
+    """Dense stream of the n codes (raw[k] & (2**b - 1)) ^ flip. `raw` is an owned uint8
+    buffer of _padded_bytes(n) bytes, storage-aligned, whose tail beyond n holds `flip`
+    (so padding codes are 0); it is overwritten."""
+    _check_little_endian()
+    nbytes = packed_nbytes(n, bits)
+    plan, lane, field = _pack_plan(bits)
+    w = raw
+    for c, f, narrow in plan:
+        wide = w.view(_LANE_DTYPES[2 * c])  # (..., [field0 | field1 << C])
+        hi = wide >> (c - f)  # field1 -> bits [f, 2f)
+        hi.bitwise_and_(((1 << f) - 1) << f)
+        wide.bitwise_and_((1 << f) - 1).bitwise_or_(hi)
+        w = wide.to(torch.uint8) if narrow else wide
+    if flip:
+        w.bitwise_xor_(_flip_pattern(bits, field, flip))
+    stream = w.view(torch.uint8)
+    if field != lane:  # lanes hold field/8 stream bytes each: copy them out
+        stream = stream.view(-1, lane // 8)[:, : field // 8].reshape(-1)
+    return stream[:nbytes]
+
+
+def _unpack_codes(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
+    """Codes of a dense stream: uint8 (_padded_bytes(n),), values < 2**bits, owned."""
+    _check_little_endian()
+    plan, lane, field = _pack_plan(bits)
+    n_pad = _padded_bytes(n)
+    full = n_pad * bits // 8  # bytes of whole final lanes
+    if field == lane:
+        buf = torch.zeros(full, dtype=torch.uint8, device=packed.device)
+        buf[: packed.numel()] = packed
+    else:
+        buf = torch.zeros((full * 8 // field, lane // 8), dtype=torch.uint8,
+                          device=packed.device)
+        src = torch.zeros(full, dtype=torch.uint8, device=packed.device)
+        src[: packed.numel()] = packed
+        buf[:, : field // 8].copy_(src.view(-1, field // 8))
+    w = buf.view(_LANE_DTYPES[lane]).view(-1)
+    for c, f, narrow in reversed(plan):
+        wide = w.to(torch.int16) if narrow else w  # 2C-bit lanes of 2f-bit fields
+        hi = wide << (c - f)  # bits [f, 2f) -> [C, C + f)
+        hi.bitwise_and_(((1 << f) - 1) << c)
+        wide.bitwise_and_((1 << f) - 1).bitwise_or_(hi)
+        w = wide.view(_LANE_DTYPES[c])
+    return w.view(torch.uint8)
+
+
+def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """Dense little-endian stream of uint8 codes (any shape, flat order), each < 2**bits:
+    uint8 (packed_nbytes(codes.numel(), bits),)."""
+    _check_int("bits", bits, 1, 8)
+    if not isinstance(codes, torch.Tensor) or codes.dtype != torch.uint8:
+        raise TypeError(f"codes must be a uint8 tensor, got {getattr(codes, 'dtype', codes)}")
+    n = codes.numel()
+    if n and int(codes.max()) >> bits:
+        raise ValueError(f"codes must be < 2**bits = {1 << bits}, got max {int(codes.max())}")
+    raw = torch.zeros(_padded_bytes(n), dtype=torch.uint8, device=codes.device)
+    raw[:n] = codes.reshape(-1)
+    return _pack_raw(raw, n, bits, 0)
+
+
+def unpack(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
+    """The n codes of a dense stream made by `pack`: uint8 (n,)."""
+    _check_int("bits", bits, 1, 8)
+    _check_packed(packed, n, bits)
+    return _unpack_codes(packed, bits, n)[:n]
+
+
+# ---------------------------------------------------------------------------
+# Torch implementations of the fused calls (same signatures as aqsgd.kernels)
+# ---------------------------------------------------------------------------
+
+
+def _raw_buffer(n: int, cfg: QuantConfig, device) -> torch.Tensor:
+    raw = torch.empty(_padded_bytes(n), dtype=torch.uint8, device=device)
+    raw[n:] = _code_flip(cfg)
+    return raw
+
+
+def torch_quantize_packed(x: torch.Tensor, cfg: QuantConfig,
+                          seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows, dim = _rows(x, cfg)
+    scales = _scales_from_stat(_statistic(rows, dim, cfg))
+    raw = _raw_buffer(x.numel(), cfg, x.device)
+    _quantize_raw(x, scales, cfg, seed, raw)
+    return _pack_raw(raw, x.numel(), cfg.bits, _code_flip(cfg)), scales.reshape(
+        scale_shape(x.shape, cfg))
+
+
+def _levels_of(packed: torch.Tensor, n: int, cfg: QuantConfig) -> torch.Tensor:
+    """(n,) int8 c - Q (reference) or uint8 c (symmetric) of a packed stream."""
+    return _signed_levels(_unpack_codes(packed, cfg.bits, n), cfg)[:n]
+
+
+def torch_dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape, cfg: QuantConfig,
+                            dtype: torch.dtype) -> torch.Tensor:
+    n = math.prod(shape)
+    out = torch.empty(shape, dtype=dtype, device=packed.device)
+    levels = _levels_of(packed, n, cfg)
+    rows, dim = _rows(out, cfg)
+    _, step = _factors(scales, cfg, dim)
+    levels = levels.view(rows.shape)
+    for r0, r1, work in _chunks(rows):
+        _values_into(levels[r0:r1], step if dim == 0 else step[r0:r1], cfg, work)
+        rows[r0:r1].copy_(work)
+    return out
+
+
+def _chunks(rows: torch.Tensor):
+    """(r0, r1, fp32 work buffer (r1 - r0, C)) over row chunks of about CHUNK_ELEMENTS."""
+    n_rows, width = rows.shape
+    per = max(1, CHUNK_ELEMENTS // width)
+    work = torch.empty((min(per, n_rows), width), device=rows.device)
+    for r0 in range(0, n_rows, per):
+        r1 = min(r0 + per, n_rows)
+        yield r0, r1, work[: r1 - r0]
+
+
+def torch_aqsgd_encode(x: torch.Tensor, m: torch.Tensor, cfg: QuantConfig,
+                       seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    delta = x.float() if x.dtype != torch.float32 and m.dtype != torch.float32 else x
+    delta = torch.sub(delta, m)  # fp32 by promotion: x.float() - m.float()
+    rows, dim = _rows(delta, cfg)
+    scales = _scales_from_stat(_statistic(rows, dim, cfg))
+    inv, step = _factors(scales, cfg, dim)
+    raw = _raw_buffer(x.numel(), cfg, x.device)
+    out = raw[: x.numel()].view(rows.shape)
+    out = out if cfg.symmetric else out.view(torch.int8)
+    m_rows = m.view(rows.shape)
+    width = rows.shape[1]
+    for r0, r1, _ in _chunks(rows):
+        w = rows[r0:r1]  # our own delta: everything in place
+        _levels_(w, inv if dim == 0 else inv[r0:r1], cfg, seed, r0 * width)
+        out[r0:r1].copy_(w)
+        if cfg.symmetric:
+            w.sub_(cfg.code_max / 2)
+        m_rows[r0:r1].add_(w.mul_(step if dim == 0 else step[r0:r1]))
+    packed = _pack_raw(raw, x.numel(), cfg.bits, _code_flip(cfg))
+    return packed, scales.reshape(scale_shape(x.shape, cfg))
+
+
+def torch_aqsgd_decode(packed: torch.Tensor, scales: torch.Tensor, m: torch.Tensor,
+                       cfg: QuantConfig) -> torch.Tensor:
+    levels = _levels_of(packed, m.numel(), cfg)
+    rows, dim = _rows(m, cfg)
+    _, step = _factors(scales, cfg, dim)
+    levels = levels.view(rows.shape)
+    for r0, r1, work in _chunks(rows):
+        _values_into(levels[r0:r1], step if dim == 0 else step[r0:r1], cfg, work)
+        rows[r0:r1].add_(work)
+    return m
+
+
+# ---------------------------------------------------------------------------
+# Public single calls: validate, draw the seed once, dispatch
+# ---------------------------------------------------------------------------
+
+
+def _kernels_for(backend: str, device: torch.device):
+    """aqsgd.kernels when the Triton path should run, else None (torch path)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if backend == "torch":
+        return None
+    if backend == "auto":
+        if device.type != "cuda":
+            return None
+        try:
+            import triton  # noqa: F401  (only probing that it imports)
+        except ImportError:
+            return None
+    from aqsgd import kernels  # lazy: imports Triton
+
+    return kernels
+
+
+def quantize_packed(x: torch.Tensor, cfg: QuantConfig, generator: torch.Generator | None = None,
+                    backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """x (fp32/fp16/bf16, any device) -> (packed uint8 (packed_nbytes(numel, bits),),
+    scales fp16 scale_shape(x.shape, cfg))."""
+    _check_config(cfg)
+    _check_input(x)
+    scale_shape(x.shape, cfg)
+    seed = draw_seed(generator, cfg)
+    kernels = _kernels_for(backend, x.device)
+    x = x.contiguous()
+    if kernels is not None:
+        return kernels.quantize_packed(x, cfg, seed)
+    return torch_quantize_packed(x, cfg, seed)
+
+
+def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape: Sequence[int],
+                      cfg: QuantConfig, dtype: torch.dtype = torch.float32,
+                      backend: str = "auto") -> torch.Tensor:
+    """(packed, scales) -> values of `shape` in `dtype` (fp32/fp16/bf16)."""
+    _check_config(cfg)
+    shape = tuple(int(d) for d in shape)
+    _check_packed(packed, math.prod(shape), cfg.bits)
+    _check_scales(scales, shape, cfg, packed.device)
+    if dtype not in INPUT_DTYPES:
+        raise TypeError(f"dtype must be float32, float16 or bfloat16, got {dtype}")
+    kernels = _kernels_for(backend, packed.device)
+    if kernels is not None:
+        return kernels.dequantize_packed(packed, scales.contiguous(), shape, cfg, dtype)
+    return torch_dequantize_packed(packed, scales, shape, cfg, dtype)
+
+
+def aqsgd_encode(x: torch.Tensor, m: torch.Tensor, cfg: QuantConfig,
+                 generator: torch.Generator | None = None,
+                 backend: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    """Sender step: quantize x.float() - m.float(); m <- (m.float() + deQ).to(m.dtype) in
+    place. Returns (packed, scales) as quantize_packed does."""
+    _check_config(cfg)
+    _check_input(x)
+    _check_cache(m, x)
+    scale_shape(x.shape, cfg)
+    seed = draw_seed(generator, cfg)
+    kernels = _kernels_for(backend, x.device)
+    x = x.contiguous()
+    if kernels is not None:
+        return kernels.aqsgd_encode(x, m, cfg, seed)
+    return torch_aqsgd_encode(x, m, cfg, seed)
+
+
+def aqsgd_decode(packed: torch.Tensor, scales: torch.Tensor, m: torch.Tensor, cfg: QuantConfig,
+                 backend: str = "auto") -> torch.Tensor:
+    """Receiver step: m <- (m.float() + deQ(packed, scales)).to(m.dtype) in place; returns m."""
+    _check_config(cfg)
+    if not isinstance(m, torch.Tensor):
+        raise TypeError(f"m must be a torch.Tensor, got {type(m).__name__}")
+    _check_cache(m, m)
+    _check_packed(packed, m.numel(), cfg.bits, m.device)
+    _check_scales(scales, tuple(m.shape), cfg, m.device)
+    kernels = _kernels_for(backend, m.device)
+    if kernels is not None:
+        return kernels.aqsgd_decode(packed, scales.contiguous(), m, cfg)
+    return torch_aqsgd_decode(packed, scales, m, cfg)
