@@ -101,7 +101,8 @@ def natural_compress(x: torch.Tensor, generator: torch.Generator):
     if amax == 0.0 or not math.isfinite(amax):
         if not math.isfinite(amax):
             raise ValueError(f"natural_compress: non-finite gradient value (max |x| = {amax})")
-        return torch.zeros_like(a, dtype=torch.uint8), torch.zeros(1, dtype=torch.int32)
+        return (torch.zeros_like(a, dtype=torch.uint8),
+                torch.zeros(1, dtype=torch.int32, device=a.device))
     e_top = math.frexp(amax)[1]  # amax < 2**e_top, so rounding up stays <= 2**e_top
     lowest = e_top - 126
     _, exp = torch.frexp(a)
@@ -113,7 +114,7 @@ def natural_compress(x: torch.Tensor, generator: torch.Generator):
     k = torch.where(tiny, up.to(torch.int32), (e - lowest + 1 + up.to(torch.int32)).to(torch.int32))
     k = torch.where(a == 0, torch.zeros_like(k), k)
     sign = (x < 0).to(torch.int32) << 7
-    return (sign | k).to(torch.uint8), torch.tensor([e_top], dtype=torch.int32)
+    return (sign | k).to(torch.uint8), torch.tensor([e_top], dtype=torch.int32, device=a.device)
 
 
 def natural_decompress(codes: torch.Tensor, e_top: torch.Tensor) -> torch.Tensor:
@@ -192,8 +193,9 @@ class _NaturalCodec(_Codec):
 class _Exchange:
     """All-to-all of tensor lists between the ranks of ``group`` with isend/irecv."""
 
-    def __init__(self, group) -> None:
+    def __init__(self, group, device: torch.device) -> None:
         self.group = group
+        self.device = device  # where receive buffers live (CUDA for NCCL, CPU for gloo)
         self.world = dist.get_world_size(group) if dist.is_initialized() else 1
         self.rank = dist.get_rank(group) if dist.is_initialized() else 0
         self.bytes_sent = 0
@@ -203,7 +205,7 @@ class _Exchange:
         """Send ``send[j]`` to group rank j; receive tensors shaped ``recv_spec[j]`` from j."""
         works, received = [], {}
         for j, specs in recv_spec.items():
-            bufs = [torch.empty(shape, dtype=dtype) for shape, dtype in specs]
+            bufs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in specs]
             received[j] = bufs
             for tag, buf in enumerate(bufs):
                 works.append(dist.irecv(buf, group=self.group, group_src=j, tag=tag))
@@ -231,7 +233,7 @@ class _ShardedAverager:
         self.padded = w * self.shard
 
     def pad(self, flat: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros(self.padded, dtype=torch.float32)
+        out = torch.zeros(self.padded, dtype=torch.float32, device=flat.device)
         out[: self.numel] = flat
         return out
 
@@ -247,7 +249,7 @@ class _ShardedAverager:
                 worker_err[j] = c - codec.decode(tensors, shard)
             send[j] = tensors
         got = ex.all_to_all(send, {j: codec.spec(shard) for j in ex.peers()})
-        total = torch.zeros(shard, dtype=torch.float32)
+        total = torch.zeros(shard, dtype=torch.float32, device=flat_padded.device)
         for j in range(ex.world):  # fixed order: the owner's sum is reproducible
             total += chunks[j] if j == ex.rank else codec.decode(got[j], shard)
         mean = total / ex.world
@@ -304,9 +306,12 @@ class QuantizedAdam(torch.optim.Optimizer):
         self._codec = _QuantCodec(cfg.bits, cfg.bucket_size)
         self._exact = _Fp32Codec()
         padded, w, shard = self._avg.padded, exchange.world, self._avg.shard
+        dev = exchange.device
         self.flat_state = {
-            "exp_avg": torch.zeros(padded), "exp_avg_sq": torch.zeros(padded),
-            "worker_err": torch.zeros(w, shard), "server_err": torch.zeros(shard),
+            "exp_avg": torch.zeros(padded, device=dev),
+            "exp_avg_sq": torch.zeros(padded, device=dev),
+            "worker_err": torch.zeros(w, shard, device=dev),
+            "server_err": torch.zeros(shard, device=dev),
         }
         self.num_steps = 0
 
@@ -349,7 +354,7 @@ class DataParallel:
         self.params = [p for p in params if p.requires_grad]
         if not self.params:
             raise ValueError("make_data_parallel: no parameter requires a gradient")
-        self._ex = _Exchange(group)
+        self._ex = _Exchange(group, self.params[0].device)
         kwargs = dict(optim_kwargs or {})
         numel = sum(p.numel() for p in self.params)
         if cfg.mode == "qadam":
@@ -359,7 +364,7 @@ class DataParallel:
         self._avg = _ShardedAverager(self._ex, numel)
         self._codec = _Fp32Codec()
         if cfg.mode == "natural":
-            gen = torch.Generator()
+            gen = torch.Generator(device=self._ex.device)
             gen.manual_seed(cfg.seed * 1_000_003 + self._ex.rank)
             self._codec = _NaturalCodec(gen)
         self._k = max(1, math.ceil(cfg.topk_ratio * numel))
