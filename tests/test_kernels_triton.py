@@ -333,7 +333,7 @@ def test_encode_error_shrinks_when_x_stops_changing():
     for _ in range(40):  # the 2-bit reference grid halves the worst error per visit
         kernels.aqsgd_encode(x, m, cfg)
         errors.append(float((x - m).abs().max()))
-    assert all(b <= a for a, b in zip(errors, errors[1:])), errors
+    assert all(b <= a for a, b in zip(errors[:-1], errors[1:], strict=True)), errors
     assert errors[-1] <= 1e-6 * errors[0], errors
 
 
