@@ -327,7 +327,8 @@ class NetnsLauncher:
              "--config", str(cfg_path)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._python_env(),
             start_new_session=True)
-        self._wait_line(self._delay_line, "ready", "delay line")
+        self.delay_line_scheduling = self._wait_line(self._delay_line, "ready",
+                                                     "delay line").removeprefix("ready ")
         for i in range(n):
             h = nm.host_ns(i)
             self.executor.run(("ip", "-n", h, "addr", "add", f"{TUN_SUBNET}.{i + 1}/24", "dev",
@@ -382,14 +383,15 @@ class NetnsLauncher:
         return env
 
     @staticmethod
-    def _wait_line(proc: subprocess.Popen, expected: str, what: str) -> None:
+    def _wait_line(proc: subprocess.Popen, expected: str, what: str) -> str:
         ready, _, _ = select.select([proc.stdout], [], [], READY_TIMEOUT_S)
         line = proc.stdout.readline().decode().strip() if ready else ""
-        if line != expected:
+        if not line.startswith(expected):
             proc.kill()
             err = proc.stderr.read().decode() if proc.stderr else ""
             raise RuntimeError(f"{what} did not start (expected {expected!r} within "
                                f"{READY_TIMEOUT_S} s, got {line!r}); stderr:\n{err}")
+        return line
 
     def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
               log_path: Path | str | None = None) -> subprocess.Popen:
@@ -483,6 +485,7 @@ class NetnsLauncher:
                         for p, m in self.mechanisms.items()},
             "allow_drop": self.allow_drop,
             "data_plane": "TUN via delay line" if self.use_delay_line else "veth + bridge",
+            "delay_line_scheduling": getattr(self, "delay_line_scheduling", None),
             "payload_correction_factor": getattr(self, "factor", None),
             "hosts": [{"host": i, "netns": self.names.host_ns(i), "device": self.device(i),
                        "addr": self.addr(i)} for i in range(self.n_hosts)],
