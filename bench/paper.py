@@ -148,7 +148,8 @@ def _fig_loss(summary: pd.DataFrame, metrics: pd.DataFrame, claims: list[dict],
     rows["series"] = rows["label"] + np.where(dp > 1, " x" + dp.astype(str) + " dp", "")
     labels = mode_order(rows["series"])
     colors = mode_colors(labels)
-    fig, (ax_step, ax_time, ax_rel) = plt.subplots(1, 3, figsize=(15, 4.5))
+    fig, (ax_step, ax_time, ax_rel) = plt.subplots(1, 3, figsize=(15, 4.5),
+                                                  layout="constrained")
     for label in labels:
         curve = rows[rows["series"] == label].groupby("step").agg(
             loss=("loss", "mean"), wall_s=("wall_s", "max"))

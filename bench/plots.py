@@ -137,7 +137,7 @@ def plot_loss(metrics: pd.DataFrame, out_dir: Path) -> list[Path]:
     for scenario, rows in train.groupby("scenario", sort=True):
         labels = mode_order(rows["series"])
         colors = mode_colors(labels)
-        fig, (ax_step, ax_time) = plt.subplots(1, 2, figsize=(11, 4.2))
+        fig, (ax_step, ax_time) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
         for label in labels:
             # mean over replicas' last-stage ranks at each step
             curve = rows[rows["series"] == label].groupby("step").agg(

@@ -253,7 +253,7 @@ def metrics_frame(jsonl_paths: Iterable[str | Path], cell: str,
     frame["cell"] = cell
     frame["warmup"] = (frame["kind"] == "train") & (
         pd.to_numeric(frame["epoch"], errors="coerce") < warmup_epochs)
-    frame = frame.sort_values(["rank", "kind", "step"], kind="stable").reset_index(drop=True)
+    frame = frame.sort_values(["rank", "step", "kind"], kind="stable").reset_index(drop=True)
     is_train = frame["kind"] == "train"
     step_time = pd.to_numeric(frame["step_time_s"], errors="coerce").where(is_train, 0.0)
     frame["wall_s"] = step_time.fillna(0.0).groupby(frame["rank"]).cumsum()

@@ -54,6 +54,8 @@ __all__ = [
     "scenario_record",
     "choose_launcher",
     "build_run_config",
+    "cell_identity",
+    "collect_metrics",
     "write_run_config",
     "wait_for_workers",
     "run_cell",
@@ -195,7 +197,9 @@ def build_run_config(cell: CellSpec, output_dir: Path) -> dict:
         "grad": grad,
         "train": {"steps": w.total_steps, "lr": w.lr, "seed": w.seed, "threads": w.threads,
                   "eval_every": 0, "eval_batches": w.eval_batches},
-        "data": {"max_samples": w.train_samples, "eval_samples": w.eval_samples},
+        # every evaluation micro-batch needs a full window of held-out samples
+        "data": {"max_samples": w.train_samples,
+                 "eval_samples": max(w.eval_samples, w.eval_batches * w.micro_batch_size)},
         "dist": {"timeout_s": w.dist_timeout_s},
         "output": {"dir": str(output_dir), "trace": False},
     }
@@ -270,7 +274,8 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait(timeout=5)
 
 
-def _cell_meta(cell: CellSpec, sweep: str, choice: LauncherChoice, scn_record: dict) -> dict:
+def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice, scn_record: dict) -> dict:
+    """meta.json's `cell` block: what the cell is, in flat columns for the loader."""
     m = cell.mode
     return {
         "name": cell.name, "sweep": sweep, "scenario": cell.scenario, "mode": m.name,
@@ -294,7 +299,7 @@ def run_cell(cell: CellSpec, hosts, cell_dir: Path, *, sweep: str, choice: Launc
     (cell_dir / "logs").mkdir(parents=True)
     started = time.time()
     meta = {
-        "schema_version": SCHEMA_VERSION, "cell": _cell_meta(cell, sweep, choice, scn_record),
+        "schema_version": SCHEMA_VERSION, "cell": cell_identity(cell, sweep, choice, scn_record),
         "spec": cell.to_dict(), "spec_key": cell.key, "seed": cell.workload.seed,
         "scenario": scn_record, "launcher": {"choice": choice.name, "reason": choice.reason,
                                              **_safe_record(hosts)},
@@ -321,7 +326,7 @@ def run_cell(cell: CellSpec, hosts, cell_dir: Path, *, sweep: str, choice: Launc
     finally:
         _stop(procs)
     if failure is None:
-        failure = _collect(cell, cell_dir)
+        failure = collect_metrics(cell, cell_dir)
     if failure is not None and failure.get("rank") is not None:
         failure["log_tail"] = log_tail(cell_dir / "logs" / f"rank{failure['rank']}.log",
                                        LOG_TAIL_LINES)
@@ -339,7 +344,7 @@ def _safe_record(hosts) -> dict:
     return record if isinstance(record, dict) else {"record": record}
 
 
-def _collect(cell: CellSpec, cell_dir: Path) -> dict | None:
+def collect_metrics(cell: CellSpec, cell_dir: Path) -> dict | None:
     """JSONL of every rank -> metrics.csv + peers.csv; a failure record if
     a rank left no metrics."""
     paths = [cell_dir / "metrics" / f"rank{r}.jsonl" for r in range(cell.world_size)]
@@ -363,7 +368,7 @@ def _fail_group(cells: list[CellSpec], sweep_dir: Path, sweep: str, choice: Laun
         if cell_dir.exists():
             shutil.rmtree(cell_dir)
         write_json(cell_dir / "meta.json", {
-            "schema_version": SCHEMA_VERSION, "cell": _cell_meta(cell, sweep, choice, {}),
+            "schema_version": SCHEMA_VERSION, "cell": cell_identity(cell, sweep, choice, {}),
             "spec": cell.to_dict(), "spec_key": cell.key, "seed": cell.workload.seed,
             "provenance": prov, "status": "failed",
             "failure": {"rank": None, "returncode": None, "reason": reason},

@@ -1,0 +1,118 @@
+"""Helpers for the harness tests: a stand-in worker and synthetic result cells.
+
+The stand-in worker (`FAKE_WORKER`) is a test double for `python -m
+aqsgd.worker` used only to test the harness's own logic (resume, failure
+handling, collection) quickly; the real worker runs in the end-to-end tests.
+It reads the RunConfig the harness wrote and emits records in the worker's
+JSONL schema (docs/ARCHITECTURE.md), with byte counts that depend on the
+forward/backward bit widths, and fails on purpose when the config asks
+(`train.fail_at_step`, `train.fail_rank`, the real worker's test hooks, or
+the environment variable FAKE_FAIL_MODE naming a forward compression mode).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from bench.results import write_json
+from bench.run import LauncherChoice, cell_identity, collect_metrics
+from bench.sweep import CellSpec
+
+FAKE_WORKER = r'''
+import argparse, json, os, sys, time
+import yaml
+
+p = argparse.ArgumentParser()
+for name in ("--config", "--rank", "--world-size", "--master-addr", "--master-port"):
+    p.add_argument(name, required=True)
+a = p.parse_args()
+cfg = yaml.safe_load(open(a.config))
+rank = int(a.rank)
+stages = cfg["pipeline"]["stages"]
+stage, replica = rank % stages, rank // stages
+t = cfg["train"]
+print(f"fake worker rank {rank} stage {stage} starting", flush=True)
+out = os.path.join(cfg["output"]["dir"], "metrics")
+os.makedirs(out, exist_ok=True)
+mb = cfg["pipeline"]["micro_batch_size"] * cfg["pipeline"]["num_micro_batches"]
+steps_per_epoch = max(1, cfg["data"]["max_samples"] // (mb * cfg["pipeline"]["replicas"]))
+act = 4 * mb * 64 * 128
+with open(os.path.join(out, f"rank{rank}.jsonl"), "w") as f:
+    for step in range(t["steps"]):
+        epoch = step // steps_per_epoch
+        failing_mode = os.environ.get("FAKE_FAIL_MODE") == cfg["forward"]["mode"]
+        if (t.get("fail_at_step") == step or failing_mode and step == 1) and \
+                t.get("fail_rank", 0) == rank:
+            print("fake worker: injected failure", file=sys.stderr, flush=True)
+            sys.exit(3)
+        fw = cfg["forward"]
+        warm = epoch < fw.get("warmup_epochs", 1)
+        bits = 32 if fw["mode"] == "none" or warm else fw["bits"]
+        sent = {"activation": act * bits // 32 if stage < stages - 1 else 0,
+                "gradient": act * bits // 32 if stage > 0 else 0, "dp": 0}
+        rec = {"kind": "train", "step": step, "epoch": epoch, "rank": rank, "stage": stage,
+               "replica": replica, "loss": 5.0 - 0.1 * step if stage == stages - 1 else None,
+               "step_time_s": 0.01 + sum(sent.values()) / 1e8, "compute_s": 0.01,
+               "comm_wait_s": sum(sent.values()) / 1e8, "compress_s": 0.0, "samples": mb,
+               "tokens": mb * 64, "lr": t["lr"], "bytes_sent": sent,
+               "bytes_recv": {"activation": 0, "gradient": 0, "dp": 0},
+               "bytes_by_peer": {str(rank + 1 if stage == 0 else rank - 1):
+                                 {"sent": sum(sent.values()), "recv": 0}}}
+        f.write(json.dumps(rec) + "\n")
+print("fake worker done", flush=True)
+'''
+
+
+def fake_worker_cmd(tmp_path: Path) -> tuple[str, ...]:
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    return (sys.executable, str(script))
+
+
+def rank_records(rank: int, stage: int, stages: int, steps: int, warmup_steps: int,
+                 act_bytes: int, step_time_s: float, loss0: float = 5.0,
+                 replica: int = 0, samples: int = 64) -> list[dict]:
+    """Worker-schema train records of one rank (activation bytes per step given)."""
+    recs = []
+    for step in range(steps):
+        sent = {"activation": act_bytes if stage < stages - 1 else 0,
+                "gradient": act_bytes if stage > 0 else 0, "dp": 0}
+        recs.append({
+            "kind": "train", "step": step, "epoch": 0 if step < warmup_steps else 1,
+            "rank": rank, "stage": stage, "replica": replica,
+            "loss": loss0 - 0.1 * step if stage == stages - 1 else None,
+            "step_time_s": step_time_s, "compute_s": 0.1, "comm_wait_s": step_time_s - 0.1,
+            "compress_s": 0.0, "samples": samples, "tokens": samples * 64, "lr": 1e-4,
+            "bytes_sent": sent, "bytes_recv": {"activation": 0, "gradient": 0, "dp": 0},
+            "bytes_by_peer": {str(1 - rank): {"sent": sum(sent.values()), "recv": 0}},
+        })
+    return recs
+
+
+def write_cell(sweep_dir: Path, cell: CellSpec, *, rate_mbit: float | None,
+               act_bytes: int, step_time_s: float, loss0: float = 5.0,
+               launcher: str = "netns", sweep: str = "synthetic") -> Path:
+    """A finished cell directory written by the harness's own writers from
+    synthetic worker JSONL (2 stages, 1 replica)."""
+    cell_dir = sweep_dir / cell.name
+    w = cell.workload
+    for rank in range(cell.world_size):
+        path = cell_dir / "metrics" / f"rank{rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        recs = rank_records(rank, rank % w.stages, w.stages, w.total_steps, w.warmup_steps,
+                            act_bytes, step_time_s, loss0, replica=rank // w.stages)
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert collect_metrics(cell, cell_dir) is None
+    choice = LauncherChoice(launcher, "test", factory=object)
+    scn = {"name": cell.scenario, "link": {"rate_mbit": rate_mbit, "delay_ms": 0.0}}
+    write_json(cell_dir / "meta.json", {
+        "schema_version": 1, "cell": cell_identity(cell, sweep, choice, scn),
+        "spec": cell.to_dict(), "spec_key": cell.key, "status": "ok", "wall_s": 1.0,
+        "probe": [{"src": 0, "dst": 1, "rate_mbit_configured": rate_mbit,
+                   "rate_mbit_achieved": rate_mbit, "rtt_ms": 0.1}],
+        "provenance": {"git": {"commit": "abc", "dirty": False}, "versions": {},
+                       "hardware": {}},
+    })
+    return cell_dir

@@ -1,0 +1,88 @@
+"""Figures, the Markdown report and the paper figures, made from result files."""
+
+from __future__ import annotations
+
+import pytest
+from harness_helpers import write_cell
+
+from bench.paper import claims_table, draw_paper_figures, load_claims, relative_throughput
+from bench.plots import make_figures, mode_order
+from bench.report import format_table, write_report
+from bench.summary import summarize
+from bench.sweep import CellSpec, ModeSpec, Workload
+
+pytestmark = pytest.mark.timeout(90)
+
+# (scenario, rate Mbit/s) x mode -> step time: fp32 slows down with bandwidth, aqsgd less.
+RATES = {"10gbps": 10_000, "500mbps": 500, "100mbps": 100}
+MODES = {"fp32": ModeSpec("fp32"), "aqsgd": ModeSpec("aqsgd", 2, 4),
+         "directq": ModeSpec("directq", 4, 8)}
+
+
+def _sweep(tmp_path):
+    for scenario, rate in RATES.items():
+        for name, mode in MODES.items():
+            traffic = 8e6 if name == "fp32" else 1e6  # bits per step
+            write_cell(tmp_path, CellSpec(scenario, mode, Workload(steps=4)), rate_mbit=rate,
+                       act_bytes=int(traffic / 8), step_time_s=0.2 + traffic / (rate * 1e6),
+                       loss0=5.0 if name != "directq" else 5.3)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    return _sweep(tmp_path_factory.mktemp("sweep"))
+
+
+def test_figures_are_written_as_png_and_svg(sweep_dir, tmp_path):
+    figures = make_figures([sweep_dir], tmp_path / "figures")
+    names = sorted(p.name for p in figures)
+    for stem in ("throughput_vs_bandwidth", "speedup", "bytes_per_step", "loss_100mbps"):
+        assert f"{stem}.png" in names and f"{stem}.svg" in names
+    for path in figures:
+        assert path.stat().st_size > 2000
+        if path.suffix == ".png":
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = (tmp_path / "figures" / "throughput_vs_bandwidth.svg").read_text()
+    assert "Mbit/s" in svg and "samples/s" in svg  # axes carry units
+
+
+def test_report_has_table_figures_and_probe(sweep_dir, tmp_path):
+    summary = summarize([sweep_dir])
+    figures = make_figures([sweep_dir], sweep_dir / "figures")
+    report = write_report(sweep_dir, summary, figures).read_text()
+    assert "| scenario | mode |" in report and "aqsgd 2/4" in report
+    assert "![throughput_vs_bandwidth](figures/throughput_vs_bandwidth.png)" in report
+    assert "## Link probe" in report
+    text = format_table(summary)
+    assert "speed-up vs fp32" in text and text.count("\n") == 2 + len(summary) - 1
+
+
+def test_summary_rows_are_in_reading_order(sweep_dir):
+    summary = summarize([sweep_dir])
+    assert list(summary["scenario"].unique()) == ["10gbps", "500mbps", "100mbps"]
+    assert list(summary["mode"][:3]) == ["fp32", "directq", "aqsgd"]
+    assert mode_order(["aqsgd+gc-fw2-bw4", "aqsgd-fw2-bw4", "fp32"])[0] == "fp32"
+
+
+def test_paper_figures_and_claims_table(sweep_dir, tmp_path):
+    claims = load_claims()
+    assert {c["id"] for c in claims} >= {"max_speedup", "max_speedup_gc", "slowdown_500mbps"}
+    rel = relative_throughput(summarize([sweep_dir]))
+    fp32_fast = rel[(rel["mode"] == "fp32") & (rel["scenario"] == "10gbps")]
+    assert fp32_fast["rel_fp32_fastest"].iloc[0] == pytest.approx(1.0)
+    figures = draw_paper_figures(sweep_dir, tmp_path / "paper")
+    assert {p.name for p in figures} >= {"paper_throughput.png", "paper_speedup.png",
+                                          "paper_loss.png", "paper_speedup.svg"}
+    headers, rows = claims_table(summarize([sweep_dir]), claims)
+    by_claim = {r[0]: r for r in rows}
+    speedup_row = next(r for t, r in by_claim.items() if t.startswith("Up to 4.3x"))
+    assert speedup_row[1] == "up to 4.3x" and "@ 100mbps" in speedup_row[2]
+    assert "paper.md" in {p.name for p in (tmp_path / "paper").iterdir()}
+
+
+def test_claims_file_must_hold_a_list_of_claims(tmp_path):
+    bad = tmp_path / "claims.yaml"
+    bad.write_text("claims: {a: 1}\n")
+    with pytest.raises(ValueError, match="claims.yaml"):
+        load_claims(bad)
