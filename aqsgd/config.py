@@ -25,6 +25,7 @@ from typing import Any, Literal
 import yaml
 
 from aqsgd.compress import CompressionConfig
+from aqsgd.data import DATASETS
 from aqsgd.gradcomp import GradCompressionConfig
 from aqsgd.model import PRESETS, ModelConfig
 from aqsgd.schedule import SCHEDULES
@@ -82,7 +83,9 @@ class TrainConfig:
     clip: float = 1.0  # max global gradient norm across the pipeline; 0 = no clipping
     lr_warmup_steps: int = 0  # linear warm-up to `lr`, then linear decay to 0 at `steps`
     seed: int = 0
-    init_from: str | None = None  # pretrained weights (state dict file or HF directory)
+    # Starting weights: None = random init from `seed`; "pretrained" = the cached
+    # starting checkpoint of aqsgd.pretrain; else a state-dict file or HF model directory.
+    init_from: str | None = None
     threads: int = 1  # torch.set_num_threads per worker process
     eval_every: int = 0  # steps between evaluations; 0 = only after the last step
     eval_batches: int = 2  # micro-batches per replica in one evaluation; 0 = no evaluation
@@ -108,12 +111,14 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    name: str = "pydoc"  # see aqsgd.data.build_dataset
+    name: str = "pydoc"  # aqsgd.data.DATASETS, or "synthetic" (no tokenizer; tests, benchmarks)
     path: str | None = None  # local file or directory for file-backed data sets
     max_samples: int | None = None  # cap on training windows (None: all)
     eval_samples: int = 64  # windows held out for evaluation
 
     def __post_init__(self):
+        names = (*DATASETS, "synthetic")
+        _require(self.name in names, "name", f"one of {names}", self.name)
         _require(self.max_samples is None or self.max_samples >= 1, "max_samples",
                  "None or >= 1", self.max_samples)  # fmt: skip
         _require(self.eval_samples >= 0, "eval_samples", ">= 0", self.eval_samples)

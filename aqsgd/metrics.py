@@ -68,13 +68,15 @@ class StepMeter:
             end = time.perf_counter()
             if category is not None:
                 self.seconds[category] += end - start
-            self.add_trace(name, track, (start - self._t0) * 1e6, (end - start) * 1e6)
+            self.add_trace(name, track, (start - self._t0) * 1e6, (end - start) * 1e6, category)
 
-    def add_trace(self, name: str, track: str, ts_us: float, dur_us: float) -> None:
+    def add_trace(self, name: str, track: str, ts_us: float, dur_us: float,
+                  category: str | None = None) -> None:  # fmt: skip
+        """A complete event on thread `track` (compute, send or recv), times in us."""
         if self.trace_enabled:
             self.events.append(
                 {"name": name, "ph": "X", "ts": ts_us, "dur": dur_us,
-                 "pid": self.rank, "tid": track, "cat": track}
+                 "pid": self.rank, "tid": track, "cat": category or track}
             )  # fmt: skip
 
     def add_bytes(self, kind: str, peer: int | None, sent: int = 0, recv: int = 0) -> None:

@@ -13,7 +13,7 @@ the global gradient norm). Per micro-batch k with sample ids ids[k] (B,):
 
 Receives of each kind are posted one message ahead, in the schedule's order, so
 they overlap with compute; sends complete in the background until OPT_STEP.
-Note on sample ids: every rank derives ids from (seed, step) with `Sampler`, so no
+Note on sample ids: every rank derives ids from (seed, step) with aqsgd.data.Sampler, so no
 rank waits on another to learn them; the compressor's header carries them and
 the receiver's decode checks them.
 """
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from aqsgd.data import Sampler
 from aqsgd.metrics import StepMeter
 from aqsgd.p2p import P2P, PendingRecv
 from aqsgd.schedule import Op, Schedule
 
-__all__ = ["Topology", "make_groups", "Sampler", "linear_warmup_decay", "PipelineRunner",
-           "InjectedFailure"]  # fmt: skip
+__all__ = ["Topology", "make_groups", "linear_warmup_decay", "PipelineRunner", "InjectedFailure"]
 
 
 class InjectedFailure(RuntimeError):
@@ -98,38 +98,6 @@ def make_groups(topo: Topology, timeout) -> tuple[object, object]:
     return dp_group, pipe_group
 
 
-class Sampler:
-    """Sample ids per step, the same on every rank: epoch e is a permutation of the
-    training windows drawn from seed (seed, e); step t takes the next
-    replicas * M * B ids (the tail of an epoch that does not fill a step is dropped)."""
-
-    def __init__(self, num_samples: int, replicas: int, num_micro_batches: int,
-                 micro_batch_size: int, seed: int):  # fmt: skip
-        self.num_samples = num_samples
-        self.shape = (replicas, num_micro_batches, micro_batch_size)
-        self.per_step = replicas * num_micro_batches * micro_batch_size
-        if num_samples < self.per_step:
-            raise ValueError(
-                f"the training set has {num_samples} windows, fewer than the "
-                f"{self.per_step} one step needs (replicas x micro-batches x micro-batch size)"
-            )
-        self.steps_per_epoch = num_samples // self.per_step
-        self.seed = seed
-        self._perm_epoch, self._perm = -1, None
-
-    def epoch_of(self, step: int) -> int:
-        return step // self.steps_per_epoch
-
-    def ids(self, step: int, replica: int) -> torch.Tensor:
-        """(M, B) int64 sample ids of `replica` at `step`."""
-        epoch = self.epoch_of(step)
-        if epoch != self._perm_epoch:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            self._perm, self._perm_epoch = torch.randperm(self.num_samples, generator=g), epoch
-        pos = (step % self.steps_per_epoch) * self.per_step
-        return self._perm[pos : pos + self.per_step].view(self.shape)[replica].clone()
-
-
 def linear_warmup_decay(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
     """LR multiplier: linear 0 -> 1 over warmup_steps, then linear 1 -> 0 at total_steps."""
 
@@ -191,7 +159,7 @@ class PipelineRunner:
         for key in ("fwd_send", "fwd_recv", "bwd_send", "bwd_recv"):
             if self.comp.get(key) is not None:
                 self.comp[key].set_epoch(epoch)
-        ids = self.sampler.ids(step, self.topo.replica)  # (M, B)
+        ids = self.sampler.step_ids(step, self.topo.replica)  # (M, B)
         mbs = [_MicroBatch(ids[k], self.train_tokens[ids[k]]) for k in range(ids.shape[0])]
         self.module.train()
         queues = {Op.RECV_ACT: self._recv_order(Op.RECV_ACT),

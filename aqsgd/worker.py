@@ -36,14 +36,16 @@ import torch.distributed as dist
 
 from aqsgd.compress import make_compressor
 from aqsgd.config import ConfigError, RunConfig, load_config
+from aqsgd.data import Sampler
 from aqsgd.gradcomp import make_data_parallel
 from aqsgd.metrics import MetricsWriter, StepMeter
 from aqsgd.model import init_stage, lm_loss
 from aqsgd.p2p import P2P
-from aqsgd.pipeline import PipelineRunner, Sampler, Topology, linear_warmup_decay, make_groups
+from aqsgd.pipeline import PipelineRunner, Topology, linear_warmup_decay, make_groups
 from aqsgd.schedule import make_schedule
 
-__all__ = ["main", "cli", "run_worker", "run_local", "load_tokens", "free_port"]
+__all__ = ["main", "cli", "run_worker", "run_local", "launch_local", "wait_local", "load_tokens",
+           "free_port"]
 
 
 # ------------------------------------------------------------------- data
@@ -98,12 +100,21 @@ def _build_compressors(cfg: RunConfig, topo: Topology, n_train: int, device) -> 
     return comp
 
 
-def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: MetricsWriter) -> None:
+def _load_stage(cfg: RunConfig, topo: Topology, device: torch.device) -> torch.nn.Module:
+    init = cfg.train.init_from
+    if init == "pretrained":  # the cached starting checkpoint (built once, under a lock)
+        from aqsgd.pretrain import starting_checkpoint
+
+        init = starting_checkpoint(cfg.model)
+    module = init_stage(cfg.model, topo.stage, topo.stages, seed=cfg.train.seed, pretrained=init)
+    return module.to(device)
+
+
+def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: MetricsWriter,
+           train_tokens: torch.Tensor, eval_tokens: torch.Tensor,
+           module: torch.nn.Module) -> None:  # fmt: skip
     timeout = timedelta(seconds=cfg.dist.timeout_s)
     dp_group, pipe_group = make_groups(topo, timeout)
-    train_tokens, eval_tokens = load_tokens(cfg)
-    module = init_stage(cfg.model, topo.stage, topo.stages, seed=cfg.train.seed,
-                        pretrained=cfg.train.init_from).to(device)  # fmt: skip
     t = cfg.train
     dp = make_data_parallel(cfg.grad, module.parameters(), dp_group,
                             {"lr": t.lr, "weight_decay": t.weight_decay})  # fmt: skip
@@ -115,8 +126,8 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
     runner = PipelineRunner(
         schedule=make_schedule(p.schedule, p.stages, p.num_micro_batches), topo=topo,
         module=module, loss_fn=lm_loss, train_tokens=train_tokens, eval_tokens=eval_tokens,
-        sampler=Sampler(len(train_tokens), p.replicas, p.num_micro_batches,
-                        p.micro_batch_size, t.seed),
+        sampler=Sampler(len(train_tokens), p.micro_batch_size, p.num_micro_batches, t.seed,
+                        p.replicas),
         compressors=_build_compressors(cfg, topo, len(train_tokens), device), dp=dp,
         lr_scheduler=lr_sched, pipe_group=pipe_group, dp_group=dp_group, clip=t.clip,
         meter=meter, p2p=P2P(meter, device, cfg.dist.timeout_s), device=device,
@@ -160,6 +171,10 @@ def run_worker(cfg: RunConfig, rank: int, world_size: int, master_addr: str,
     backend = cfg.dist.backend
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
+    # Data and weights first: a rank that builds a cached tokenizer or checkpoint must
+    # not make its peers' collective waits time out.
+    train_tokens, eval_tokens = load_tokens(cfg)
+    module = _load_stage(cfg, topo, device)
     writer = MetricsWriter(cfg.output.dir, rank)
     if rank == 0:
         Path(cfg.output.dir, "run_config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
@@ -167,7 +182,7 @@ def run_worker(cfg: RunConfig, rank: int, world_size: int, master_addr: str,
                             rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=cfg.dist.timeout_s))  # fmt: skip
     try:
-        _train(cfg, topo, device, writer)
+        _train(cfg, topo, device, writer, train_tokens, eval_tokens, module)
         dist.barrier()  # nobody tears down while a peer still receives
     finally:
         writer.close()
@@ -183,35 +198,52 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_local(config_path: str, world_size: int, grace_s: float | None = None) -> int:
-    """Spawn `world_size` workers on 127.0.0.1; return 0 if all succeed, else the
-    first non-zero exit status. After one fails, the others get `grace_s` (default
-    the config's dist.timeout_s + 10) to notice before they are killed."""
-    cfg = load_config(config_path)
-    grace_s = cfg.dist.timeout_s + 10 if grace_s is None else grace_s
+def launch_local(config_path: str | Path, world_size: int,
+                 log_dir: str | Path | None = None) -> list[subprocess.Popen]:  # fmt: skip
+    """Start `world_size` workers on 127.0.0.1 with a free port. With `log_dir`, rank
+    R's stdout and stderr go to log_dir/rank{R}.log, else to this process's."""
     port = free_port()
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "aqsgd.worker", "--config", str(config_path),
-                          "--rank", str(r), "--world-size", str(world_size),
-                          "--master-addr", "127.0.0.1", "--master-port", str(port)])
-        for r in range(world_size)
-    ]  # fmt: skip
+    procs = []
+    for r in range(world_size):
+        out = None
+        if log_dir is not None:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            out = open(Path(log_dir) / f"rank{r}.log", "w")  # noqa: SIM115 - closed by the child
+        argv = [sys.executable, "-m", "aqsgd.worker", "--config", str(config_path), "--rank",
+                str(r), "--world-size", str(world_size), "--master-addr", "127.0.0.1",
+                "--master-port", str(port)]  # fmt: skip
+        procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT if out else None))
+        if out is not None:
+            out.close()
+    return procs
+
+
+def wait_local(procs: list[subprocess.Popen], grace_s: float) -> list[int]:
+    """Wait for every worker; once one has failed, kill those still running after
+    `grace_s`. Returns the exit statuses (negative: killed by that signal)."""
     failed_at = None
     try:
         while any(p.poll() is None for p in procs):
             if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
                 failed_at = time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > grace_s:
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-            time.sleep(0.1)
+                break
+            time.sleep(0.05)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
-    codes = [p.returncode for p in procs]
+            p.wait()
+    return [p.returncode for p in procs]
+
+
+def run_local(config_path: str | Path, world_size: int, grace_s: float | None = None) -> int:
+    """Run a whole job on loopback; 0 if every worker succeeds, else the first
+    non-zero status. After one fails the others get `grace_s` (default the config's
+    dist.timeout_s + 10) to notice before they are killed."""
+    cfg = load_config(config_path)
+    grace_s = cfg.dist.timeout_s + 10 if grace_s is None else grace_s
+    codes = wait_local(launch_local(config_path, world_size), grace_s)
     return next((c for c in codes if c != 0), 0)
 
 
