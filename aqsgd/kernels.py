@@ -46,12 +46,16 @@ Passes over memory (N elements; "read x" means N elements of x's dtype):
   (row block, column block) programs writes partial statistics to a small
   (row blocks, D) fp32 buffer (`_col_partial_kernel`); `_col_finalize_kernel`
   reduces that buffer in a fixed order (deterministic: no atomics) into the
-  fp16 scales and the fp32 inv/step per column; `_encode_flat_kernel` then
-  quantizes and packs. The fused AQ-SGD encode with channel scales reads x and
-  m in the statistics pass and again in the pack pass (2 reads of x and m,
-  1 write of codes and m).
-- dequantize and the fused AQ-SGD decode: ONE pass, `_decode_flat_kernel`:
-  read packed bytes and the scales, write the values (or read m, write m).
+  fp16 scales and the fp32 inv/step per column. The quantize+pack pass is then
+  `_encode_rows_kernel` with COL_SCALES (when D * bits % 8 == 0: inv/step of
+  the program's columns loaded once, no integer division per element), else
+  `_encode_flat_kernel` (inv/step gathered by i % D). The fused AQ-SGD encode
+  with channel scales reads x and m in the statistics pass and again in the
+  pack pass (2 reads of x and m, 1 write of codes and m).
+- dequantize and the fused AQ-SGD decode: ONE pass: read packed bytes and the
+  scales, write the values (or read m, write m). `_decode_rows_kernel` on whole
+  byte-aligned rows (a step per row, or per column loaded once per program);
+  `_decode_flat_kernel` otherwise (scale gathered per element by i % D or i // span).
 
 Tiles: few, large programs. The interpreter costs milliseconds per program, so
 on CPU tensors (TRITON_INTERPRET=1) the tiles hold up to 64K elements; on CUDA
@@ -69,10 +73,8 @@ import triton.language as tl
 
 __all__ = ["quantize_packed", "dequantize_packed", "aqsgd_encode", "aqsgd_decode"]
 
-_FP16_MAX = 65504.0
-_SCALE_MARGIN = 1.0 + 2.0**-10  # see the contract: s16 never rounds below the statistic
 _GOLDEN32 = 0x9E3779B9
-_INT32_LIMIT = 2**31 - 2**20  # index headroom before kernels switch to int64 indices
+_INT32_LIMIT = 2**31 - 2**20  # int32 index headroom: larger tensors use int64 indices
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class _Tiles:
     stat_elems: int  # elements per loop step of the statistics kernels
     target_programs: int  # programs the channel statistics pass aims for
     num_warps: int
+    idx64_from: int = _INT32_LIMIT  # element count from which indices are int64
 
     def __post_init__(self) -> None:
         for name in ("flat_octets", "rows_elems", "max_row_elems", "stat_cols", "stat_elems"):
@@ -425,6 +428,43 @@ def _encode_flat_kernel(
 
 
 @triton.jit
+def _decode_rows_kernel(
+    packed_ptr, scale_ptr, out_ptr, n_rows, span,
+    BITS: tl.constexpr, SYMMETRIC: tl.constexpr, COL_SCALES: tl.constexpr,
+    ACCUMULATE: tl.constexpr, OUT_BF16: tl.constexpr,
+    ROWS: tl.constexpr, OCTETS: tl.constexpr, IDX64: tl.constexpr,
+):
+    """Unpack + dequantize whole rows (span * BITS % 8 == 0): the scale and its step are
+    loaded once per row (token/group) or once per program (channel columns)."""
+    pid = tl.program_id(0)
+    if IDX64:
+        pid = pid.to(tl.int64)
+    row1 = pid * ROWS + tl.arange(0, ROWS)  # (ROWS,)
+    row = row1[:, None, None]  # (ROWS, 1, 1)
+    octet = tl.arange(0, OCTETS)[None, :, None]  # (1, OCTETS, 1)
+    lane = tl.arange(0, 8)[None, None, :]  # (1, 1, 8)
+    byte = row * (span * BITS // 8) + octet * BITS + lane
+    keep = (row < n_rows) & (lane < BITS) & (octet * (8 * BITS) + lane * 8 < span * BITS)
+    raw = tl.load(packed_ptr + byte, mask=keep, other=0)  # (ROWS, OCTETS, 8) bytes
+    words = tl.sum(raw.to(tl.uint64) << (lane * 8).to(tl.uint64), axis=2)  # (ROWS, OCTETS)
+    codes = ((tl.expand_dims(words, 2) >> (lane * BITS).to(tl.uint64))
+             & ((1 << BITS) - 1)).to(tl.int32)  # (ROWS, OCTETS, 8), lane = code in octet
+    col = octet * 8 + lane
+    mask = (row < n_rows) & (col < span)
+    idx = row * span + col
+    if COL_SCALES:
+        step = _step_from_scale(tl.load(scale_ptr + col, mask=col < span, other=0.0),
+                                BITS, SYMMETRIC)  # (1, OCTETS, 8)
+    else:
+        s16 = tl.load(scale_ptr + row1, mask=row1 < n_rows, other=0.0)
+        step = _step_from_scale(s16, BITS, SYMMETRIC)[:, None, None]  # (ROWS, 1, 1)
+    value = _dequantize(codes, step, BITS, SYMMETRIC)
+    if ACCUMULATE:
+        value = _load_f32(out_ptr + idx, mask, OUT_BF16) + value
+    _store_f32(out_ptr + idx, value, mask, OUT_BF16)
+
+
+@triton.jit
 def _decode_flat_kernel(
     packed_ptr, scale_ptr, out_ptr, n, n_bytes, span,
     BY_ROW: tl.constexpr, BITS: tl.constexpr, SYMMETRIC: tl.constexpr,
@@ -522,7 +562,7 @@ def _encode(x: torch.Tensor, m: torch.Tensor | None, cfg, seed: int | None,
         HAS_M=m is not None,
         X_BF16=x.dtype == torch.bfloat16,
         M_BF16=m is not None and m.dtype == torch.bfloat16,
-        IDX64=n >= _INT32_LIMIT,
+        IDX64=n >= tiles.idx64_from,
     )
     seed_mix = _seed_arg(seed, stochastic)
     xk = _kernel_view(x)
@@ -583,18 +623,28 @@ def _scales_pass(xk, mk, scales, inv, step, n_rows, span, cfg, tiles: _Tiles, fl
 
 
 def _decode_into(packed: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, cfg,
-                 accumulate: bool) -> None:
-    tiles = _tiles_for(out)
+                 accumulate: bool, tiles: _Tiles | None = None) -> None:
+    """out = deQ(packed, scales), or out += deQ when accumulating; one pass."""
+    tiles = tiles or _tiles_for(out)
     n = out.numel()
     if n == 0:
         return
-    _launch(_decode_flat_kernel, (triton.cdiv(n, 8 * tiles.flat_octets),), tiles,
-            packed, scales.contiguous(), _kernel_view(out), n, packed.numel(),
-            _span(out.shape, cfg),
-            BY_ROW=cfg.granularity != "channel", BITS=cfg.bits,
-            SYMMETRIC=cfg.grid == "symmetric", ACCUMULATE=accumulate,
-            OUT_BF16=out.dtype == torch.bfloat16, OCTETS=tiles.flat_octets,
-            IDX64=n >= _INT32_LIMIT)
+    scales = scales.contiguous()
+    span = _span(out.shape, cfg)
+    n_rows = n // span
+    channel = cfg.granularity == "channel"
+    octets = _pow2((span + 7) // 8)
+    common = dict(BITS=cfg.bits, SYMMETRIC=cfg.grid == "symmetric", ACCUMULATE=accumulate,
+                  OUT_BF16=out.dtype == torch.bfloat16, IDX64=n >= tiles.idx64_from)
+    if (span * cfg.bits) % 8 == 0 and octets * 8 <= tiles.max_row_elems:
+        rows = max(1, min(tiles.rows_elems // (octets * 8), _pow2(n_rows)))
+        _launch(_decode_rows_kernel, (triton.cdiv(n_rows, rows),), tiles,
+                packed, scales, _kernel_view(out), n_rows, span,
+                COL_SCALES=channel, ROWS=rows, OCTETS=octets, **common)
+    else:
+        _launch(_decode_flat_kernel, (triton.cdiv(n, 8 * tiles.flat_octets),), tiles,
+                packed, scales, _kernel_view(out), n, packed.numel(), span,
+                BY_ROW=not channel, OCTETS=tiles.flat_octets, **common)
 
 
 # ---------------------------------------------------------------------------

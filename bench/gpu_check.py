@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Case", "CASES", "SMOKE_CASES", "environment", "ptx_audit", "check_case",
+__all__ = ["Case", "CASES", "CPU_CASES", "SMOKE_CASES", "environment", "ptx_audit", "check_case",
            "bandwidth", "pipeline_check", "main"]  # fmt: skip
 
 NO_CUDA_EXIT = 2
@@ -76,11 +76,17 @@ SMOKE_CASES = [
     Case((2, 129, 1600), "fp16", "fp32", dict(bits=2, granularity="group", group_size=64,
                                               grid="symmetric", rounding="stochastic")),
 ]
-CASES = SMOKE_CASES + [
+# Irregular shapes, every bit width: these also run on CPU under the Triton interpreter
+# (tests/test_kernels_triton.py), so the script's own checks are exercised without a GPU.
+CPU_CASES = SMOKE_CASES + [
     Case((3, 37, 50), "fp16", "fp16", dict(bits=1, grid="symmetric")),
     Case((3, 37, 50), "fp32", "fp16", dict(bits=5, granularity="group", group_size=111)),
-    Case((2, 129, 1600), "fp32", "fp32", dict(bits=8, granularity="token")),
+    Case((3, 37, 50), "bf16", "fp32", dict(bits=7, granularity="token", scale_method="l2",
+                                           grid="symmetric", rounding="stochastic")),
+    Case((3, 37, 50), "fp32", "fp32", dict(bits=8, granularity="token")),
     Case((2, 129, 1600), "bf16", "fp16", dict(bits=6, grid="symmetric", rounding="stochastic")),
+]
+CASES = CPU_CASES + [
     Case(PAPER_SHAPE, "fp32", "fp16", dict(bits=4)),
     Case(PAPER_SHAPE, "fp16", "fp16", dict(bits=2, rounding="stochastic")),
     Case(PAPER_SHAPE, "fp32", "fp32", dict(bits=3, granularity="token", grid="symmetric")),
@@ -183,6 +189,10 @@ def _audit_variants() -> list[tuple[str, dict, dict]]:
     out.append(("_decode_flat_kernel", {**dec, "out_ptr": "*i16"}, {"BY_ROW": True, "BITS": 8,
                 "SYMMETRIC": False, "ACCUMULATE": True, "OUT_BF16": True, "OCTETS": 256,
                 "IDX64": True}))  # fmt: skip
+    for col, bits, sym, acc, bf16 in [(True, 4, False, True, False), (False, 6, True, False, True)]:
+        out.append(("_decode_rows_kernel", {**dec, "out_ptr": "*i16" if bf16 else "*fp16"},
+                    {"BITS": bits, "SYMMETRIC": sym, "COL_SCALES": col, "ACCUMULATE": acc,
+                     "OUT_BF16": bf16, "ROWS": 2, "OCTETS": 256, "IDX64": bf16}))
     stat_ptrs = {"x_ptr": "*fp32", "m_ptr": "*fp16", "scale_ptr": "*fp16", "inv_ptr": "*fp32",
                  "step_ptr": "*fp32", "part_ptr": "*fp32"}  # fmt: skip
     for l2 in (False, True):

@@ -14,9 +14,13 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import json  # noqa: E402
 import math  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
-from dataclasses import dataclass, replace  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -29,28 +33,14 @@ if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
 else:
     pytest.importorskip("triton")
 
-from aqsgd import kernels  # noqa: E402
+from aqsgd import kernels, quant  # noqa: E402
+from bench import gpu_check  # noqa: E402
 
-try:
-    from aqsgd import quant
-except ImportError:  # quant.py is written in parallel; the oracle below stands alone
-    quant = None
-
-
-@dataclass(frozen=True)
-class _Cfg:
-    """Stand-in with QuantConfig's fields, used only while aqsgd.quant is absent."""
-
-    bits: int = 4
-    granularity: str = "channel"
-    group_size: int = 128
-    scale_method: str = "maxabs"
-    rounding: str = "nearest"
-    grid: str = "reference"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def make_cfg(**kw):
-    return quant.QuantConfig(**kw) if quant is not None else _Cfg(**kw)
+    return quant.QuantConfig(**kw)
 
 
 # ---------------------------------------------------------------------------
@@ -258,22 +248,28 @@ def test_edge_values():
 def test_two_pass_paths_match_one_pass():
     # Tiles too small for a whole row force the two-pass kernels (row statistics, then
     # flat packing) and several row blocks in the channel statistics.
+    # idx64_from=0 also runs the int64-index variants that tensors over 2**31 need.
     small = replace(kernels._TILES["interpreter"], max_row_elems=1024, stat_cols=256,
-                    stat_elems=1024, flat_octets=64, target_programs=64)
+                    stat_elems=1024, flat_octets=64, target_programs=64, idx64_from=0)
     x = sample((2, 3, 1600), torch.float16, seed=11)
     m0 = sample((2, 3, 1600), torch.bfloat16, seed=12)
     for granularity in ("token", "channel"):
         cfg = make_cfg(bits=4, granularity=granularity, rounding="stochastic")
-        m_one, m_two = m0.clone(), m0.clone()
+        m_one, m_two, m_wide = m0.clone(), m0.clone(), m0.clone()
         one = kernels._encode(x, m_one, cfg, 99)
         two = kernels._encode(x, m_two, cfg, 99, tiles=small)
-        assert_same_bits(two[0], one[0], f"{granularity} packed")
-        assert_same_bits(two[1], one[1], f"{granularity} scales")
-        assert_same_bits(m_two, m_one, f"{granularity} cache")
+        wide = kernels._encode(x, m_wide, cfg, 99, tiles=replace(small, max_row_elems=65536))
+        for got, m_got, what in ((two, m_two, "two-pass"), (wide, m_wide, "int64 one-pass")):
+            assert_same_bits(got[0], one[0], f"{granularity} {what} packed")
+            assert_same_bits(got[1], one[1], f"{granularity} {what} scales")
+            assert_same_bits(m_got, m_one, f"{granularity} {what} cache")
         m_ref = m0.clone()
         want = oracle_encode(x, m_ref, cfg, 99)
         assert_same_bits(two[0], want[0], f"{granularity} packed vs oracle")
         assert_same_bits(m_two, m_ref, f"{granularity} cache vs oracle")
+        recv = m0.clone()
+        kernels._decode_into(two[0], two[1], recv, cfg, accumulate=True, tiles=small)
+        assert_same_bits(recv, m_ref, f"{granularity} receiver cache, flat decode")
 
 
 # ---------------------------------------------------------------------------
@@ -353,44 +349,50 @@ def test_non_contiguous_cache_is_updated_in_place():
 
 
 # ---------------------------------------------------------------------------
-# Against aqsgd.quant's torch path (once it exists)
+# Against aqsgd.quant's torch path, through quant's dispatch (bench/gpu_check.py's checks)
 # ---------------------------------------------------------------------------
 
-needs_quant = pytest.mark.skipif(quant is None, reason="aqsgd.quant not written yet")
 
-
-@needs_quant
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("fields", [
-    dict(bits=4),
-    dict(bits=3, granularity="token", rounding="stochastic", grid="symmetric"),
-    dict(bits=5, granularity="group", group_size=37 * 2),
-], ids=str)
-def test_match_torch_backend(fields):
-    cfg = make_cfg(**fields)
-    x = sample((3, 37, 50), torch.bfloat16, seed=21)
-    gen = torch.Generator().manual_seed(4)
-    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=torch.Generator().manual_seed(4)))
-    want = quant.quantize_packed(x, cfg, generator=gen, backend="torch")
-    got = kernels.quantize_packed(x, cfg, seed)
-    assert_same_bits(got[1], want[1], "scales")
-    assert_same_bits(got[0], want[0], "packed")
-    for dtype in (torch.float32, torch.bfloat16):
-        assert_same_bits(kernels.dequantize_packed(got[0], got[1], x.shape, cfg, dtype),
-                         quant.dequantize_packed(want[0], want[1], x.shape, cfg, dtype=dtype,
-                                                 backend="torch"), f"values {dtype}")
-    m_k = sample(x.shape, torch.float16, seed=22)
-    m_t = m_k.clone()
-    enc_k = kernels.aqsgd_encode(x, m_k, cfg, seed)
-    enc_t = quant.aqsgd_encode(x, m_t, cfg, generator=torch.Generator().manual_seed(4),
-                               backend="torch")
-    assert_same_bits(enc_k[0], enc_t[0], "encode packed")
-    assert_same_bits(m_k, m_t, "encode cache")
-    r_k = torch.zeros_like(m_k)
-    r_t = torch.zeros_like(m_k)
-    kernels.aqsgd_decode(enc_k[0], enc_k[1], r_k, cfg)
-    quant.aqsgd_decode(enc_t[0], enc_t[1], r_t, cfg, backend="torch")
-    assert_same_bits(r_k, r_t, "decode cache")
+@pytest.mark.parametrize("case", gpu_check.CPU_CASES, ids=lambda c: c.label)
+def test_gpu_check_cases_match_torch_backend(case):
+    # quantize, dequantize (two dtypes) and three encode/decode steps, backend="triton"
+    # against backend="torch", the same generator seeds on both: every byte equal
+    # (l2 scales: at most one fp16 ulp).
+    res = gpu_check.check_case(case, torch.device("cpu"))
+    assert res["ok"], res
+
+
+@pytest.mark.timeout(60)
+def test_gpu_check_compressor_round_trip_runs():
+    res = gpu_check.pipeline_check(torch.device("cpu"), steps=2)
+    assert res == {"steps": 2, "mismatched_elements": 0, "ok": True}
+
+
+@pytest.mark.timeout(120)
+def test_gpu_check_without_cuda_exits_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=110, cwd=REPO)
+    assert proc.returncode == gpu_check.NO_CUDA_EXIT, proc.stderr
+    assert "no CUDA device" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ptx_audit_for_sm90(tmp_path):
+    # Real compilation to PTX and cubin for an H100/H200 on this CPU-only host: every
+    # kernel variant builds, and none has an FMA or an approximate division or sqrt.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--ptx-audit",
+                           "--arch", "90", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=290, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads((tmp_path / "gpu_check.json").read_text())["ptx_audit"]
+    names = {r["kernel"] for r in records}
+    assert names == {"_encode_rows_kernel", "_encode_flat_kernel", "_decode_flat_kernel",
+                     "_decode_rows_kernel",
+                     "_row_scales_kernel", "_col_partial_kernel", "_col_finalize_kernel"}
+    assert all(r["ok"] for r in records), [r for r in records if not r["ok"]]
 
 
 # ---------------------------------------------------------------------------
