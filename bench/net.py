@@ -4,6 +4,7 @@
     python -m bench.net up wan --hosts 4            # bring up and hold until Ctrl-C
     python -m bench.net cleanup --all-recorded      # remove what killed runs left behind
     python -m bench.net cleanup --state /run/aqsgd-bench/netns/aq1b2c3.json
+    python -m bench.net calibrate --repeats 3      # accuracy table of this machine's emulation
 
 Cleanup removes only the names written in state files (never by pattern).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,9 +21,9 @@ from pathlib import Path
 from bench.executor import Executor
 from bench.netns import DEFAULT_STATE_DIR, NetnsLauncher, teardown_recorded
 from bench.probe import LinkProbeError, check_links
-from bench.scenario import load_scenario
+from bench.scenario import load_scenario, with_link
 
-__all__ = ["cleanup", "main"]
+__all__ = ["calibrate", "cleanup", "main"]
 
 
 def cleanup(state_files: list[Path]) -> list[str]:
@@ -76,6 +78,48 @@ def _up(args) -> int:
     return 0
 
 
+def calibrate(repeats: int, state_dir: Path, rates_mbit=(10, 100, 1000),
+              delays_ms=(10, 50), out=sys.stdout) -> dict:
+    """Measure what this machine's emulation delivers: payload rate / configured at each
+    rate, one-way delay (median RTT / 2) at each delay, the delay mechanism's ceiling
+    (unshaped link through it) and bring-up/tear-down time of 4 hosts. Each figure is
+    measured `repeats` times in both directions of a 2-host topology."""
+    base = load_scenario("100mbps")
+    table: dict[str, list[float]] = {}
+
+    def run(scenario, key, value, n_hosts=2, duration_s=1.0):
+        for _ in range(repeats):
+            with NetnsLauncher(scenario, n_hosts, state_dir=state_dir) as hosts:
+                results = hosts.probe(links=[(0, 1), (1, 0)], check=False,
+                                      duration_s=duration_s)
+            table.setdefault(key, []).extend(value(r, hosts) for r in results)
+            print(f"{key}: {[round(v, 3) for v in table[key]]}", file=out, flush=True)
+
+    for rate in rates_mbit:
+        run(with_link(base, rate_mbit=rate), f"rate {rate} Mbit/s: achieved/configured",
+            lambda r, h, rate=rate: r["rate_mbit_achieved"] / rate)
+    for delay in delays_ms:
+        run(with_link(base, delay_ms=float(delay)), f"delay {delay} ms: one-way ms",
+            lambda r, h: r["rtt_ms"] / 2, duration_s=0.5)
+    run(with_link(base, rate_mbit=None, delay_ms=1.0), "delay mechanism ceiling Mbit/s",
+        lambda r, h: r["rate_mbit_achieved"])
+    for _ in range(repeats):
+        with NetnsLauncher(load_scenario("wan"), 4, state_dir=state_dir) as hosts:
+            pass
+        for key in ("up_s", "down_s"):
+            table.setdefault(f"4 hosts (wan): {key}", []).append(hosts.record()["timing"][key])
+    print("\nsummary (median [min, max]):", file=out)
+    for key, values in table.items():
+        print(f"  {key:45s} {statistics.median(values):9.3f} [{min(values):.3f}, "
+              f"{max(values):.3f}]", file=out)
+    return table
+
+
+def _calibrate(args) -> int:
+    calibrate(args.repeats, args.state_dir)
+    return 0
+
+
 def _cleanup(args) -> int:
     if args.state:
         files = [args.state]
@@ -106,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--duration-s", type=float, default=1.0,
                        help="bulk transfer length per link at the configured rate")
     probe.add_argument("--json", type=Path, help="also write the launcher record here")
+    cal = sub.add_parser("calibrate")
+    cal.add_argument("--repeats", type=int, default=3)
+    cal.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     c = sub.add_parser("cleanup")
     which = c.add_mutually_exclusive_group(required=True)
     which.add_argument("--state", type=Path, help="one state file")
@@ -113,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="every state file in --state-dir")
     c.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     args = parser.parse_args(argv)
-    return {"probe": _probe, "up": _up, "cleanup": _cleanup}[args.cmd](args)
+    commands = {"probe": _probe, "up": _up, "cleanup": _cleanup, "calibrate": _calibrate}
+    return commands[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ at the receiver. Run by the launchers inside the namespaces:
 `rate_mbit` (from the moment 10% of the bytes have arrived to the last byte:
 leaves out TCP slow start and the token bucket's initial burst, so it is the
 rate a long transfer sees; this is the one checked against the scenario).
+Arrival times are the kernel's receive timestamps (SO_TIMESTAMPNS), not the
+moment the probe process happens to run.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import json
 import socket
 import statistics
+import struct
 import sys
 import time
 
@@ -29,6 +32,9 @@ __all__ = ["LinkProbeError", "bulk_bytes_for", "check_links", "format_table", "m
 PING_BYTES = 64
 STEADY_FROM_FRACTION = 0.10
 CHUNK_BYTES = 1 << 20
+# Linux's SO_TIMESTAMPNS (struct timespec in a control message); Python does not name it
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+CMSG_SPACE = socket.CMSG_SPACE(16)
 
 
 class LinkProbeError(RuntimeError):
@@ -62,25 +68,46 @@ def _recv_line(conn: socket.socket) -> bytes:
     return bytes(buf)
 
 
+def _enable_rx_timestamps(conn: socket.socket) -> bool:
+    """Ask the kernel to stamp each received segment: timing then does not depend on
+    when this process is scheduled (it may wake milliseconds late on a loaded machine)."""
+    try:
+        conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _arrival_time(ancillary: list) -> float:
+    """The kernel's receive time (CLOCK_REALTIME) of the last segment read."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack("qq", data[:16])
+            return sec + nsec * 1e-9
+    return time.time()
+
+
 def _handle(conn: socket.socket) -> None:
     header = json.loads(_recv_line(conn))
     for _ in range(header["pings"]):
         conn.sendall(_recv_exact(conn, PING_BYTES))
     total = header["bulk_bytes"]
     view = memoryview(bytearray(CHUNK_BYTES))
+    kernel_clock = _enable_rx_timestamps(conn)
     got, t_first, t_steady = 0, None, None
     steady_at = int(total * STEADY_FROM_FRACTION)
     while got < total:
-        n = conn.recv_into(view, min(CHUNK_BYTES, total - got))
+        n, ancillary, _, _ = conn.recvmsg_into([view[:min(CHUNK_BYTES, total - got)]],
+                                               CMSG_SPACE)
         if n == 0:
             raise ConnectionError(f"sender closed after {got} of {total} bytes")
-        now = time.perf_counter()
+        now = _arrival_time(ancillary) if kernel_clock else time.time()
         if t_first is None:
             t_first, first_bytes = now, n
         got += n
         if t_steady is None and got >= steady_at:
             t_steady, steady_bytes = now, got
-    t_last = time.perf_counter()
+    t_last = now
     reply = {"bytes": total, "first_bytes": first_bytes, "first_to_last_s": t_last - t_first,
              "steady_bytes": total - steady_bytes, "steady_s": t_last - t_steady}
     conn.sendall(json.dumps(reply).encode() + b"\n")

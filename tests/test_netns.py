@@ -90,7 +90,8 @@ def test_topology_up_and_removed_by_name(tmp_path):
 def test_probe_payload_rate_within_5pct(tmp_path, rate_mbit):
     scenario = with_link(load_scenario("100mbps"), rate_mbit=rate_mbit)
     with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
-        (r,) = hosts.probe(links=[(0, 1)], tolerance=0.05)
+        # 2 s: at 10 Mbit/s on a loaded machine a 1 s transfer varies by about +-3%
+        (r,) = hosts.probe(links=[(0, 1)], tolerance=0.05, duration_s=2.0)
         assert hosts.record()["shaping"]["rate"] == "htb qdisc (kernel)"
     assert abs(r["rate_mbit_achieved"] / rate_mbit - 1) <= 0.05, r
 
