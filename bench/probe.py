@@ -184,8 +184,10 @@ def check_links(results: list[dict], tolerance: float = 0.10, rtt_slack_ms: floa
     if bad:
         raise LinkProbeError(
             f"link probe: {len(bad)} link(s) off by more than {tolerance:.0%} of the scenario "
-            f"(is the machine overloaded, or the rate above what the delay mechanism "
-            f"carries?):\n  " + "\n  ".join(bad) + "\n" + format_table(results))
+            f"(is the machine overloaded, or the rate above what this machine or the delay "
+            f"mechanism carries? `python -m bench.net calibrate` measures both; "
+            f"probe(check=False) runs anyway):\n  " + "\n  ".join(bad) + "\n"
+            + format_table(results))
 
 
 def format_table(results: list[dict]) -> str:

@@ -18,7 +18,7 @@ import pytest
 
 from bench.netns import NetnsLauncher
 from bench.probe import LinkProbeError
-from bench.scenario import load_scenario, with_link
+from bench.scenario import load_scenario, parse_scenario, with_link
 
 pytestmark = pytest.mark.netns
 REPO = Path(__file__).resolve().parent.parent
@@ -120,6 +120,25 @@ def test_probe_stops_a_link_that_is_off(tmp_path):
             hosts.probe(links=[(0, 1)], tolerance=0.01, duration_s=0.5)
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("delay_ms", [0.0, 1.0], ids=["switch-port-tbf", "tun-ifb-tbf"])
+def test_downlink_cap_and_asymmetric_link(tmp_path, delay_ms):
+    # host 1 receives at most 20 Mbit/s (its downlink); 1 -> 0 is an asymmetric 30 Mbit/s
+    raw = {"description": "downlink cap", "layout": {"stages": 2},
+           "link": {"rate_mbit": 100, "delay_ms": delay_ms},
+           "links": [{"src": 1, "dst": 0, "rate_mbit": 30}],
+           "hosts": [{"host": 1, "downlink_mbit": 20}]}
+    scenario = parse_scenario(raw, "downlink")
+    with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
+        results = hosts.probe(links=[(0, 1), (1, 0)], tolerance=0.05, duration_s=0.7)
+        rec = hosts.record()
+        devices = subprocess.run(["ip", "-n", hosts.netns(1), "-o", "link"],
+                                 capture_output=True, text=True).stdout
+    assert [r["rate_mbit_configured"] for r in results] == [20, 30]
+    assert (hosts.names.ifb(1) in devices) == (delay_ms > 0), devices
+    assert rec["data_plane"] == ("TUN via delay line" if delay_ms else "veth + bridge")
+
+
 GLOO_EXCHANGE = """
 import datetime, json, sys, time
 import torch, torch.distributed as dist
@@ -185,7 +204,7 @@ def test_teardown_after_killed_worker(tmp_path):
 LAUNCH_AND_WAIT = """
 import sys, time
 from bench.netns import NetnsLauncher
-from bench.scenario import load_scenario, with_link
+from bench.scenario import load_scenario, parse_scenario, with_link
 scenario = with_link(load_scenario("10mbps"), delay_ms=1.0)
 with NetnsLauncher(scenario, 2, state_dir=sys.argv[1]) as hosts:
     worker = hosts.spawn(1, ["sleep", "300"])
@@ -217,14 +236,16 @@ def test_signal_tears_down(tmp_path, sig):
 
 
 @pytest.mark.timeout(60)
-def test_cleanup_command_after_sigkill(tmp_path):
+@pytest.mark.parametrize("which", ["--state", "--all-recorded"])
+def test_cleanup_command_after_sigkill(tmp_path, which):
     proc, prefix, state_path, worker_pid = _launch_in_subprocess(tmp_path)
     proc.kill()  # no chance to tear down: the namespaces and the worker stay
     proc.wait(timeout=10)
     assert _leftovers(prefix) and state_path.exists()
-    out = subprocess.run([sys.executable, "-m", "bench.net", "cleanup", "--state",
-                          str(state_path)], capture_output=True, text=True, cwd=REPO,
-                         timeout=30)
+    select = [which, str(state_path)] if which == "--state" else [which, "--state-dir",
+                                                                    str(tmp_path)]
+    out = subprocess.run([sys.executable, "-m", "bench.net", "cleanup", *select],
+                         capture_output=True, text=True, cwd=REPO, timeout=30)
     assert out.returncode == 0, out.stderr
     assert f"namespace {prefix}-h1" in out.stdout
     assert _leftovers(prefix) == []
