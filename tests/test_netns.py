@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.netns import NetnsLauncher
-from bench.probe import LinkProbeError
+from bench.probe import LinkProbeError, check_links
 from bench.scenario import load_scenario, parse_scenario, with_link
 
 pytestmark = pytest.mark.netns
@@ -110,14 +111,64 @@ def test_delay_line_adds_10ms_each_way(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_probe_stops_a_link_that_is_off(tmp_path):
-    # tc configured literally (no overhead correction) delivers ~4.4% less payload than
-    # asked; hold the probe to 1% so that it must refuse the link.
+def test_literal_tc_rate_misses_payload_rate_and_probe_stops_it(tmp_path):
+    # tc configured literally delivers ~1448/1514 = 0.956 of the rate as TCP payload
+    # (DESIGN.md); held to the scenario's rate, the probe must refuse that link.
     scenario = with_link(load_scenario("100mbps"), rate_mbit=20)
     with NetnsLauncher(scenario, 2, state_dir=tmp_path, payload_correction=False) as hosts:
-        hosts.payload_correction = True  # pretend the rate was corrected
-        with pytest.raises(LinkProbeError, match=r"host 0 -> 1: .* achieved, 20 Mbit/s"):
-            hosts.probe(links=[(0, 1)], tolerance=0.01, duration_s=0.5)
+        (r,) = hosts.probe(links=[(0, 1)], check=False, duration_s=0.7)
+    assert 0.90 < r["rate_mbit_achieved"] / 20 < 0.975, r
+    with pytest.raises(LinkProbeError, match=r"host 0 -> 1: .* achieved, 20 Mbit/s"):
+        check_links([dict(r, rate_mbit_configured=20.0)], tolerance=0.025)
+
+
+UDP_RECEIVE = """
+import json, socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 9000))
+print("listening", flush=True)
+s.settimeout(2.0)
+delays = []
+try:
+    while True:
+        data = s.recv(256)
+        delays.append((time.monotonic() - float(data.decode())) * 1e3)
+except socket.timeout:
+    pass
+print(json.dumps(delays))
+"""
+
+UDP_SEND = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(int(sys.argv[2])):
+    s.sendto(repr(time.monotonic()).encode(), (sys.argv[1], 9000))
+    time.sleep(0.004)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_delay_line_loss_and_jitter(tmp_path):
+    # one-way 10 ms +- 4 ms, 20% loss; datagrams carry their send time (CLOCK_MONOTONIC
+    # is shared by all network namespaces)
+    scenario = with_link(load_scenario("100mbps"), delay_ms=10.0, jitter_ms=4.0,
+                         loss_pct=20.0)
+    n = 400
+    with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
+        rx = hosts.spawn_quiet(1, ["-c", UDP_RECEIVE, hosts.addr(1)])
+        assert rx.stdout.readline().strip() == b"listening"
+        tx = hosts.spawn_quiet(0, ["-c", UDP_SEND, hosts.addr(1), str(n)])
+        assert tx.wait(timeout=30) == 0
+        delays = json.loads(rx.stdout.readline())
+        rec = hosts.record()
+    expected = "netem" if rec["capabilities"]["netem"] else "userspace TUN delay line"
+    assert rec["shaping"]["loss"].startswith(expected)
+    assert rec["shaping"]["jitter"].startswith(expected)
+    assert 0.72 * n <= len(delays) <= 0.88 * n, len(delays)
+    # never earlier than delay - jitter; the receiver's clock reading may only add to it
+    assert min(delays) >= 6.0 - 0.5, min(delays)
+    assert abs(statistics.median(delays) - 10.0) <= 1.5, statistics.median(delays)
+    assert 1.5 < statistics.pstdev(delays) < 4.0  # uniform +-4 ms: 2.3 ms
 
 
 @pytest.mark.timeout(90)
