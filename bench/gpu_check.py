@@ -2,6 +2,7 @@
 
     python -m bench.gpu_check --out results/gpu            # `make gpu-check`
     python -m bench.gpu_check --ptx-audit --out DIR        # no GPU needed
+    TRITON_INTERPRET=1 python -m bench.gpu_check --cpu-dry-run --out DIR   # no GPU
 
 On a CUDA machine it writes, under --out: gpu_check.log (everything printed) and
 gpu_check.json (environment, per-case results, bandwidth, benchmark status):
@@ -14,11 +15,13 @@ gpu_check.json (environment, per-case results, bandwidth, benchmark status):
    grids, both roundings, fp32/fp16/bf16, and the fused AQ-SGD steps;
 4. bandwidth: the Triton kernels at 64M elements in GB/s of ideal traffic, beside
    a device-to-device copy of the same tensor (the practical ceiling);
-5. `bench.kernels` at its CUDA sizes (tables saved by it under --out);
+5. `bench.kernels` at its CUDA sizes (its table in the log, its rows in kernels.json);
 6. compressor round trip (skip with --skip-pipeline): aqsgd.compress sender and
    receiver on CUDA (Triton path) against the same pair on CPU (torch path).
-With no CUDA device it prints why and exits with status 2 (the PTX audit alone
-runs anywhere: it compiles for sm_90 on the host). Status 1: a check failed.
+With no CUDA device it prints why and exits with status 2; the PTX audit runs
+anywhere (it compiles for sm_90 on the host), and `--cpu-dry-run` runs every
+other stage on CPU through the Triton interpreter, which is how the tests
+exercise this script. Status 1: a check failed.
 """
 
 from __future__ import annotations
@@ -332,10 +335,18 @@ def check_case(case: Case, device: torch.device, triton_backend: str = "triton")
 # ---------------------------------------------------------------------------- bandwidth
 
 
-def _time_ms(fn, device, reps: int) -> list[float]:
+def _time_ms(fn, device: torch.device, reps: int) -> list[float]:
+    """Milliseconds of each of `reps` calls after one warm-up (CUDA events on a GPU)."""
+    fn()
+    if device.type != "cuda":
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return times
     start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     stop = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    fn()
     torch.cuda.synchronize(device)
     for a, b in zip(start, stop, strict=True):
         a.record()
@@ -401,21 +412,20 @@ def pipeline_check(device: torch.device, steps: int = 3) -> dict:
     cfg = compress.CompressionConfig(mode="aqsgd", bits=4, warmup_epochs=0, first_visit="zero")
     shape = (64, 1600)  # (L, D) per sample
     pairs = {}
-    for where in (device, torch.device("cpu")):
-        pairs[where.type] = [compress.make_compressor(cfg, role, shape, 8, where, 7)
-                             for role in ("send", "recv")]  # fmt: skip
-        for c in pairs[where.type]:
+    for label, where in (("device", device), ("cpu", torch.device("cpu"))):
+        pairs[label] = (where, [compress.make_compressor(cfg, role, shape, 8, where, 7)
+                                for role in ("send", "recv")])  # fmt: skip
+        for c in pairs[label][1]:
             c.set_epoch(1)
     ids = torch.tensor([1, 5])
     worst = 0
     for step in range(steps):
         x = _sample((2, *shape), torch.float32, 10 + step, "cpu")
         outs = {}
-        for kind, (send, recv) in pairs.items():
-            dev = device if kind != "cpu" else torch.device("cpu")
-            msg = send.encode(x.to(dev), ids)
-            outs[kind] = recv.decode([t.to(dev) for t in msg], ids).float().cpu()
-        worst = max(worst, _mismatches(outs[device.type], outs["cpu"]))
+        for label, (where, (send, recv)) in pairs.items():
+            msg = send.encode(x.to(where), ids)
+            outs[label] = recv.decode([t.to(where) for t in msg], ids).float().cpu()
+        worst = max(worst, _mismatches(outs["device"], outs["cpu"]))
     return {"steps": steps, "mismatched_elements": worst, "ok": worst == 0}
 
 
@@ -433,6 +443,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="small cases only, no 64M-element runs")
     p.add_argument("--skip-bench", action="store_true", help="do not run bench.kernels")
     p.add_argument("--skip-pipeline", action="store_true", help="no compressor round trip")
+    p.add_argument("--cpu-dry-run", action="store_true",
+                   help="every stage but the PTX audit on CPU at smoke sizes, through the "
+                        "Triton interpreter (set TRITON_INTERPRET=1): tests this script")
     return p.parse_args(argv)
 
 
@@ -454,67 +467,99 @@ def _run_stage(name: str, log: _Log, record: dict, fn):
         return None
 
 
+def _exactness(device: torch.device, cases: list[Case], log: _Log) -> list[dict]:
+    rows = []
+    for case in cases:
+        try:
+            row = check_case(case, device)
+        except Exception as e:  # noqa: BLE001 - one broken case must not hide the others
+            row = {"case": case.label, "ok": False, "mismatches": {},
+                   "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+        rows.append(row)
+        log(f"  {'ok  ' if row['ok'] else 'FAIL'} {case.label} "
+            f"{row.get('error') or row['mismatches'] or ''} ({row.get('seconds', '-')} s)")
+    return rows
+
+
+def _log_bandwidth(rows: list[dict] | None, log: _Log) -> None:
+    for r in rows or []:
+        log(f"  {r['op']:<30} {r['config']:<45} {r['median_ms']:>9.4f} ms "
+            f"{r['gb_per_s']:>8.1f} GB/s {r['pct_of_copy']:>6.1f}% of copy")
+
+
+def _all_ok(rows) -> bool:
+    return bool(rows) and all(r["ok"] for r in rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    out = Path(args.out)
-    log = _Log()
+    out, log = Path(args.out), _Log()
     if args.ptx_audit:
         record = {"environment": environment(None)}
         audit = _run_stage("ptx_audit", log, record, lambda: ptx_audit(args.arch or 90, log))
         _write(out, log, record)
-        return 0 if audit and all(r["ok"] for r in audit) else 1
-    if not torch.cuda.is_available():
+        return 0 if _all_ok(audit) else 1
+    if args.cpu_dry_run:
+        args.smoke, device = True, torch.device("cpu")
+    elif torch.cuda.is_available():
+        device = torch.device("cuda", 0)
+    else:
         print("bench.gpu_check: no CUDA device here (torch.cuda.is_available() is False); "
               "run it on a machine with a CUDA GPU, or use --ptx-audit", file=sys.stderr)
         return NO_CUDA_EXIT
-    device = torch.device("cuda", 0)
     record = {"environment": environment(device), "args": vars(args)}
     log(json.dumps(record["environment"], indent=2))
-    cap = torch.cuda.get_device_capability(device)
-    ok = True
-    audit = _run_stage("ptx_audit", log, record,
-                       lambda: ptx_audit(args.arch or cap[0] * 10 + cap[1], log))
-    ok &= bool(audit) and all(r["ok"] for r in audit)
-
-    def exactness():
-        rows = []
-        for case in SMOKE_CASES if args.smoke else CASES:
-            rows.append(check_case(case, device))
-            log(f"  {'ok  ' if rows[-1]['ok'] else 'FAIL'} {case.label} "
-                f"{rows[-1]['mismatches'] or ''} ({rows[-1]['seconds']} s)")
-        return rows
-
-    exact = _run_stage("exactness", log, record, exactness)
-    ok &= bool(exact) and all(r["ok"] for r in exact)
-    shape = (1, 1024, 1600) if args.smoke else LARGE_SHAPE
-    bw = _run_stage("bandwidth", log, record, lambda: bandwidth(device, shape))
-    for r in bw or []:
-        log(f"  {r['op']:<30} {r['config']:<45} {r['median_ms']:>9.4f} ms "
-            f"{r['gb_per_s']:>8.1f} GB/s {r['pct_of_copy']:>6.1f}% of copy")
-    ok &= bw is not None
+    # the dry run keeps to the small cases: the tests run CPU_CASES in-process anyway
+    cases = SMOKE_CASES[:2] if args.cpu_dry_run else SMOKE_CASES if args.smoke else CASES
+    bw_shape = (2, 64, 256) if args.cpu_dry_run else PAPER_SHAPE if args.smoke else LARGE_SHAPE
+    stages = {
+        "exactness": (lambda: _exactness(device, cases, log), _all_ok),
+        "bandwidth": (lambda: bandwidth(device, bw_shape, reps=3 if args.smoke else 20),
+                      lambda rows: rows is not None),
+    }
+    if not args.cpu_dry_run:
+        major, minor = torch.cuda.get_device_capability(device)
+        stages["ptx_audit"] = (lambda: ptx_audit(args.arch or major * 10 + minor, log), _all_ok)
     if not args.skip_bench:
-        ok &= _run_stage("bench_kernels", log, record, lambda: _bench_kernels(out, args.smoke)) \
-            is not None
+        stages["bench_kernels"] = (lambda: _bench_kernels(out, args.smoke, log, device),
+                                   lambda res: res is not None)
     if not args.skip_pipeline:
-        pipe = _run_stage("pipeline", log, record, lambda: pipeline_check(device))
-        log(f"  pipeline: {pipe}")
-        ok &= bool(pipe and pipe["ok"])
+        stages["pipeline"] = (lambda: pipeline_check(device), lambda res: bool(res and res["ok"]))
+    ok = True
+    for name, (fn, passed) in stages.items():
+        result = _run_stage(name, log, record, fn)
+        if name == "bandwidth":
+            _log_bandwidth(result, log)
+        if name == "pipeline":
+            log(f"  {result}")
+        ok &= passed(result)
+        _write(out, log, record)  # keep what we have if a later stage hangs
     record["ok"] = ok
     log(f"== gpu_check {'PASSED' if ok else 'FAILED'}; files in {out}")
     _write(out, log, record)
     return 0 if ok else 1
 
 
-def _bench_kernels(out: Path, smoke: bool) -> dict:
+def _bench_kernels(out: Path, smoke: bool, log: _Log, device: torch.device) -> dict:
+    """bench.kernels at its CUDA sizes (paper shape and 64M elements; CPU rows too),
+    its table copied into the log, its rows into kernels.json."""
+    import contextlib
+    import io
+
     from bench import kernels as bench_kernels
 
-    argv = ["--device", "cuda", "--out", str(out / "kernels")]
-    if smoke:
+    out.mkdir(parents=True, exist_ok=True)
+    argv = ["--json", str(out / "kernels.json")]
+    if device.type != "cuda":
         argv.append("--smoke")
-    status = bench_kernels.main(argv)
-    if status not in (0, None):
-        raise RuntimeError(f"bench.kernels.main({argv}) returned {status}")
-    return {"argv": argv, "status": status}
+    elif smoke:  # (its own --smoke is CPU only)
+        argv += ["--sizes", "1x1024x1600", "--bits", "4", "--repeats", "5"]
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        rows = bench_kernels.main(argv)
+    for line in text.getvalue().splitlines():
+        log(f"  {line}")
+    return {"argv": argv, "rows": len(rows), "json": str(out / "kernels.json")}
 
 
 if __name__ == "__main__":
