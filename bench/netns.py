@@ -181,6 +181,12 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
+def _new_prefix(run_id: str) -> str:
+    """'aq' + 5 hex digits: short enough for 15-character device names."""
+    digest = hashlib.sha1(f"{run_id}-{os.getpid()}-{time.time_ns()}".encode())
+    return "aq" + digest.hexdigest()[:5]
+
+
 def _raise_system_exit(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -201,8 +207,7 @@ class NetnsLauncher:
         if not 1 <= self.n_hosts <= 200:
             raise ValueError(f"n_hosts: expected 1..200, got {self.n_hosts}")
         self.run_id = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        digest = hashlib.sha1(f"{self.run_id}-{os.getpid()}-{time.time_ns()}".encode())
-        self.names = TopologyNames("aq" + digest.hexdigest()[:5], self.n_hosts)
+        self.names = TopologyNames(_new_prefix(self.run_id), self.n_hosts)
         self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
         self.state_path = self.state_dir / f"{self.names.prefix}.json"
         self.allow_drop = allow_drop
@@ -214,6 +219,8 @@ class NetnsLauncher:
         self.use_delay_line = False
         self._procs: list[subprocess.Popen] = []
         self._delay_line: subprocess.Popen | None = None
+        self._delay_line_log = self.state_dir / f"{self.names.prefix}-delayline.log"
+        self._created_namespaces: list[str] = []
         self._probe_results: list[dict] = []
         self._timing = {}
         self._prev_sigterm = None
@@ -260,6 +267,10 @@ class NetnsLauncher:
     # -- lifecycle -----------------------------------------------------------------
     def __enter__(self) -> NetnsLauncher:
         require_netns()
+        while set(self.names.namespaces()) & _existing_namespaces(self.executor):
+            self.names = TopologyNames(_new_prefix(self.run_id), self.n_hosts)  # name clash
+        self.state_path = self.state_dir / f"{self.names.prefix}.json"
+        self._delay_line_log = self.state_dir / f"{self.names.prefix}-delayline.log"
         if threading.current_thread() is threading.main_thread():
             self._prev_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
         t0 = time.perf_counter()
@@ -277,7 +288,9 @@ class NetnsLauncher:
 
     def _build(self) -> None:
         ex, nm, n = self.executor, self.names, self.n_hosts
+        self._created_namespaces.append(nm.scratch_ns)  # probe_capabilities removes it
         self.capabilities = probe_capabilities(ex, nm.scratch_ns)
+        self._created_namespaces.remove(nm.scratch_ns)
         pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
         uses_caps = any(self.scenario.caps(h).uplink_mbit or self.scenario.caps(h).downlink_mbit
                         for h in range(n))
@@ -286,7 +299,8 @@ class NetnsLauncher:
         self.use_delay_line = "delayline" in self.mechanisms.values()
 
         for ns in nm.namespaces()[1:]:
-            ex.run(("ip", "netns", "add", ns))
+            ex.run(("ip", "netns", "add", ns))  # fails if the name exists: never adopt one
+            self._created_namespaces.append(ns)
             ex.run(("ip", "-n", ns, "link", "set", "lo", "up"))
         sw = nm.switch_ns
         ex.run(("ip", "-n", sw, "link", "add", "name", nm.bridge, "type", "bridge"))
@@ -322,13 +336,14 @@ class NetnsLauncher:
             loss_pct=matrix("loss_pct") if keep["loss"] else zeros)
         cfg_path = self.state_dir / f"{nm.prefix}-delayline.json"
         cfg.save(cfg_path)
-        self._delay_line = subprocess.Popen(
-            ["ip", "netns", "exec", nm.switch_ns, self.python, "-m", "bench.delayline",
-             "--config", str(cfg_path)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._python_env(),
-            start_new_session=True)
-        self.delay_line_scheduling = self._wait_line(self._delay_line, "ready",
-                                                     "delay line").removeprefix("ready ")
+        with open(self._delay_line_log, "wb") as log:
+            self._delay_line = subprocess.Popen(
+                ["ip", "netns", "exec", nm.switch_ns, self.python, "-m", "bench.delayline",
+                 "--config", str(cfg_path)],
+                stdout=subprocess.PIPE, stderr=log, env=self._python_env(),
+                start_new_session=True)
+        line = self._wait_line(self._delay_line, "ready", "delay line", self._delay_line_log)
+        self.delay_line_scheduling = line.removeprefix("ready ")
         for i in range(n):
             h = nm.host_ns(i)
             self.executor.run(("ip", "-n", h, "addr", "add", f"{TUN_SUBNET}.{i + 1}/24", "dev",
@@ -365,9 +380,12 @@ class NetnsLauncher:
         try:
             for proc in [*self._procs, *([self._delay_line] if self._delay_line else [])]:
                 _kill_group(proc)
-            teardown_recorded(self._state(), self.executor)
+            # only what this launcher created: a name it failed to create may be another's
+            state = dict(self._state(), namespaces=self._created_namespaces)
+            teardown_recorded(state, self.executor)
             self.state_path.unlink(missing_ok=True)
             (self.state_dir / f"{self.names.prefix}-delayline.json").unlink(missing_ok=True)
+            self._delay_line_log.unlink(missing_ok=True)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             if self._prev_sigterm is not None:
@@ -383,15 +401,25 @@ class NetnsLauncher:
         return env
 
     @staticmethod
-    def _wait_line(proc: subprocess.Popen, expected: str, what: str) -> str:
+    def _wait_line(proc: subprocess.Popen, expected: str, what: str,
+                   log: Path | None = None) -> str:
+        """Wait for the first stdout line of `proc`; it must start with `expected`."""
         ready, _, _ = select.select([proc.stdout], [], [], READY_TIMEOUT_S)
         line = proc.stdout.readline().decode().strip() if ready else ""
         if not line.startswith(expected):
             proc.kill()
-            err = proc.stderr.read().decode() if proc.stderr else ""
+            proc.wait()
+            err = log.read_text() if log else proc.stderr.read().decode()
             raise RuntimeError(f"{what} did not start (expected {expected!r} within "
                                f"{READY_TIMEOUT_S} s, got {line!r}); stderr:\n{err}")
         return line
+
+    def check_delay_line(self) -> None:
+        """Raise if the delay line, which carries every packet, has died."""
+        if self._delay_line is not None and self._delay_line.poll() is not None:
+            raise RuntimeError(f"the delay line exited with {self._delay_line.returncode}; "
+                               f"its log ({self._delay_line_log}):\n"
+                               f"{self._delay_line_log.read_text()}")
 
     def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
               log_path: Path | str | None = None) -> subprocess.Popen:
@@ -423,6 +451,7 @@ class NetnsLauncher:
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[dict]:
         """Measure each directed link (default: those the pipeline layout uses) one
         after the other; raise LinkProbeError if one is off by more than `tolerance`."""
+        self.check_delay_line()
         links = links or self.default_probe_links()
         sc = self.scenario
         results = []
@@ -486,6 +515,8 @@ class NetnsLauncher:
             "allow_drop": self.allow_drop,
             "data_plane": "TUN via delay line" if self.use_delay_line else "veth + bridge",
             "delay_line_scheduling": getattr(self, "delay_line_scheduling", None),
+            "delay_line_alive": None if self._delay_line is None
+            else self._delay_line.poll() is None,
             "payload_correction_factor": getattr(self, "factor", None),
             "hosts": [{"host": i, "netns": self.names.host_ns(i), "device": self.device(i),
                        "addr": self.addr(i)} for i in range(self.n_hosts)],

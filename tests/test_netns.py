@@ -305,3 +305,32 @@ def test_cleanup_command_after_sigkill(tmp_path, which):
         time.sleep(0.05)
     assert not _alive(worker_pid)
     assert not state_path.exists()
+
+
+@pytest.mark.timeout(60)
+def test_name_clash_never_adopts_another_runs_namespace(tmp_path, monkeypatch):
+    import bench.netns as netns_module
+
+    prefixes = iter(["aqclsh0", "aqclsh1"])
+    monkeypatch.setattr(netns_module, "_new_prefix", lambda run_id: next(prefixes))
+    subprocess.run(["ip", "netns", "add", "aqclsh0-sw"], check=True)  # "another run"
+    try:
+        with NetnsLauncher(load_scenario("loopback"), 2, state_dir=tmp_path) as hosts:
+            assert hosts.names.prefix == "aqclsh1"
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert "aqclsh0-sw" in listed and "aqclsh1" not in listed
+    finally:
+        subprocess.run(["ip", "netns", "del", "aqclsh0-sw"], check=True)
+
+
+@pytest.mark.timeout(60)
+def test_dead_delay_line_is_reported(tmp_path):
+    scenario = with_link(load_scenario("10mbps"), delay_ms=1.0)
+    with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
+        if hosts.record()["capabilities"]["netem"]:
+            return  # netem host: no delay line to lose
+        os.killpg(hosts._delay_line.pid, signal.SIGKILL)
+        hosts._delay_line.wait(timeout=10)
+        with pytest.raises(RuntimeError, match="delay line exited"):
+            hosts.probe(links=[(0, 1)])
+    assert _leftovers(hosts.names.prefix) == []
