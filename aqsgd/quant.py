@@ -63,7 +63,7 @@ FP16_MAX = 65504.0
 SCALE_MARGIN = 1.0 + 2.0**-10  # fp16 rounding of stat * margin is never below stat
 SEED_HIGH = 2**31 - 1
 GOLDEN32 = 0x9E3779B9
-CHUNK_ELEMENTS = 1 << 18  # 1 MiB of fp32 per chunk: each in-place pass stays in L2
+CHUNK_ELEMENTS = 1 << 17  # 512 KiB of fp32 per chunk: a chain of in-place passes stays in L2
 
 
 def _check_choice(field: str, value, choices: Sequence[str]) -> None:
@@ -194,13 +194,13 @@ def _check_scales(scales, shape: tuple[int, ...], cfg: QuantConfig, device) -> N
         raise ValueError(f"scales must be on {device}, got {scales.device}")
 
 
-def _check_packed(packed, n: int, bits: int, device=None) -> None:
+def _check_packed(packed, n: int, bits: int, device=None, of: str = "") -> None:
     if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8:
         got = packed.dtype if isinstance(packed, torch.Tensor) else type(packed).__name__
         raise TypeError(f"packed must be a uint8 tensor, got {got}")
     want = packed_nbytes(n, bits)
     if packed.dim() != 1 or packed.numel() != want:
-        raise ValueError(f"packed must be 1-D with packed_nbytes({n}, {bits})={want} bytes, "
+        raise ValueError(f"packed must be 1-D with packed_nbytes({n}, {bits})={want} bytes{of}, "
                          f"got shape {tuple(packed.shape)}")
     if device is not None and packed.device != device:
         raise ValueError(f"packed must be on {device}, got {packed.device}")
@@ -222,11 +222,19 @@ def _rows(x: torch.Tensor, cfg: QuantConfig) -> tuple[torch.Tensor, int]:
 
 def _statistic(rows: torch.Tensor, dim: int, cfg: QuantConfig) -> torch.Tensor:
     """fp32 max |v| or 2 * sqrt(mean(v * v)) over `dim` of the (R, C) view."""
-    if cfg.scale_method == "maxabs":
-        # max and -min in the input dtype are exact, and cheaper than abs() then max
-        return torch.maximum(rows.amax(dim), rows.amin(dim).neg_()).float()
-    v = rows.float()
-    return (v * v).mean(dim).sqrt_().mul_(2.0)
+    if cfg.scale_method == "l2":
+        v = rows.float()
+        return (v * v).mean(dim).sqrt_().mul_(2.0)
+    # max and -min in the input dtype are exact and cheaper than abs() then max; chunks of
+    # rows keep the second reduction's reads in cache
+    stat = rows.new_empty(rows.shape[0]) if dim == 1 else None
+    for r0, r1 in _row_ranges(rows):
+        part = torch.maximum(rows[r0:r1].amax(dim), rows[r0:r1].amin(dim).neg_())
+        if dim == 1:
+            stat[r0:r1] = part
+        else:
+            stat = part if stat is None else torch.maximum(stat, part, out=stat)
+    return stat.float().abs_()  # max(0, -0) may be -0: the contract's max |v| is +0
 
 
 def _scales_from_stat(stat: torch.Tensor) -> torch.Tensor:
@@ -451,8 +459,11 @@ def _unpack_codes(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     n_pad = _padded_bytes(n)
     full = n_pad * bits // 8  # bytes of whole final lanes
     if field == lane:
-        buf = torch.zeros(full, dtype=torch.uint8, device=packed.device)
-        buf[: packed.numel()] = packed
+        if packed.numel() == full and (plan and plan[-1][2]):
+            buf = packed  # widened (copied) below before anything is written
+        else:
+            buf = torch.zeros(full, dtype=torch.uint8, device=packed.device)
+            buf[: packed.numel()] = packed
     else:
         buf = torch.zeros((full * 8 // field, lane // 8), dtype=torch.uint8,
                           device=packed.device)
@@ -520,23 +531,38 @@ def torch_dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape, c
                             dtype: torch.dtype) -> torch.Tensor:
     n = math.prod(shape)
     out = torch.empty(shape, dtype=dtype, device=packed.device)
-    levels = _levels_of(packed, n, cfg)
     rows, dim = _rows(out, cfg)
     _, step = _factors(scales, cfg, dim)
-    levels = levels.view(rows.shape)
+    levels = _levels_of(packed, n, cfg).view(rows.shape)
     for r0, r1, work in _chunks(rows):
-        _values_into(levels[r0:r1], step if dim == 0 else step[r0:r1], cfg, work)
-        rows[r0:r1].copy_(work)
+        step_k = step if dim == 0 else step[r0:r1]
+        if dtype == torch.float32:  # straight into the output
+            _values_into(levels[r0:r1], step_k, cfg, rows[r0:r1])
+        else:  # fp32 arithmetic, one rounding to the output dtype
+            rows[r0:r1].copy_(_values_into(levels[r0:r1], step_k, cfg, work))
     return out
 
 
+def _rows_per_chunk(rows: torch.Tensor) -> int:
+    """Rows per chunk: about CHUNK_ELEMENTS on CPU; everything at once on a GPU, where
+    chunks would only add kernel launches."""
+    if rows.device.type != "cpu":
+        return max(1, rows.shape[0])
+    return max(1, CHUNK_ELEMENTS // max(1, rows.shape[1]))
+
+
+def _row_ranges(rows: torch.Tensor):
+    """(r0, r1) over the row chunks of a (R, C) view."""
+    per = _rows_per_chunk(rows)
+    for r0 in range(0, rows.shape[0], per):
+        yield r0, min(r0 + per, rows.shape[0])
+
+
 def _chunks(rows: torch.Tensor):
-    """(r0, r1, fp32 work buffer (r1 - r0, C)) over row chunks of about CHUNK_ELEMENTS."""
-    n_rows, width = rows.shape
-    per = max(1, CHUNK_ELEMENTS // width)
-    work = torch.empty((min(per, n_rows), width), device=rows.device)
-    for r0 in range(0, n_rows, per):
-        r1 = min(r0 + per, n_rows)
+    """(r0, r1, fp32 work buffer (r1 - r0, C)) over the chunks of _row_ranges."""
+    per = _rows_per_chunk(rows)
+    work = torch.empty((min(per, rows.shape[0]), rows.shape[1]), device=rows.device)
+    for r0, r1 in _row_ranges(rows):
         yield r0, r1, work[: r1 - r0]
 
 
@@ -619,7 +645,7 @@ def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape: Sequenc
     """(packed, scales) -> values of `shape` in `dtype` (fp32/fp16/bf16)."""
     _check_config(cfg)
     shape = tuple(int(d) for d in shape)
-    _check_packed(packed, math.prod(shape), cfg.bits)
+    _check_packed(packed, math.prod(shape), cfg.bits, None, f" for shape {shape}")
     _check_scales(scales, shape, cfg, packed.device)
     if dtype not in INPUT_DTYPES:
         raise TypeError(f"dtype must be float32, float16 or bfloat16, got {dtype}")
@@ -653,7 +679,7 @@ def aqsgd_decode(packed: torch.Tensor, scales: torch.Tensor, m: torch.Tensor, cf
     if not isinstance(m, torch.Tensor):
         raise TypeError(f"m must be a torch.Tensor, got {type(m).__name__}")
     _check_cache(m, m)
-    _check_packed(packed, m.numel(), cfg.bits, m.device)
+    _check_packed(packed, m.numel(), cfg.bits, m.device, f" for m of shape {tuple(m.shape)}")
     _check_scales(scales, tuple(m.shape), cfg, m.device)
     kernels = _kernels_for(backend, m.device)
     if kernels is not None:

@@ -1,0 +1,438 @@
+"""aqsgd.quant (torch path) against a plain numpy oracle of the contract in
+docs/ARCHITECTURE.md "Quantizer", plus error bounds, unbiasedness, the AQ-SGD cache
+invariant and argument checking. Budget: about 30 s on a loaded 2-core machine."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from aqsgd import quant
+from aqsgd.quant import QuantConfig
+
+SMALL = (3, 37, 50)  # irregular: numel 5550, last dim not a multiple of 8
+PAPERISH = (2, 129, 1600)
+GROUPS = {SMALL: 111, PAPERISH: 128}  # group sizes that divide numel
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+# ---------------------------------------------------------------------------
+# Oracle: one numpy float32 operation per step of the contract, flat index by flat index
+# ---------------------------------------------------------------------------
+
+
+def group_index(shape, cfg) -> np.ndarray:
+    """Scale index of every element (flat order): channel i % D, token i // D, group i // G."""
+    i = np.arange(int(np.prod(shape)))
+    if cfg.granularity == "channel":
+        return i % shape[-1]
+    return i // (shape[-1] if cfg.granularity == "token" else cfg.group_size)
+
+
+def oracle_scales(v: np.ndarray, shape, cfg) -> np.ndarray:
+    if cfg.granularity == "channel":  # (N, D): statistic down each column
+        groups, axis = v.reshape(-1, shape[-1]), 0
+    else:  # token (R, D) or group (numel / G, G): statistic along each row
+        span = shape[-1] if cfg.granularity == "token" else cfg.group_size
+        groups, axis = v.reshape(-1, span), 1
+    if cfg.scale_method == "maxabs":
+        stat = np.abs(groups).max(axis)
+    else:
+        stat = np.float32(2) * np.sqrt(np.mean(groups * groups, axis, dtype=np.float32))
+    s = np.minimum(stat * np.float32(1 + 2**-10), np.float32(65504))
+    return s.astype(np.float16)
+
+
+def oracle_uniform(n: int, seed: int) -> np.ndarray:
+    h = (np.arange(n, dtype=np.uint64) & 0xFFFFFFFF).astype(np.uint32)
+    h ^= np.uint32((seed * 0x9E3779B9) % 2**32)
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(0x7FEB352D)
+    h ^= h >> np.uint32(15)
+    h *= np.uint32(0x846CA68B)
+    h ^= h >> np.uint32(16)
+    return (h >> np.uint32(8)).astype(np.float32) * np.float32(2**-24)
+
+
+def oracle_center(cfg) -> np.float32:
+    return np.float32((2**cfg.bits - 1) / 2 if cfg.grid == "symmetric" else 2 ** (cfg.bits - 1))
+
+
+def oracle_codes(v: np.ndarray, s16: np.ndarray, shape, cfg, seed: int) -> np.ndarray:
+    s = s16.astype(np.float32).reshape(-1)[group_index(shape, cfg)]
+    c = oracle_center(cfg)
+    with np.errstate(divide="ignore"):
+        inv = np.where(s == 0, np.float32(0), c / s).astype(np.float32)
+    t = v * inv
+    if cfg.grid == "symmetric":
+        t = t + c  # h = L / 2
+    r = np.floor(t + oracle_uniform(v.size, seed)) if cfg.rounding == "stochastic" \
+        else np.floor(t + np.float32(0.5))
+    if cfg.grid == "symmetric":
+        return np.clip(r, 0, 2**cfg.bits - 1).astype(np.uint8)
+    q = 2 ** (cfg.bits - 1)
+    return (np.clip(r, -q, q - 1) + q).astype(np.uint8)
+
+
+def oracle_values(codes: np.ndarray, s16: np.ndarray, shape, cfg) -> np.ndarray:
+    s = s16.astype(np.float32).reshape(-1)[group_index(shape, cfg)]
+    c = oracle_center(cfg)
+    return (codes.astype(np.float32) - c) * (s / c)
+
+
+def oracle_pack(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Code k's bit j is stream bit k * bits + j; stream bit i is bit i % 8 of byte i // 8."""
+    bit = (codes.astype(np.uint32)[:, None] >> np.arange(bits, dtype=np.uint32)) & 1
+    return np.packbits(bit.astype(np.uint8).reshape(-1), bitorder="little")
+
+
+def sample(shape, dtype=torch.float32, seed=0) -> torch.Tensor:
+    """Activation-like: channel magnitudes over 4 decades, outliers, one all-zero channel."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * torch.logspace(-2, 2, shape[-1])
+    x.view(-1)[:: max(1, x.numel() // 11)] *= 25.0
+    x[..., 1] = 0.0
+    return x.to(dtype)
+
+
+def seed_of(gen_seed: int) -> int:
+    return quant.draw_seed(torch.Generator().manual_seed(gen_seed), QuantConfig(
+        rounding="stochastic"))
+
+
+def check_against_oracle(x: torch.Tensor, cfg: QuantConfig, gen_seed: int = 7) -> None:
+    shape = tuple(x.shape)
+    v = x.float().numpy().reshape(-1)
+    gen = torch.Generator().manual_seed(gen_seed) if cfg.rounding == "stochastic" else None
+    seed = seed_of(gen_seed) if gen is not None else 0
+    packed, scales = quant.quantize_packed(x, cfg, generator=gen, backend="torch")
+    want_s = oracle_scales(v, shape, cfg)
+    got_s = scales.numpy().reshape(-1)
+    if cfg.scale_method == "maxabs":
+        np.testing.assert_array_equal(got_s.view(np.uint16), want_s.view(np.uint16))
+    else:  # summation order is free: one fp16 ulp (ARCHITECTURE.md)
+        ulps = np.abs(got_s.view(np.int16).astype(np.int32) - want_s.view(np.int16))
+        assert ulps.max() <= 1, f"l2 scales differ by {ulps.max()} fp16 ulps"
+    want_codes = oracle_codes(v, got_s, shape, cfg, seed)
+    codes = quant.quantize(x, scales, cfg, seed).numpy().reshape(-1)
+    mismatch = np.flatnonzero(codes != want_codes)
+    assert mismatch.size == 0, f"{mismatch.size} codes differ, first at {mismatch[:5]}"
+    np.testing.assert_array_equal(packed.numpy(), oracle_pack(want_codes, cfg.bits))
+    values = quant.dequantize_packed(packed, scales, shape, cfg, backend="torch")
+    want_v = oracle_values(want_codes, got_s, shape, cfg)
+    np.testing.assert_array_equal(values.numpy().reshape(-1).view(np.uint32),
+                                  want_v.view(np.uint32))
+
+
+# ---------------------------------------------------------------------------
+# Bit-exactness
+# ---------------------------------------------------------------------------
+
+GRID = list(itertools.product(range(1, 9), quant.GRANULARITIES, quant.GRIDS, quant.ROUNDINGS))
+
+
+@pytest.mark.parametrize("bits,granularity,grid,rounding", GRID)
+def test_codes_bit_exact_small(bits, granularity, grid, rounding):
+    cfg = QuantConfig(bits=bits, granularity=granularity, group_size=GROUPS[SMALL], grid=grid,
+                      rounding=rounding)
+    check_against_oracle(sample(SMALL, seed=bits), cfg)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("fields", [
+    dict(bits=4), dict(bits=3, granularity="token", scale_method="l2"),
+    dict(bits=2, granularity="group", rounding="stochastic", grid="symmetric"),
+    dict(bits=8, scale_method="l2", grid="symmetric"),
+], ids=str)
+def test_codes_bit_exact_dtypes_and_l2(dtype, fields):
+    cfg = QuantConfig(group_size=GROUPS[SMALL], **fields)
+    check_against_oracle(sample(SMALL, dtype, seed=3), cfg)
+
+
+@pytest.mark.parametrize("fields", [
+    dict(bits=4), dict(bits=3, granularity="group", rounding="stochastic"),
+    dict(bits=5, granularity="token", grid="symmetric"),
+], ids=str)
+def test_codes_bit_exact_paper_like_shape(fields):
+    cfg = QuantConfig(group_size=GROUPS[PAPERISH], **fields)
+    check_against_oracle(sample(PAPERISH, torch.bfloat16, seed=5), cfg)
+
+
+def test_extreme_values_scale_saturates_and_tiny_scales():
+    x = sample(SMALL, seed=9)
+    x[0, 0, 3] = 1e6  # max-abs above fp16 range: scale saturates at 65504, codes clip
+    x[..., 4] *= 1e-9  # fp16-subnormal and zero scales
+    for grid in quant.GRIDS:
+        check_against_oracle(x, QuantConfig(bits=3, grid=grid))
+        values = quant.dequantize_packed(*quant.quantize_packed(x, QuantConfig(grid=grid)),
+                                         SMALL, QuantConfig(grid=grid))
+        assert torch.isfinite(values).all()
+
+
+def test_zero_group_encodes_zero_code_and_decodes_to_zero():
+    x = torch.zeros(4, 16)
+    for grid, bits in itertools.product(quant.GRIDS, (1, 4, 8)):
+        cfg = QuantConfig(bits=bits, grid=grid)
+        packed, scales = quant.quantize_packed(x, cfg)
+        assert (scales == 0).all()
+        codes = quant.quantize(x, scales, cfg)
+        assert (codes == 2 ** (bits - 1)).all()  # Q on both grids: floor(L/2 + 0.5) = Q
+        assert (quant.dequantize_packed(packed, scales, x.shape, cfg) == 0).all()
+
+
+def test_non_contiguous_input_uses_logical_order():
+    x = sample((50, 37), seed=2).t()  # (37, 50) view, not contiguous
+    cfg = QuantConfig(bits=5)
+    got = quant.quantize_packed(x, cfg)
+    want = quant.quantize_packed(x.contiguous(), cfg)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("out_dtype", DTYPES, ids=str)
+def test_dequantize_dtype_is_one_rounding_of_fp32(out_dtype):
+    x = sample(SMALL, seed=4)
+    cfg = QuantConfig(bits=3, granularity="token", grid="symmetric")
+    packed, scales = quant.quantize_packed(x, cfg)
+    fp32 = quant.dequantize_packed(packed, scales, SMALL, cfg)
+    got = quant.dequantize_packed(packed, scales, SMALL, cfg, dtype=out_dtype)
+    assert got.dtype == out_dtype and torch.equal(got, fp32.to(out_dtype))
+    codes = quant.unpack(packed, cfg.bits, x.numel()).view(SMALL)
+    assert torch.equal(quant.dequantize(codes, scales, cfg, dtype=out_dtype), got)
+
+
+# ---------------------------------------------------------------------------
+# Packing
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_pack_matches_oracle_and_round_trips(bits):
+    g = torch.Generator().manual_seed(bits)
+    for n in (1, 5, 8, 13, 64, 999, 4096 + 3):
+        codes = torch.randint(0, 2**bits, (n,), generator=g, dtype=torch.uint8)
+        packed = quant.pack(codes, bits)
+        assert packed.dtype == torch.uint8 and packed.numel() == quant.packed_nbytes(n, bits)
+        np.testing.assert_array_equal(packed.numpy(), oracle_pack(codes.numpy(), bits))
+        assert torch.equal(quant.unpack(packed, bits, n), codes)
+    all_ones = quant.pack(torch.full((3,), 2**bits - 1, dtype=torch.uint8), bits)
+    assert int(all_ones[-1]) >> ((3 * bits - 1) % 8 + 1) == 0, "padding bits must be zero"
+
+
+def test_pack_rejects_codes_too_wide():
+    with pytest.raises(ValueError, match="codes must be < 2\\*\\*bits = 8, got max 8"):
+        quant.pack(torch.tensor([1, 8], dtype=torch.uint8), 3)
+
+
+# ---------------------------------------------------------------------------
+# Error bounds and stochastic rounding
+# ---------------------------------------------------------------------------
+
+
+def steps_of(scales: torch.Tensor, shape, cfg) -> torch.Tensor:
+    idx = torch.from_numpy(group_index(shape, cfg))
+    return (scales.float().reshape(-1)[idx] / float(oracle_center(cfg))).view(shape)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("granularity", quant.GRANULARITIES)
+def test_round_trip_error_at_most_half_a_step(bits, granularity):
+    """Symmetric grid: |x - deQ(Q(x))| <= step / 2 everywhere. Reference grid: the same,
+    except values above the top level (Q - 1) * step, clipped there: <= one step."""
+    x = sample(SMALL, seed=bits)
+    for grid in quant.GRIDS:
+        cfg = QuantConfig(bits=bits, granularity=granularity, group_size=GROUPS[SMALL], grid=grid)
+        packed, scales = quant.quantize_packed(x, cfg)
+        err = (quant.dequantize_packed(packed, scales, SMALL, cfg) - x).abs()
+        step = steps_of(scales, SMALL, cfg)
+        slack = 1e-6 * step + 1e-30
+        if grid == "symmetric":
+            assert (err <= step / 2 + slack).all()
+        else:
+            top = x > (2 ** (bits - 1) - 1) * step
+            assert (err[~top] <= step[~top] / 2 + slack[~top]).all()
+            assert (err[top] <= step[top] + slack[top]).all()
+
+
+@pytest.mark.parametrize("grid", quant.GRIDS)
+def test_stochastic_rounding_is_unbiased(grid):
+    """Rows [1, v_1 .. v_k] with token scales: each v_j is coded 4096 times (rows x seeds).
+    Stochastic rounding: |mean(deQ) - v| <= 5 sigma / sqrt(N) with sigma <= step / 2.
+    Round-to-nearest on the same data must fail that bound (the test can fail)."""
+    k, rows, seeds = 24, 512, 8
+    v = torch.linspace(-0.93, 0.72, k)  # reference grid: below the top level 3 * 1.001 / 4
+    x = torch.cat([torch.ones(rows, 1), v.expand(rows, k)], dim=1)
+    cfg = QuantConfig(bits=3, granularity="token", rounding="stochastic", grid=grid)
+    gen = torch.Generator().manual_seed(11)
+    total = torch.zeros(k)
+    for _ in range(seeds):
+        packed, scales = quant.quantize_packed(x, cfg, generator=gen)
+        total += quant.dequantize_packed(packed, scales, x.shape, cfg)[:, 1:].sum(0)
+    n = rows * seeds
+    step = float(scales[0]) / float(oracle_center(cfg))
+    bound = 5 * (step / 2) / n**0.5
+    bias = (total / n - v).abs()
+    assert bias.max() <= bound, f"max bias {bias.max():.2e} > {bound:.2e}"
+    nearest = QuantConfig(bits=3, granularity="token", grid=grid)
+    p, s = quant.quantize_packed(x, nearest)
+    nearest_bias = (quant.dequantize_packed(p, s, x.shape, nearest)[0, 1:] - v).abs()
+    assert nearest_bias.max() > bound
+
+
+def test_same_generator_seed_same_codes_other_seed_other_codes():
+    x = sample(SMALL, seed=6)
+    cfg = QuantConfig(bits=2, rounding="stochastic")
+    a = quant.quantize_packed(x, cfg, generator=torch.Generator().manual_seed(1))
+    b = quant.quantize_packed(x, cfg, generator=torch.Generator().manual_seed(1))
+    c = quant.quantize_packed(x, cfg, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
+    gen = torch.Generator().manual_seed(1)
+    first, second = (quant.quantize_packed(x, cfg, generator=gen)[0] for _ in range(2))
+    assert not torch.equal(first, second), "each call draws a fresh seed"
+
+
+def test_nearest_does_not_consume_the_generator():
+    gen = torch.Generator().manual_seed(3)
+    state = gen.get_state()
+    quant.quantize_packed(sample(SMALL), QuantConfig(), generator=gen)
+    assert torch.equal(gen.get_state(), state)
+
+
+# ---------------------------------------------------------------------------
+# AQ-SGD encode / decode
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("fields", [
+    dict(bits=4), dict(bits=2, granularity="token", rounding="stochastic", grid="symmetric"),
+    dict(bits=3, granularity="group", scale_method="l2"),
+], ids=str)
+def test_sender_and_receiver_caches_stay_identical(cache_dtype, x_dtype, fields):
+    cfg = QuantConfig(group_size=GROUPS[SMALL], **fields)
+    gen = torch.Generator().manual_seed(0)
+    send = torch.zeros(SMALL, dtype=cache_dtype)
+    recv = torch.zeros(SMALL, dtype=cache_dtype)
+    base = sample(SMALL, seed=1)
+    for step in range(12):  # x changes every step, as with dropout and moving weights
+        x = (base + 0.1 * step * sample(SMALL, seed=100 + step)).to(x_dtype)
+        before = send.clone()
+        packed, scales = quant.aqsgd_encode(x, send, cfg, generator=gen)
+        deq = quant.dequantize_packed(packed, scales, SMALL, cfg)
+        assert torch.equal(send, (before.float() + deq).to(cache_dtype))
+        out = quant.aqsgd_decode(packed, scales, recv, cfg)
+        assert out is recv
+        assert torch.equal(send.view(torch.uint8), recv.view(torch.uint8)), f"step {step}"
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16], ids=str)
+def test_reconstruction_error_shrinks_to_cache_resolution(cache_dtype):
+    """x fixed: every step quantizes the remaining error with a fresh, smaller scale, until
+    the cache's own rounding stops it: the error ends within a few fp32 ulps (fp32 cache)
+    or one fp16 ulp (fp16 cache) of the channel's largest |x|, the scale the channel's
+    codes share."""
+    x = sample(SMALL, seed=8)
+    cfg = QuantConfig(bits=4)
+    m = torch.zeros(SMALL, dtype=cache_dtype)
+    r = torch.zeros(SMALL, dtype=cache_dtype)
+    errors = []
+    for _ in range(14):
+        quant.aqsgd_decode(*quant.aqsgd_encode(x, m, cfg), r, cfg)
+        errors.append(float((x - r.float()).abs().max()))
+    assert errors[3] < errors[0] / 100
+    err = (x - r.float()).abs()
+    channel_max = x.abs().amax(dim=(0, 1))
+    if cache_dtype == torch.float32:
+        assert (err <= 4 * 2**-23 * channel_max).all()
+    else:
+        assert (err <= 2**-10 * channel_max + 2**-24).all()
+        assert (err > 4 * 2**-23 * channel_max).any(), "fp16 rounding should be visible"
+
+
+# ---------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields,error,words", [
+    (dict(bits=0), ValueError, ["bits", "0"]),
+    (dict(bits=9), ValueError, ["bits", "9"]),
+    (dict(bits=4.0), TypeError, ["bits", "4.0"]),
+    (dict(bits=True), TypeError, ["bits", "True"]),
+    (dict(granularity="row"), ValueError, ["granularity", "'row'"]),
+    (dict(scale_method="rms"), ValueError, ["scale_method", "'rms'"]),
+    (dict(rounding="up"), ValueError, ["rounding", "'up'"]),
+    (dict(grid="asymmetric"), ValueError, ["grid", "'asymmetric'"]),
+    (dict(group_size=0), ValueError, ["group_size", "0"]),
+], ids=str)
+def test_bad_config_names_field_and_value(fields, error, words):
+    with pytest.raises(error) as info:
+        QuantConfig(**fields)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_bad_call_arguments_name_argument_and_value():
+    x = sample(SMALL)
+    cfg = QuantConfig()
+
+    def raises(error, words, fn, *args, **kw):
+        with pytest.raises(error) as info:
+            fn(*args, **kw)
+        for word in words:
+            assert word in str(info.value), (word, str(info.value))
+
+    raises(ValueError, ["group_size=7", "5550"], quant.quantize_packed, x,
+           QuantConfig(granularity="group", group_size=7))
+    raises(TypeError, ["x", "torch.int32"], quant.quantize_packed, x.int(), cfg)
+    raises(TypeError, ["x", "torch.int64"], quant.aqsgd_encode, x.long(), x.clone(), cfg)
+    raises(ValueError, ["m", "(3, 37, 49)"], quant.aqsgd_encode, x, torch.zeros(3, 37, 49), cfg)
+    raises(ValueError, ["m", "meta"], quant.aqsgd_encode, x, torch.zeros(SMALL, device="meta"),
+           cfg)
+    raises(TypeError, ["m", "torch.int16"], quant.aqsgd_encode, x, x.short(), cfg)
+    raises(ValueError, ["generator", "None"], quant.quantize_packed, x,
+           QuantConfig(rounding="stochastic"))
+    raises(ValueError, ["backend", "'cuda'"], quant.quantize_packed, x, cfg, backend="cuda")
+    raises(ValueError, ["channel", "(5,)"], quant.quantize_packed, torch.ones(5), cfg)
+    raises(TypeError, ["cfg", "dict"], quant.quantize_packed, x, {"bits": 4})
+    packed, scales = quant.quantize_packed(x, cfg)
+    raises(ValueError, ["packed", str(packed.numel())], quant.dequantize_packed, packed[:-1],
+           scales, SMALL, cfg)
+    raises(ValueError, ["scales", "(50,)", "(49,)"], quant.dequantize_packed, packed,
+           scales[:-1], SMALL, cfg)
+    raises(ValueError, ["m", "(3, 37, 49)"], quant.aqsgd_decode, packed, scales,
+           torch.zeros(3, 37, 49), cfg)
+
+
+# ---------------------------------------------------------------------------
+# Import and dispatch without Triton
+# ---------------------------------------------------------------------------
+
+
+def test_import_and_run_without_triton():
+    """`import aqsgd` and the torch path must work where Triton cannot be imported; on CPU
+    `auto` never touches aqsgd.kernels; forcing Triton then fails with ImportError."""
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["triton"] = None  # any `import triton` now raises ImportError
+        import torch, aqsgd
+        from aqsgd import quant
+        x = torch.randn(4, 8, 16)
+        for backend in ("auto", "torch"):
+            p, s = aqsgd.quantize_packed(x, aqsgd.QuantConfig(bits=3), backend=backend)
+        assert "aqsgd.kernels" not in sys.modules
+        try:
+            quant.quantize_packed(x, quant.QuantConfig(), backend="triton")
+        except ImportError:
+            print("OK")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "OK"
