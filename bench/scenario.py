@@ -131,6 +131,11 @@ class LinkSpec:
         if self.queue_bytes is not None:
             _integer(s, "queue_bytes", self.queue_bytes, MIN_QUEUE_BYTES, MAX_QUEUE_BYTES,
                      "bytes")
+        # store numbers as float whatever YAML gave (100 and 100.0 are the same link)
+        for name in ("delay_ms", "jitter_ms", "loss_pct"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.rate_mbit is not None:
+            object.__setattr__(self, "rate_mbit", float(self.rate_mbit))
 
     @property
     def shaped(self) -> bool:
