@@ -1,0 +1,47 @@
+"""bench.kernels --smoke: the benchmark runs, its table is sane, the naive baseline is
+a real quantizer (its codes agree with aqsgd.quant's except at rounding ties)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from aqsgd import quant
+from bench import kernels
+
+
+@pytest.mark.timeout(60)
+def test_smoke_table_has_positive_numbers(tmp_path, capsys):
+    out = tmp_path / "kernels.json"
+    rows = kernels.main(["--smoke", "--json", str(out)])
+    table = capsys.readouterr().out
+    assert {(r.op, r.path) for r in rows} >= {(op, p) for op in kernels.OPS
+                                              for p in ("naive", "torch")}
+    for r in rows:
+        assert r.bytes_moved > 0 and r.ms_median > 0
+        assert 0 < r.gbps_p20 <= r.gbps_median * 1.0001 <= r.gbps_p80 * 1.0002
+        assert (r.speedup_vs_naive is None) == (r.path == "naive")
+        assert r.path != "naive" or r.speedup_vs_naive is None
+        assert r.op in table
+    saved = json.loads(out.read_text())
+    assert len(saved["rows"]) == len(rows) and saved["meta"]["torch"] == torch.__version__
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+def test_naive_baseline_is_a_quantizer_of_the_same_kind(bits):
+    x = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(bits))
+    cfg = quant.QuantConfig(bits=bits)
+    packed, scales = kernels.naive_quantize_pack(x, bits)
+    want_packed, want_scales = quant.quantize_packed(x, cfg)
+    naive_codes = kernels.naive_unpack(packed, bits, x.numel())
+    codes = quant.unpack(want_packed, bits, x.numel())
+    # the naive scale lacks the 1 + 2**-10 margin and divides instead of multiplying by
+    # an inverse; codes may differ by one level on a few elements
+    assert (naive_codes.int() - codes.int()).abs().max() <= 1
+    assert (naive_codes != codes).float().mean() < 0.2
+    y = kernels.naive_unpack_dequantize(packed, scales, x.shape, bits)
+    step = scales.float() / 2 ** (bits - 1)
+    # clipped top level, and the fp16 scale may round below max |x|: about one step
+    assert ((y - x).abs() <= 1.1 * step).all()
