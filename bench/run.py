@@ -259,7 +259,7 @@ def wait_for_workers(procs: list[subprocess.Popen], timeout_s: float,
                                      "still running"}
             _stop(procs)
             return failure
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -330,6 +330,11 @@ def run_cell(cell: CellSpec, hosts, cell_dir: Path, *, sweep: str, choice: Launc
     if failure is not None and failure.get("rank") is not None:
         failure["log_tail"] = log_tail(cell_dir / "logs" / f"rank{failure['rank']}.log",
                                        LOG_TAIL_LINES)
+        # every other rank that failed too (often in reaction to the first)
+        failure["other_ranks"] = {
+            str(r): {"returncode": p.returncode,
+                     "log_tail": log_tail(cell_dir / "logs" / f"rank{r}.log", 10)}
+            for r, p in enumerate(procs) if r != failure["rank"] and p.returncode != 0}
     wall_s = time.time() - started
     meta.update(status="ok" if failure is None else "failed", failure=failure,
                 wall_s=round(wall_s, 3),

@@ -13,6 +13,7 @@ A sweep file (YAML, unknown keys rejected):
                                               # crossed with bare quantized modes
     workload: {steps: 8, preset: tiny, stages: 2}   # any Workload field
     reference: loopback               # optional: fp32 on an unshaped link too
+    gc_reference: true                # fp32 with aqsgd+gc's replicas too (default)
 
 A cell is finished when its meta.json exists with status ok and the same
 spec key; a rerun skips those and reruns the rest (including failed cells),
@@ -237,6 +238,9 @@ class SweepSpec:
     # fp32 also runs here (an unshaped scenario such as loopback): the
     # reference for "speed-up over fp32 on an unshaped link".
     reference_scenario: str | None = None
+    # when aqsgd+gc runs with more replicas than the sweep's workload, also run
+    # fp32 with those replicas: the reference for its speed-up.
+    gc_reference: bool = True
 
     def __post_init__(self):
         if not self.name or "/" in self.name or self.name.startswith("."):
@@ -252,12 +256,18 @@ class SweepSpec:
         replica there is no data-parallel gradient to compress."""
         cells: list[CellSpec] = []
         seen: set[str] = set()
+        has_fp32 = any(m.name == "fp32" for m in self.modes)
         for scenario in self.scenarios:
             for mode in self.modes:
                 cell = CellSpec(scenario, mode, _with_replicas(self.workload, mode))
-                if cell.name not in seen:
-                    seen.add(cell.name)
-                    cells.append(cell)
+                group = [cell]
+                if (self.gc_reference and has_fp32
+                        and cell.workload.replicas != self.workload.replicas):
+                    group.insert(0, CellSpec(scenario, ModeSpec("fp32"), cell.workload))
+                for c in group:
+                    if c.name not in seen:
+                        seen.add(c.name)
+                        cells.append(c)
         if self.reference_scenario is not None:
             ref = CellSpec(self.reference_scenario, ModeSpec("fp32"), self.workload)
             if ref.name not in seen:
@@ -265,7 +275,8 @@ class SweepSpec:
         return cells
 
 
-_SWEEP_KEYS = {"name", "description", "scenarios", "modes", "bits", "workload", "reference"}
+_SWEEP_KEYS = {"name", "description", "scenarios", "modes", "bits", "workload", "reference",
+               "gc_reference"}
 
 
 def _expand_modes(modes: list, bits: list | None, where: str) -> tuple[ModeSpec, ...]:
@@ -317,6 +328,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
             modes=_expand_modes(raw["modes"], raw.get("bits"), str(path)),
             workload=Workload(**workload_raw),
             reference_scenario=raw.get("reference"),
+            gc_reference=bool(raw.get("gc_reference", True)),
         )
     except (TypeError, ValueError) as err:
         raise type(err)(f"{path}: {err}") from None

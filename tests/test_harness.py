@@ -99,10 +99,13 @@ def test_sweep_crosses_bits_bumps_gc_replicas_and_adds_reference(tmp_path):
                     "bits: [[2, 4], [4, 8]]\nreference: loopback\n")
     cells = load_sweep(path).cells()
     names = [c.name for c in cells]
-    assert names[:5] == ["1gbps__fp32", "1gbps__aqsgd-fw2-bw4", "1gbps__aqsgd-fw4-bw8",
-                         "1gbps__aqsgd+gc-fw2-bw4-dp2", "1gbps__aqsgd+gc-fw4-bw8-dp2"]
-    assert names[-1] == "loopback__fp32" and len(cells) == 11
-    assert cells[3].world_size == 4
+    assert names[:6] == ["1gbps__fp32", "1gbps__aqsgd-fw2-bw4", "1gbps__aqsgd-fw4-bw8",
+                         "1gbps__fp32-dp2", "1gbps__aqsgd+gc-fw2-bw4-dp2",
+                         "1gbps__aqsgd+gc-fw4-bw8-dp2"]
+    assert names[-1] == "loopback__fp32" and len(cells) == 13
+    assert cells[4].world_size == 4
+    path.write_text(path.read_text() + "gc_reference: false\n")
+    assert len(load_sweep(path).cells()) == 11
 
 
 def test_shipped_sweep_files_load():
