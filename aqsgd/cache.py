@@ -193,21 +193,28 @@ class ActivationCache:
         ids = check_sample_ids(sample_ids, self.num_samples)
         return self.initialised[ids]
 
-    def gather(self, sample_ids) -> torch.Tensor:
-        """Rows of ``sample_ids`` as fp32 (B, *S) on the cache's device; unwritten rows are 0."""
+    def gather(self, sample_ids, keep_dtype: bool = False) -> torch.Tensor:
+        """Rows of ``sample_ids`` (B, *S) on the cache's device; unwritten rows are 0.
+
+        fp32 by default; ``keep_dtype=True`` returns fp16/fp32 rows in their stored dtype
+        (quantized rows always come back as fp32).
+        """
         ids = check_sample_ids(sample_ids, self.num_samples)
         if ids.numel() == 0:
             return torch.zeros((0, *self.spec.sample_shape), device=self.device)
         index = ids.to(self._store_device)
         if self._values is not None:
-            rows = self._values[index]  # (B, *S) storage dtype
-            return rows.to(self.device, non_blocking=True).float()
-        codes = self._codes[index].to(self.device)  # (B, nbytes)
-        scales = self._scales[index].to(self.device)  # (B, *S[:-1])
+            rows = self._values.index_select(0, index).to(self.device)  # (B, *S) stored dtype
+            return rows if keep_dtype else rows.float()
+        codes = self._codes.index_select(0, index).to(self.device)  # (B, nbytes)
+        scales = self._scales.index_select(0, index).to(self.device)  # (B, *S[:-1])
         return self._dequantize(codes, scales)
 
     def scatter(self, sample_ids, rows: torch.Tensor) -> None:
-        """Write fp32-convertible ``rows`` (B, *S) for ``sample_ids`` and mark them initialised."""
+        """Write ``rows`` (B, *S, any float dtype) for ``sample_ids``; mark them initialised.
+
+        Rows are cast (fp16/fp32) or re-quantized (round to nearest) to the stored form.
+        """
         ids = check_sample_ids(sample_ids, self.num_samples)
         expected = (ids.numel(), *self.spec.sample_shape)
         if tuple(rows.shape) != expected:
@@ -216,11 +223,11 @@ class ActivationCache:
             return
         index = ids.to(self._store_device)
         if self._values is not None:
-            self._values[index] = rows.to(self._store_device, self._values.dtype)
+            self._values.index_copy_(0, index, rows.to(self._store_device, self._values.dtype))
         else:
             codes, scales = self._quantize(rows.float())
-            self._codes[index] = codes.to(self._store_device)
-            self._scales[index] = scales.to(self._store_device)
+            self._codes.index_copy_(0, index, codes.to(self._store_device))
+            self._scales.index_copy_(0, index, scales.to(self._store_device))
         self.initialised[ids] = True
 
     def _byte_aligned(self) -> bool:

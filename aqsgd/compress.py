@@ -35,8 +35,11 @@ Wire format, in order (empty parts are left out; ``message_nbytes`` counts every
   raw     (n_raw, *S) transport dtype
   codes   (packed_nbytes(n_q * prod(S), bits),) uint8
   scales  scale_shape((n_q, *S)) fp16
-The stage input the receiver returns is m[i] + deQ(q) in fp32 before the cache's own
-rounding; the cache stores that value rounded to its dtype on both sides.
+Delta rows go through quant.aqsgd_encode / aqsgd_decode (one fused pass on CUDA) with m in
+the cache's dtype: for ``aqsgd`` the receiver's stage input is the updated cache row m[i]
+itself (fp16 or fp32), as in the reference; for ``aqsgd-lowbits`` it is m[i] + deQ(q) in
+fp32, before the cache re-quantizes it, so the cache's own coarse grid adds no error to
+the stage input.
 """
 
 from __future__ import annotations
@@ -269,18 +272,17 @@ class Compressor:
         lay = self._layout(x.shape[0], sample_ids, training)
         out = [lay.header(self.epoch).to(x.device)]
         if lay.raw_rows.numel():
-            raw = x[lay.raw_rows.to(x.device)].to(self._transport).contiguous()
+            raw = _take(x, lay.raw_rows).to(self._transport).contiguous()  # (n_raw, *S)
             out.append(raw)
             if lay.cached:
                 self.cache.scatter(lay.ids[lay.raw_rows], raw.float())
         if lay.q_rows.numel():
-            rows = x[lay.q_rows.to(x.device)].float()  # (n_q, *S)
+            rows = _take(x, lay.q_rows).float()  # (n_q, *S); no copy when x is fp32 and whole
             if lay.fmt == FMT_DELTA:
                 q_ids = lay.ids[lay.q_rows]
-                m = self.cache.gather(q_ids)
-                packed, scales = quant.quantize_packed(rows - m, self._qcfg, self._generator)
-                deq = quant.dequantize_packed(packed, scales, rows.shape, self._qcfg)
-                self.cache.scatter(q_ids, m + deq)
+                m = self.cache.gather(q_ids, keep_dtype=True)  # fresh copy, updated in place
+                packed, scales = quant.aqsgd_encode(rows, m, self._qcfg, self._generator)
+                self.cache.scatter(q_ids, m)
             else:
                 packed, scales = quant.quantize_packed(rows, self._qcfg, self._generator)
             out += [packed.contiguous(), scales.contiguous()]
@@ -295,25 +297,33 @@ class Compressor:
         ids = check_sample_ids(sample_ids)
         lay = self._layout(ids.numel(), ids, training)
         self._check_header(tensors[0], lay)
-        row_shape = self.sample_shape
-        out = torch.empty((ids.numel(), *row_shape), dtype=torch.float32, device=self.device)
+        parts = []  # (positions in the batch, fp32 rows)
         part = 1
         if lay.raw_rows.numel():
-            raw = tensors[part].to(self.device).float()
+            raw = tensors[part].to(self.device).float()  # (n_raw, *S)
             part += 1
-            out[lay.raw_rows.to(self.device)] = raw
+            parts.append((lay.raw_rows, raw))
             if lay.cached:
                 self.cache.scatter(lay.ids[lay.raw_rows], raw)
         if lay.q_rows.numel():
             packed, scales = tensors[part].to(self.device), tensors[part + 1].to(self.device)
-            q_shape = (lay.q_rows.numel(), *row_shape)
-            rows = quant.dequantize_packed(packed, scales, q_shape, self._qcfg)
+            q_shape = (lay.q_rows.numel(), *self.sample_shape)
             if lay.fmt == FMT_DELTA:
                 q_ids = lay.ids[lay.q_rows]
-                rows = self.cache.gather(q_ids) + rows
+                rows = self.cache.gather(q_ids, keep_dtype=True)  # (n_q, *S)
+                quant.aqsgd_decode(packed, scales, rows, self._qcfg)  # m += deQ, in place
                 self.cache.scatter(q_ids, rows)
-            out[lay.q_rows.to(self.device)] = rows
-        return out.to(self.out_dtype)
+                rows = rows.float()
+            else:
+                rows = quant.dequantize_packed(packed, scales, q_shape, self._qcfg)
+            parts.append((lay.q_rows, rows))
+        if len(parts) == 1:  # every row coded the same way, already in batch order
+            return parts[0][1].to(self.out_dtype)
+        out = torch.empty((ids.numel(), *self.sample_shape), dtype=self.out_dtype,
+                          device=self.device)  # fmt: skip
+        for positions, rows in parts:
+            out.index_copy_(0, positions.to(self.device), rows.to(self.out_dtype))
+        return out
 
     def _check_header(self, header: torch.Tensor, lay: _Layout) -> None:
         expected = lay.header(self.epoch)
@@ -334,6 +344,13 @@ class Compressor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _take(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rows ``positions`` of x; x itself when they are all rows (positions are sorted)."""
+    if positions.numel() == x.shape[0]:
+        return x
+    return x.index_select(0, positions.to(x.device))
 
 
 def make_compressor(
