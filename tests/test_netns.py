@@ -253,7 +253,9 @@ def test_teardown_after_killed_worker(tmp_path):
 
 
 LAUNCH_AND_WAIT = """
-import sys, time
+import signal, sys, time
+# as when started from a terminal, even if this test runs where SIGINT is ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from bench.netns import NetnsLauncher
 from bench.scenario import load_scenario, parse_scenario, with_link
 scenario = with_link(load_scenario("10mbps"), delay_ms=1.0)
