@@ -21,9 +21,10 @@ A per-sample ``initialised`` flag (always in memory) tells which rows have been 
 unwritten rows read as zeros, which gives the reference behaviour for a zero cache.
 
 No prefetch thread: measured on the 2-core build machine (one torch thread per worker),
-gathering one 1 x 1024 x 1600 fp16 row takes about 3.5 ms (memory or mmap) against about
-50 ms for its AQ-SGD encode+decode, and running the gather on a background thread while the
-main thread computed (35 ms of matmul) took 40 ms against 35 ms sequentially: no gain.
+gathering one 1 x 1024 x 1600 fp16 row takes 1.3-3.5 ms (memory or mmap, depending on
+load) against 24-50 ms for its AQ-SGD encode+decode, and running the gather on a
+background thread while the main thread computed (35 ms of matmul) took 40 ms against
+35 ms sequentially: no gain.
 ``python -m bench.compressors`` reports the gather times per shape.
 """
 

@@ -265,7 +265,11 @@ class Compressor:
 
     # --- sender ---------------------------------------------------------------------------
     def encode(self, x: torch.Tensor, sample_ids, training: bool = True) -> list[torch.Tensor]:
-        """Code a micro-batch (B, *S) into the tensors that ``wire_spec`` describes."""
+        """Code a micro-batch (B, *S) into the tensors that ``wire_spec`` describes.
+
+        A raw message in x's own dtype may hold x itself (no copy): do not modify x in
+        place before the send has completed.
+        """
         if self.role != "send":
             raise RuntimeError("encode() called on a 'recv' compressor")
         self._check_shape(tuple(x.shape))
