@@ -303,11 +303,12 @@ def _uniform(seed: int, start: int, count: int, device) -> torch.Tensor:
     return h.bitwise_right_shift_(8).float().mul_(2.0**-24)
 
 
-def _levels_(work: torch.Tensor, inv: torch.Tensor, cfg: QuantConfig, seed: int,
-             start: int) -> torch.Tensor:
-    """In place on fp32 `work` (rows, C) holding v (or already v * inv if inv is None):
-    -> integer levels r(t) as floats, reference c - Q in [-Q, Q-1], symmetric c in [0, L].
-    `start` is the flat index of work[0, 0] (stochastic rounding keys on it)."""
+def _codes_(work: torch.Tensor, inv: torch.Tensor | None, cfg: QuantConfig, seed: int,
+            start: int) -> torch.Tensor:
+    """In place on fp32 `work` (rows, C) holding v, or v * inv when `inv` is None: -> the
+    codes c in [0, 2**bits - 1] as floats. `start` is the flat index of work[0, 0]
+    (stochastic rounding keys on it). Reference grid: clamp(r(t), -Q, Q-1) + Q is computed
+    as clamp(r(t) + Q, 0, 2Q-1), the same integers (adding Q to an integer is exact)."""
     if inv is not None:
         work.mul_(inv)
     if cfg.symmetric:
@@ -317,28 +318,20 @@ def _levels_(work: torch.Tensor, inv: torch.Tensor, cfg: QuantConfig, seed: int,
     else:
         work.add_(0.5)
     work.floor_()
-    low = 0 if cfg.symmetric else -(1 << (cfg.bits - 1))
-    return work.clamp_(low, low + cfg.code_max)
+    if not cfg.symmetric:
+        work.add_(1 << (cfg.bits - 1))
+    return work.clamp_(0, cfg.code_max)
 
 
-def _code_flip(cfg: QuantConfig) -> int:
-    """Codes are raw level bytes (low `bits` bits) XOR this: Q on the reference grid,
-    where levels are signed c - Q, and 0 on the symmetric grid."""
-    return 0 if cfg.symmetric else 1 << (cfg.bits - 1)
-
-
-def _quantize_raw(x: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig, seed: int,
-                  raw: torch.Tensor) -> None:
-    """Writes the level bytes of x into raw[:x.numel()] (code = (byte & mask) ^ flip)."""
+def _quantize_into(x: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig, seed: int,
+                   codes: torch.Tensor) -> None:
+    """Writes the codes of x into codes[:x.numel()] (uint8)."""
     rows, dim = _rows(x, cfg)
     inv, _ = _factors(scales, cfg, dim)
-    out = raw[: x.numel()].view(rows.shape)
-    # int8 holds reference levels [-Q, Q-1]; symmetric codes [0, L] go to uint8
-    out = out if cfg.symmetric else out.view(torch.int8)
+    out = codes[: x.numel()].view(rows.shape)
     for r0, r1, work in _chunks(rows):
         torch.mul(rows[r0:r1], inv if dim == 0 else inv[r0:r1], out=work)  # fp32 v * inv
-        _levels_(work, None, cfg, seed, r0 * rows.shape[1])
-        out[r0:r1].copy_(work)
+        out[r0:r1].copy_(_codes_(work, None, cfg, seed, r0 * rows.shape[1]))
 
 
 def quantize(x: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig,
@@ -347,12 +340,9 @@ def quantize(x: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig,
     _check_config(cfg)
     _check_input(x)
     _check_scales(scales, tuple(x.shape), cfg, x.device)
-    raw = torch.empty(x.numel(), dtype=torch.uint8, device=x.device)
-    _quantize_raw(x, scales, cfg, seed, raw)
-    flip = _code_flip(cfg)
-    if flip:
-        raw.bitwise_and_(cfg.code_max).bitwise_xor_(flip)
-    return raw.view(x.shape)
+    codes = torch.empty(x.numel(), dtype=torch.uint8, device=x.device)
+    _quantize_into(x, scales, cfg, seed, codes)
+    return codes.view(x.shape)
 
 
 def _values_into(levels: torch.Tensor, step: torch.Tensor, cfg: QuantConfig,
@@ -416,11 +406,6 @@ def _pack_plan(bits: int) -> tuple[list[tuple[int, int, bool]], int, int]:
     return plan, lane, field
 
 
-def _flip_pattern(bits: int, field: int, flip: int) -> int:
-    """`flip` at every code position of a `field`-bit lane."""
-    return sum(flip << k for k in range(0, field, bits))
-
-
 def _check_little_endian() -> None:
     if sys.byteorder != "little":
         raise RuntimeError(f"bit packing assumes a little-endian host, got {sys.byteorder}")
@@ -430,22 +415,25 @@ def _padded_bytes(n: int) -> int:
     return -(-n // 8) * 8
 
 
-def _pack_raw(raw: torch.Tensor, n: int, bits: int, flip: int) -> torch.Tensor:
-    """Dense stream of the n codes (raw[k] & (2**b - 1)) ^ flip. `raw` is an owned uint8
-    buffer of _padded_bytes(n) bytes, storage-aligned, whose tail beyond n holds `flip`
-    (so padding codes are 0); it is overwritten."""
+def _pack_codes(codes: torch.Tensor, n: int, bits: int) -> torch.Tensor:
+    """Dense stream of the first n codes of `codes`: an owned, storage-aligned uint8 buffer
+    of _padded_bytes(n) codes < 2**bits whose tail beyond n is 0 (padding codes); it is
+    overwritten. Fields stay clean (zero above their width) from merge to merge."""
     _check_little_endian()
     nbytes = packed_nbytes(n, bits)
     plan, lane, field = _pack_plan(bits)
-    w = raw
+    w = codes
     for c, f, narrow in plan:
-        wide = w.view(_LANE_DTYPES[2 * c])  # (..., [field0 | field1 << C])
+        wide = w.view(_LANE_DTYPES[2 * c])  # lanes [field0 | field1 << C]
         hi = wide >> (c - f)  # field1 -> bits [f, 2f)
-        hi.bitwise_and_(((1 << f) - 1) << f)
-        wide.bitwise_and_((1 << f) - 1).bitwise_or_(hi)
-        w = wide.to(torch.uint8) if narrow else wide
-    if flip:
-        w.bitwise_xor_(_flip_pattern(bits, field, flip))
+        if narrow:
+            # field0 fell off the bottom (f <= C - f); the copy of field1 left at bit C
+            # by the or is above the byte and dropped by the (modular) narrowing
+            w = hi.bitwise_or_(wide).to(torch.uint8)
+            continue
+        if 2 * f > c:  # the top bits of field0 are still in hi
+            hi.bitwise_and_(((1 << f) - 1) << f)
+        w = wide.bitwise_and_((1 << f) - 1).bitwise_or_(hi)
     stream = w.view(torch.uint8)
     if field != lane:  # lanes hold field/8 stream bytes each: copy them out
         stream = stream.view(-1, lane // 8)[:, : field // 8].reshape(-1)
@@ -489,9 +477,9 @@ def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     n = codes.numel()
     if n and int(codes.max()) >> bits:
         raise ValueError(f"codes must be < 2**bits = {1 << bits}, got max {int(codes.max())}")
-    raw = torch.zeros(_padded_bytes(n), dtype=torch.uint8, device=codes.device)
-    raw[:n] = codes.reshape(-1)
-    return _pack_raw(raw, n, bits, 0)
+    buf = torch.zeros(_padded_bytes(n), dtype=torch.uint8, device=codes.device)
+    buf[:n] = codes.reshape(-1)
+    return _pack_codes(buf, n, bits)
 
 
 def unpack(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
@@ -506,20 +494,20 @@ def unpack(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
 # ---------------------------------------------------------------------------
 
 
-def _raw_buffer(n: int, cfg: QuantConfig, device) -> torch.Tensor:
-    raw = torch.empty(_padded_bytes(n), dtype=torch.uint8, device=device)
-    raw[n:] = _code_flip(cfg)
-    return raw
+def _code_buffer(n: int, device) -> torch.Tensor:
+    """uint8 codes of n elements, padded to whole octets with zero codes."""
+    buf = torch.empty(_padded_bytes(n), dtype=torch.uint8, device=device)
+    buf[n:] = 0
+    return buf
 
 
 def torch_quantize_packed(x: torch.Tensor, cfg: QuantConfig,
                           seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     rows, dim = _rows(x, cfg)
     scales = _scales_from_stat(_statistic(rows, dim, cfg))
-    raw = _raw_buffer(x.numel(), cfg, x.device)
-    _quantize_raw(x, scales, cfg, seed, raw)
-    return _pack_raw(raw, x.numel(), cfg.bits, _code_flip(cfg)), scales.reshape(
-        scale_shape(x.shape, cfg))
+    codes = _code_buffer(x.numel(), x.device)
+    _quantize_into(x, scales, cfg, seed, codes)
+    return _pack_codes(codes, x.numel(), cfg.bits), scales.reshape(scale_shape(x.shape, cfg))
 
 
 def _levels_of(packed: torch.Tensor, n: int, cfg: QuantConfig) -> torch.Tensor:
@@ -568,24 +556,23 @@ def _chunks(rows: torch.Tensor):
 
 def torch_aqsgd_encode(x: torch.Tensor, m: torch.Tensor, cfg: QuantConfig,
                        seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    delta = x.float() if x.dtype != torch.float32 and m.dtype != torch.float32 else x
-    delta = torch.sub(delta, m)  # fp32 by promotion: x.float() - m.float()
+    if torch.float32 in (x.dtype, m.dtype):
+        delta = torch.sub(x, m)  # fp32 by promotion: x.float() - m.float()
+    else:
+        delta = x.float().sub_(m)
     rows, dim = _rows(delta, cfg)
     scales = _scales_from_stat(_statistic(rows, dim, cfg))
     inv, step = _factors(scales, cfg, dim)
-    raw = _raw_buffer(x.numel(), cfg, x.device)
-    out = raw[: x.numel()].view(rows.shape)
-    out = out if cfg.symmetric else out.view(torch.int8)
+    codes = _code_buffer(x.numel(), x.device)
+    out = codes[: x.numel()].view(rows.shape)
     m_rows = m.view(rows.shape)
     width = rows.shape[1]
     for r0, r1, _ in _chunks(rows):
         w = rows[r0:r1]  # our own delta: everything in place
-        _levels_(w, inv if dim == 0 else inv[r0:r1], cfg, seed, r0 * width)
-        out[r0:r1].copy_(w)
-        if cfg.symmetric:
-            w.sub_(cfg.code_max / 2)
-        m_rows[r0:r1].add_(w.mul_(step if dim == 0 else step[r0:r1]))
-    packed = _pack_raw(raw, x.numel(), cfg.bits, _code_flip(cfg))
+        out[r0:r1].copy_(_codes_(w, inv if dim == 0 else inv[r0:r1], cfg, seed, r0 * width))
+        w.sub_(cfg.center).mul_(step if dim == 0 else step[r0:r1])  # deQ, fp32
+        m_rows[r0:r1].add_(w)
+    packed = _pack_codes(codes, x.numel(), cfg.bits)
     return packed, scales.reshape(scale_shape(x.shape, cfg))
 
 
