@@ -12,7 +12,9 @@ into TUN j, where host j's kernel receives it. Rate shaping stays in the kernel
 propagates: the order of a real link.
 
 Delivery on one directed link stays in order under jitter (a packet never
-leaves before the one sent ahead of it), unlike netem's default reordering.
+leaves before the one sent ahead of it), unlike netem's default reordering; so
+under sustained traffic the delay drifts from delay_ms towards delay_ms +
+jitter_ms, while sparse packets (pings) see delay_ms +- jitter_ms.
 Timing: the process runs SCHED_FIFO where allowed and sleeps in select() with a
 microsecond timeout, so packets leave within a fraction of a millisecond of due.
 Throughput: one Python process moves every packet; the ceiling measured on the
