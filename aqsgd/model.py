@@ -436,12 +436,26 @@ def _check_hf_config(hf: GPT2Config, cfg: ModelConfig, where: str) -> None:
         )
 
 
+def _read_state_file(path: str) -> dict[str, torch.Tensor]:
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        return load_file(path)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{path}: expected a state dict, got {type(state).__name__}")
+    return dict(state)
+
+
 def load_pretrained_state(
     source: str | os.PathLike | Mapping[str, torch.Tensor], cfg: ModelConfig
 ) -> dict[str, torch.Tensor]:
     """Full-model state dict in this module's names. `source`: a state dict (this
-    module's or HF naming), a directory saved by `save_pretrained`, or a model id
+    module's or HF naming), a state-dict file (.pt, .bin via torch.load with
+    weights_only; .safetensors), a directory saved by `save_pretrained`, or a model id
     already in the local Hugging Face cache. Never downloads (local_files_only)."""
+    if not isinstance(source, Mapping) and os.path.isfile(source):
+        source = _read_state_file(os.fspath(source))
     if isinstance(source, Mapping):
         state = dict(source)
         if any(k.startswith(("transformer.", "lm_head.")) for k in state):
@@ -454,8 +468,8 @@ def load_pretrained_state(
             hf_model = GPT2LMHeadModel.from_pretrained(where, local_files_only=True)
         except OSError as err:
             raise FileNotFoundError(
-                f"no local GPT-2 weights at {where!r} (directory or cached model id; "
-                f"downloads are disabled): {err}"
+                f"no local GPT-2 weights at {where!r} (state-dict file, directory or cached "
+                f"model id; downloads are disabled): {err}"
             ) from err
         _check_hf_config(hf_model.config, cfg, where)
         state = _from_hf_names(hf_model.state_dict())
