@@ -189,29 +189,37 @@ def _step_from_scale(s16, BITS: tl.constexpr, SYMMETRIC: tl.constexpr):
 
 
 @triton.jit
+def _floor_clamp(y, LO: tl.constexpr, HI: tl.constexpr):
+    """clamp(floor(y), LO, HI) as int32, for integers LO < HI.
+
+    Not tl.floor: on NVIDIA it lowers to cvt.rmi.ftz, which flushes a negative
+    subnormal y to -0 (floor 0, where torch gives -1). Clamping first keeps y in
+    [LO, HI + 1], where truncation toward zero and one correction are exact, and
+    floor commutes with clamping to integer bounds.
+    """
+    y = tl.minimum(tl.maximum(y, LO * 1.0), HI + 1.0)
+    i = y.to(tl.int32)  # truncates toward zero
+    i = i - (i.to(tl.float32) > y).to(tl.int32)
+    return tl.minimum(i, HI)
+
+
+@triton.jit
 def _quantize(v, inv, idx, seed_mix, BITS: tl.constexpr, SYMMETRIC: tl.constexpr,
               STOCHASTIC: tl.constexpr):
     """fp32 values and their inv -> unsigned codes (int32)."""
     if SYMMETRIC:
         half: tl.constexpr = ((1 << BITS) - 1) / 2
-        top: tl.constexpr = (1 << BITS) - 1
-        t = v * inv + half
-        lo = 0.0
-        hi = top * 1.0
+        t = v * inv + half  # two roundings, as torch (the launch disables FMA)
     else:
-        q: tl.constexpr = 1 << (BITS - 1)
         t = v * inv
-        lo = -q * 1.0
-        hi = (q - 1) * 1.0
     if STOCHASTIC:
-        r = tl.floor(t + _uniform(idx, seed_mix))
+        y = t + _uniform(idx, seed_mix)
     else:
-        r = tl.floor(t + 0.5)
-    r = tl.minimum(tl.maximum(r, lo), hi)
+        y = t + 0.5
     if SYMMETRIC:
-        return r.to(tl.int32)
+        return _floor_clamp(y, 0, (1 << BITS) - 1)
     else:
-        return r.to(tl.int32) + (1 << (BITS - 1))
+        return _floor_clamp(y, -(1 << (BITS - 1)), (1 << (BITS - 1)) - 1) + (1 << (BITS - 1))
 
 
 @triton.jit

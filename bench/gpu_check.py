@@ -8,8 +8,8 @@ On a CUDA machine it writes, under --out: gpu_check.log (everything printed) and
 gpu_check.json (environment, per-case results, bandwidth, benchmark status):
 1. environment: GPU, capability, driver/CUDA, torch, triton, git commit;
 2. PTX audit: every kernel variant compiled for this GPU's architecture, its PTX
-   checked for fused multiply-adds and approximate division/sqrt (each would
-   break bit-exactness with torch);
+   checked for fused multiply-adds, approximate division/sqrt and flush-to-zero
+   (each would break bit-exactness with torch), registers per thread reported;
 3. bit-exactness: Triton against torch on CUDA (and torch on CUDA against torch on
    CPU) at irregular shapes, (1, 1024, 1600) and 64M elements, bits 1..8, both
    grids, both roundings, fp32/fp16/bf16, and the fused AQ-SGD steps;
@@ -161,6 +161,7 @@ _FORBIDDEN_PTX = {
     "fused multiply-add": r"\bfma\.",
     "approximate division": r"\bdiv\.(approx|full)\.",
     "approximate sqrt": r"\bsqrt\.approx\.",
+    "flush-to-zero": r"\.ftz\b",  # e.g. tl.floor's cvt.rmi.ftz: negative subnormals -> -0
 }
 
 
