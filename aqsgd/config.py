@@ -102,6 +102,7 @@ class TrainConfig:
         _require(self.clip >= 0, "clip", ">= 0", self.clip)
         _require(0 <= self.lr_warmup_steps <= self.steps, "lr_warmup_steps",
                  f"in [0, steps={self.steps}]", self.lr_warmup_steps)  # fmt: skip
+        _require(self.seed >= 0, "seed", ">= 0", self.seed)
         _require(self.threads >= 1, "threads", ">= 1", self.threads)
         _require(self.eval_every >= 0, "eval_every", ">= 0", self.eval_every)
         _require(self.eval_batches >= 0, "eval_batches", ">= 0", self.eval_batches)
@@ -172,6 +173,12 @@ class RunConfig:
             raise ValueError(
                 f"pipeline.stages={self.pipeline.stages} exceeds model.n_layer="
                 f"{self.model.n_layer}: every stage needs at least one block"
+            )
+        if self.train.eval_batches and self.data.eval_samples < self.pipeline.micro_batch_size:
+            raise ValueError(
+                f"data.eval_samples={self.data.eval_samples} is fewer than one micro-batch "
+                f"(pipeline.micro_batch_size={self.pipeline.micro_batch_size}); "
+                "set train.eval_batches: 0 to skip evaluation"
             )
 
     def to_dict(self) -> dict:

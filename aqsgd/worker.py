@@ -271,7 +271,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.local is not None:
-        return run_local(args.config, args.local)
+        try:
+            return run_local(args.config, args.local)
+        except ConfigError as e:
+            print(f"aqsgd.worker: {e}", file=sys.stderr)
+            return 2
     where = f"rank {args.rank}"
     try:
         cfg = load_config(args.config)

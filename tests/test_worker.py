@@ -45,6 +45,8 @@ def test_preset_with_overrides():
         ({"data": {"name": "imagenet"}}, r"data: name must be one of .*'imagenet'"),
         ({"pipeline": {"stages": 3}, "model": {"preset": "tiny"}}, r"exceeds model\.n_layer=2"),
         ({"train": []}, r"train: expected a mapping, got \[\]"),
+        ({"train": {"seed": -1}}, r"train: seed must be >= 0, got -1"),
+        ({"data": {"eval_samples": 2}}, r"data\.eval_samples=2 is fewer than one micro-batch"),
     ],
 )
 def test_bad_configs_name_key_and_value(data, message):
