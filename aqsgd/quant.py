@@ -22,6 +22,7 @@ field fits one (see "Note on packing" below).
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Sequence
@@ -515,19 +516,62 @@ def _levels_of(packed: torch.Tensor, n: int, cfg: QuantConfig) -> torch.Tensor:
     return _signed_levels(_unpack_codes(packed, cfg.bits, n), cfg)[:n]
 
 
+LUT_BITS = (1, 2)  # widths whose bytes expand to 8 or 4 values through a table
+
+
+@functools.lru_cache(maxsize=32)
+def _byte_table(bits: int, symmetric: bool, device: torch.device) -> torch.Tensor:
+    """(256, 8 // bits) fp32: the values c - center of the codes in every byte value."""
+    cfg = QuantConfig(bits=bits, grid="symmetric" if symmetric else "reference")
+    shifts = torch.arange(0, 8, bits, device=device)
+    codes = (torch.arange(256, device=device).unsqueeze(1) >> shifts) & cfg.code_max
+    return codes.float() - cfg.center  # exact: small integers and halves
+
+
+def _level_floats(packed: torch.Tensor, n: int, cfg: QuantConfig) -> torch.Tensor | None:
+    """(n,) fp32 c - center straight from the bytes by a table lookup, for LUT_BITS (one
+    gather instead of several unpack passes plus a conversion); None for other widths."""
+    if cfg.bits not in LUT_BITS:
+        return None
+    table = _byte_table(cfg.bits, cfg.symmetric, packed.device)
+    return torch.index_select(table, 0, packed.int()).view(-1)[:n]
+
+
+def _value_chunks(packed: torch.Tensor, scales: torch.Tensor, rows_shape, cfg: QuantConfig,
+                  dim: int, dest: torch.Tensor | None = None):
+    """(r0, r1, fp32 values (c - center) * step of rows r0:r1 of the (R, C) view), written
+    into the fp32 (R, C) `dest` when given, else into the lookup buffer or a work chunk."""
+    _, step = _factors(scales, cfg, dim)
+    n = math.prod(rows_shape)
+    floats = _level_floats(packed, n, cfg)
+    if floats is not None:
+        floats = floats.view(rows_shape)
+        for r0, r1 in _row_ranges(floats):
+            out = floats[r0:r1] if dest is None else dest[r0:r1]
+            yield r0, r1, torch.mul(floats[r0:r1], step if dim == 0 else step[r0:r1], out=out)
+        return
+    levels = _levels_of(packed, n, cfg).view(rows_shape)
+    for r0, r1, work in _chunks(levels):
+        out = work if dest is None else dest[r0:r1]
+        yield r0, r1, _values_into(levels[r0:r1], step if dim == 0 else step[r0:r1], cfg, out)
+
+
 def torch_dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape, cfg: QuantConfig,
                             dtype: torch.dtype) -> torch.Tensor:
-    n = math.prod(shape)
+    if dtype == torch.float32 and cfg.bits in LUT_BITS:
+        # the lookup's own fp32 buffer becomes the output, scaled in place
+        floats = _level_floats(packed, math.prod(shape), cfg).view(shape)
+        rows, dim = _rows(floats, cfg)
+        _, step = _factors(scales, cfg, dim)
+        for r0, r1 in _row_ranges(rows):
+            rows[r0:r1].mul_(step if dim == 0 else step[r0:r1])
+        return floats
     out = torch.empty(shape, dtype=dtype, device=packed.device)
     rows, dim = _rows(out, cfg)
-    _, step = _factors(scales, cfg, dim)
-    levels = _levels_of(packed, n, cfg).view(rows.shape)
-    for r0, r1, work in _chunks(rows):
-        step_k = step if dim == 0 else step[r0:r1]
-        if dtype == torch.float32:  # straight into the output
-            _values_into(levels[r0:r1], step_k, cfg, rows[r0:r1])
-        else:  # fp32 arithmetic, one rounding to the output dtype
-            rows[r0:r1].copy_(_values_into(levels[r0:r1], step_k, cfg, work))
+    dest = rows if dtype == torch.float32 else None
+    for r0, r1, values in _value_chunks(packed, scales, rows.shape, cfg, dim, dest):
+        if dest is None:
+            rows[r0:r1].copy_(values)  # fp32 arithmetic, one rounding to the output dtype
     return out
 
 
@@ -578,13 +622,9 @@ def torch_aqsgd_encode(x: torch.Tensor, m: torch.Tensor, cfg: QuantConfig,
 
 def torch_aqsgd_decode(packed: torch.Tensor, scales: torch.Tensor, m: torch.Tensor,
                        cfg: QuantConfig) -> torch.Tensor:
-    levels = _levels_of(packed, m.numel(), cfg)
     rows, dim = _rows(m, cfg)
-    _, step = _factors(scales, cfg, dim)
-    levels = levels.view(rows.shape)
-    for r0, r1, work in _chunks(rows):
-        _values_into(levels[r0:r1], step if dim == 0 else step[r0:r1], cfg, work)
-        rows[r0:r1].add_(work)
+    for r0, r1, values in _value_chunks(packed, scales, rows.shape, cfg, dim):
+        rows[r0:r1].add_(values)
     return m
 
 
