@@ -16,8 +16,9 @@ import yaml
 
 from aqsgd.config import config_from_dict
 from aqsgd.data import Sampler
+from aqsgd.metrics import MetricsWriter, StepMeter
 from aqsgd.model import init_stage, lm_loss
-from aqsgd.pipeline import linear_warmup_decay
+from aqsgd.pipeline import Topology, linear_warmup_decay
 from aqsgd.worker import launch_local, load_tokens, wait_local
 
 TOL = 1e-5
@@ -152,3 +153,38 @@ def test_pipelined_equals_unpipelined(tmp_path, stages, replicas, schedule):
     if replicas > 1:
         dp = read_metrics(out, 0)[0]
         assert dp["bytes_sent"]["dp"] > 0 and dp["bytes_recv"]["dp"] > 0
+
+
+def test_topology_rank_layout():
+    topo = Topology(stages=3, replicas=2, rank=4)  # replica 1, stage 1
+    assert (topo.stage, topo.replica, topo.prev_rank, topo.next_rank) == (1, 1, 3, 5)
+    assert topo.dp_ranks(1) == [1, 4] and topo.pipe_ranks(1) == [3, 4, 5]
+    assert Topology(3, 2, 3).is_first and Topology(3, 2, 5).is_last
+    with pytest.raises(ValueError, match="rank 6 outside world of 3 stages x 2 replicas"):
+        Topology(3, 2, 6)
+
+
+def test_linear_warmup_decay():
+    f = linear_warmup_decay(warmup_steps=2, total_steps=6)
+    assert [f(s) for s in range(6)] == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
+    assert linear_warmup_decay(0, 4)(0) == 1.0
+
+
+def test_step_meter_counts_bytes_by_kind_and_peer(tmp_path):
+    meter = StepMeter(rank=0, trace=True)
+    meter.add_bytes("activation", 1, sent=100)
+    meter.add_bytes("gradient", 1, recv=40)
+    meter.add_bytes("dp", None, sent=7, recv=7)
+    with meter.span("compute", "F0"):
+        pass
+    rec = meter.record(kind="train", step=0)
+    assert rec["bytes_sent"] == {"activation": 100, "gradient": 0, "dp": 7}
+    assert rec["bytes_recv"] == {"activation": 0, "gradient": 40, "dp": 7}
+    assert rec["bytes_by_peer"] == {"1": {"sent": 100, "recv": 40}}
+    assert [e["name"] for e in meter.events] == ["F0"]
+    with pytest.raises(ValueError, match="byte kind must be one of .* got 'weights'"):
+        meter.add_bytes("weights", 1, sent=1)
+    writer = MetricsWriter(tmp_path, rank=0)
+    writer.write(rec)  # flushed at once: readable before close
+    assert read_metrics(tmp_path, 0) == [json.loads(json.dumps(rec))]
+    writer.close()
