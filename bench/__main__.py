@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stages", type=int, default=defaults.stages)
     run.add_argument("--replicas", type=int, default=defaults.replicas)
     run.add_argument("--seed", type=int, default=defaults.seed)
+    run.add_argument("--init-from", default=defaults.init_from,
+                     help="starting weights: 'pretrained' (cached checkpoint, built once; "
+                          "default), 'none' (random init) or a state-dict path")
     run.add_argument("--reference", default="loopback", metavar="SCENARIO",
                      help="also run fp32 on this (unshaped) scenario as the speed-up "
                           "reference; 'none' to skip (default loopback)")
@@ -108,7 +111,8 @@ def _cmd_run(args) -> int:
     workload = dataclasses.replace(
         Workload(), steps=args.steps, warmup_epochs=args.warmup_epochs,
         train_samples=args.train_samples, preset=args.preset, stages=args.stages,
-        replicas=args.replicas, seed=args.seed)
+        replicas=args.replicas, seed=args.seed,
+        init_from=None if args.init_from in ("none", "") else args.init_from)
     name = Path(args.scenario).stem
     reference = None if args.reference in ("none", "", name) else args.reference
     spec = SweepSpec(name=name, scenarios=(args.scenario,), modes=modes, workload=workload,

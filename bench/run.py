@@ -53,6 +53,7 @@ __all__ = [
     "resolve_scenario",
     "scenario_record",
     "choose_launcher",
+    "prepare_checkpoints",
     "build_run_config",
     "cell_identity",
     "collect_metrics",
@@ -196,7 +197,7 @@ def build_run_config(cell: CellSpec, output_dir: Path) -> dict:
         "backward": backward,
         "grad": grad,
         "train": {"steps": w.total_steps, "lr": w.lr, "seed": w.seed, "threads": w.threads,
-                  "eval_every": 0, "eval_batches": w.eval_batches},
+                  "eval_every": 0, "eval_batches": w.eval_batches, "init_from": w.init_from},
         # every evaluation micro-batch needs a full window of held-out samples
         "data": {"max_samples": w.train_samples,
                  "eval_samples": max(w.eval_samples, w.eval_batches * w.micro_batch_size)},
@@ -222,6 +223,23 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def prepare_checkpoints(cells: list[CellSpec], echo: Callable[[str], None]) -> None:
+    """Build (or find cached) the starting checkpoint of every preset the cells
+    fine-tune from, once, before any worker starts: a worker building it
+    itself would hold up its peers past their rendezvous timeout."""
+    presets = sorted({c.workload.preset for c in cells if c.workload.init_from == "pretrained"})
+    for preset in presets:
+        echo(f"starting checkpoint for preset {preset} (built once, then cached in .cache/)")
+        done = subprocess.run([sys.executable, "-m", "aqsgd.pretrain", "--preset", preset],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
+            raise RuntimeError(f"building the starting checkpoint of preset {preset} "
+                               f"failed (exit {done.returncode}):\n{tail}")
+        lines = [line for line in done.stdout.splitlines() if "starting checkpoint" in line]
+        echo(lines[-1] if lines else f"starting checkpoint for preset {preset} ready")
 
 
 # ------------------------------------------------------------ running a cell
@@ -435,6 +453,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
                 for c in cells if c not in todo]
     for o in outcomes:
         echo(f"skip {o.name} (finished earlier)")
+    prepare_checkpoints(todo, echo)
     prov = provenance(REPO_ROOT)
     with _Progress(len(todo), quiet) as bar:
         for scenario, group_iter in itertools.groupby(todo, key=lambda c: c.scenario):

@@ -149,6 +149,10 @@ class Workload:
     eval_batches: int = 1  # micro-batches per replica in the final evaluation; 0 = none
     eval_samples: int = 8  # windows held out for evaluation
     dist_timeout_s: float = 60.0  # worker's init_process_group and p2p wait
+    # starting weights (RunConfig train.init_from): "pretrained" = the cached
+    # checkpoint of aqsgd.pretrain (the paper fine-tunes a pre-trained model;
+    # AQ-SGD relies on slowly changing activations); None = random init.
+    init_from: str | None = "pretrained"
     gc_replicas: int = 2  # replicas for aqsgd+gc when `replicas` is 1
     timeout_s: float = 300.0  # per cell, start to last exit
     # RunConfig values set last, by dotted key path, e.g. {"forward.granularity": "token"}

@@ -154,7 +154,8 @@ def test_wait_all_ok_is_none():
 # -------------------------------------------------- sweeps: resume, failures
 def _spec(modes=("fp32", "aqsgd:2/4", "directq:4/8"), **workload) -> SweepSpec:
     return SweepSpec("t", ("100mbps",), tuple(parse_mode(m) for m in modes),
-                     Workload(steps=3, train_samples=64, timeout_s=60, **workload))
+                     Workload(steps=3, train_samples=64, timeout_s=60, init_from=None,
+                              **workload))
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ from bench.run import run_sweep
 from bench.sweep import SweepSpec, Workload, parse_mode
 
 # 2 stages of the tiny preset; one warm-up step (64 samples), then 2 measured steps.
-SMOKE = Workload(steps=2, train_samples=64, timeout_s=150, dist_timeout_s=60)
+# Random init: a fresh clone has no cached starting checkpoint (minutes to build).
+SMOKE = Workload(steps=2, train_samples=64, timeout_s=150, dist_timeout_s=60, init_from=None)
 
 
 def _smoke(tmp_path, launcher: str, workload: Workload = SMOKE, scenario="100mbps"):
@@ -73,6 +74,7 @@ def test_real_worker_smoke_cell_netns(tmp_path):
 @pytest.mark.timeout(200)
 def test_real_worker_failure_marks_the_cell_failed_with_the_log_tail(tmp_path):
     failing = Workload(steps=2, train_samples=64, timeout_s=150, dist_timeout_s=20,
+                       init_from=None,
                        overrides={"train.fail_at_step": 1, "train.fail_rank": 1})
     out, outcomes = _smoke(tmp_path, "local", failing)
     assert [o.status for o in outcomes] == ["failed"]
