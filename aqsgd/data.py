@@ -49,6 +49,8 @@ __all__ = [
     "pydoc_documents",
     "read_documents",
     "resolve_text_source",
+    "split_windows",
+    "token_windows",
     "Sampler",
     "batch_ids",
 ]
@@ -187,30 +189,50 @@ def resolve_text_source(spec: str | Path, hf_cache_dir: str | Path | None = None
 # ---------------------------------------------------------------- windows
 
 
-def _windows(docs: Sequence[str], tokenizer: Tokenizer, seq_len: int) -> torch.Tensor:
+def _stream(docs: Sequence[str], tokenizer: Tokenizer) -> torch.Tensor:
     stream: list[int] = []
     for ids in tokenizer.encode_batch(docs):
         stream.extend(ids)
         stream.append(tokenizer.eos_id)
-    n = len(stream) // seq_len
-    return torch.tensor(stream[: n * seq_len], dtype=torch.long).view(n, seq_len)  # (N, L)
+    return torch.tensor(stream, dtype=torch.long)  # (T,)
 
 
-def _interleaved(tokens: torch.Tensor, split: str) -> torch.Tensor:
+@functools.lru_cache(maxsize=4)
+def _builtin_stream(name: str, tokenizer: Tokenizer) -> torch.Tensor:
+    # Train and eval splits (and repeated builds in one process) tokenize once.
+    docs = pydoc_documents() if name == "pydoc" else stdlib_sources(STDLIB_CHARS)
+    return _stream(docs, tokenizer)
+
+
+def _cut(stream: torch.Tensor, seq_len: int) -> torch.Tensor:
+    n = stream.shape[0] // seq_len
+    return stream[: n * seq_len].view(n, seq_len)  # (N, L)
+
+
+def token_windows(docs: Sequence[str], tokenizer: Tokenizer, seq_len: int) -> torch.Tensor:
+    """(N, seq_len) int64: the documents, each followed by EOS, cut into windows."""
+    return _cut(_stream(docs, tokenizer), seq_len)
+
+
+def split_windows(tokens: torch.Tensor, split: str) -> torch.Tensor:
+    """The `split` rows of windows that have no split files: every EVAL_STRIDE-th
+    window is `eval`, the rest `train`."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     held_out = torch.arange(tokens.shape[0]) % EVAL_STRIDE == EVAL_STRIDE - 1
     return tokens[held_out if split == "eval" else ~held_out]
 
 
 def _split_tokens(name, split, seq_len, tokenizer, path, text_field) -> torch.Tensor:
-    if name == "pydoc":
-        return _interleaved(_windows(pydoc_documents(), tokenizer, seq_len), split)
-    if name == "stdlib":
-        return _interleaved(_windows(stdlib_sources(STDLIB_CHARS), tokenizer, seq_len), split)
+    if name in ("pydoc", "stdlib"):
+        return split_windows(_cut(_builtin_stream(name, tokenizer), seq_len), split)
     if path is None:
         raise ValueError(f"data set {name!r} needs a path (local file, directory or HF id)")
     source = resolve_text_source(path)
     if source.is_file():
-        return _interleaved(_windows(read_documents(source, text_field), tokenizer, seq_len), split)
+        return split_windows(
+            token_windows(read_documents(source, text_field), tokenizer, seq_len), split
+        )
     files = _split_files(source, split)
     if not files:
         if _split_files(source, "train"):
@@ -219,9 +241,9 @@ def _split_tokens(name, split, seq_len, tokenizer, path, text_field) -> torch.Te
         if not files:
             raise FileNotFoundError(f"{source}: no text, JSON or JSON-lines files")
         docs = [doc for f in files for doc in read_documents(f, text_field)]
-        return _interleaved(_windows(docs, tokenizer, seq_len), split)
+        return split_windows(token_windows(docs, tokenizer, seq_len), split)
     docs = [doc for f in files for doc in read_documents(f, text_field)]
-    return _windows(docs, tokenizer, seq_len)
+    return token_windows(docs, tokenizer, seq_len)
 
 
 def build_dataset(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -29,10 +30,10 @@ from pathlib import Path
 
 import torch
 
-from aqsgd.data import build_dataset
+from aqsgd.data import STDLIB_CHARS, build_dataset, split_windows, token_windows
 from aqsgd.filecache import atomic_write, build_once, default_cache_dir
 from aqsgd.model import PRESETS, ModelConfig, build_full_model, lm_loss, load_pretrained_state
-from aqsgd.tokenizer import Tokenizer, tokenizer_for
+from aqsgd.tokenizer import Tokenizer, stdlib_sources, tokenizer_for
 
 __all__ = [
     "MAX_PRETRAIN_PARAMS",
@@ -66,12 +67,13 @@ class PretrainConfig:
     clip: float = 1.0
     seed: int = 0
     eval_batches: int = 4  # batches of held-out windows for the logged losses
+    corpus_chars: int = STDLIB_CHARS  # stdlib source characters to train on
     # torch threads while training. One: with more threads than free cores, OpenMP's
     # spinning makes a step ten times slower (measured on the loaded 2-core CI box).
     threads: int | None = 1
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size"):
+        for name in ("steps", "batch_size", "corpus_chars"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"PretrainConfig.{name} must be a positive int, got {value!r}")
@@ -132,10 +134,12 @@ def pretrain(
     """Train `cfg` from a random init on stdlib windows; returns (state dict, stats)."""
     p = pretrain_cfg
     start, start_cpu = time.perf_counter(), time.process_time()
-    common = dict(seq_len=cfg.seq_len, tokenizer=tokenizer)
-    train = build_dataset("stdlib", split="train", **common).tokens  # (N, L)
-    held_out = build_dataset("stdlib", split="eval", **common).tokens
-    task_eval = build_dataset("pydoc", split="eval", **common).tokens  # the fine-tuning task
+    windows = token_windows(stdlib_sources(p.corpus_chars), tokenizer, cfg.seq_len)
+    train, held_out = split_windows(windows, "train"), split_windows(windows, "eval")  # (N, L)
+    task_eval = windows[:0]  # the fine-tuning task's held-out windows, if evaluated
+    if p.eval_batches:
+        task = build_dataset("pydoc", seq_len=cfg.seq_len, tokenizer=tokenizer, split="eval")
+        task_eval = task.tokens[: p.eval_batches * p.batch_size]
     model = build_full_model(cfg, seed=p.seed).train()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=p.lr, betas=(0.9, 0.95), weight_decay=p.weight_decay
@@ -254,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     defaults = PretrainConfig()
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--corpus-chars", type=int, default=defaults.corpus_chars)
     parser.add_argument(
         "--threads", type=int, default=defaults.threads, help="torch threads while training"
     )
@@ -261,10 +266,13 @@ def main(argv: list[str] | None = None) -> None:
     cfg = PRESETS[args.preset]
     pcfg = dataclasses.replace(
         defaults, steps=args.steps, batch_size=args.batch_size, threads=args.threads,
+        corpus_chars=args.corpus_chars,
         warmup_steps=min(defaults.warmup_steps, args.steps),
     )  # fmt: skip
     start = time.perf_counter()
-    path, built = starting_checkpoint_path(cfg, args.cache_dir, pretrain_cfg=pcfg, log=print)
+    log = functools.partial(print, flush=True)
+    print(f"pre-training preset {args.preset!r} unless cached under {args.cache_dir}", flush=True)
+    path, built = starting_checkpoint_path(cfg, args.cache_dir, pretrain_cfg=pcfg, log=log)
     verb = "built" if built else "reusing"
     took_s = time.perf_counter() - start
     print(f"{verb} starting checkpoint for preset {args.preset!r}: {path} ({took_s:.1f} s)")
