@@ -495,20 +495,45 @@ def unpack(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
 # ---------------------------------------------------------------------------
 
 
-def _code_buffer(n: int, device) -> torch.Tensor:
-    """uint8 codes of n elements, padded to whole octets with zero codes."""
-    buf = torch.empty(_padded_bytes(n), dtype=torch.uint8, device=device)
-    buf[n:] = 0
-    return buf
+def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg: QuantConfig,
+                        seed: int, m_rows: torch.Tensor | None = None) -> torch.Tensor:
+    """The packed stream of the (R, C) view `rows`, chunk by chunk: each chunk's codes are
+    packed while still in cache, into their own bytes of the stream (chunks hold whole
+    octets of codes). With `m_rows`, `rows` is an owned fp32 delta, worked on in place,
+    and m_rows += deQ(codes) chunk by chunk (the AQ-SGD sender)."""
+    n, width = rows.numel(), rows.shape[1]
+    inv, step = _factors(scales, cfg, dim)
+    packed = torch.empty(packed_nbytes(n, cfg.bits), dtype=torch.uint8, device=rows.device)
+    per = _rows_per_chunk(rows)
+    codes = torch.empty(_padded_bytes(min(per, rows.shape[0]) * width), dtype=torch.uint8,
+                        device=rows.device)
+    work = None if m_rows is not None else torch.empty(
+        (min(per, rows.shape[0]), width), device=rows.device)
+    for r0, r1 in _row_ranges(rows):
+        count, start = (r1 - r0) * width, r0 * width  # start % 8 == 0 (_rows_per_chunk)
+        inv_k, step_k = (inv, step) if dim == 0 else (inv[r0:r1], step[r0:r1])
+        if m_rows is None:
+            w = torch.mul(rows[r0:r1], inv_k, out=work[: r1 - r0])  # fp32 v * inv
+            _codes_(w, None, cfg, seed, start)
+        else:
+            w = _codes_(rows[r0:r1], inv_k, cfg, seed, start)
+        chunk = codes[: _padded_bytes(count)]
+        chunk[:count].view(r1 - r0, width).copy_(w)
+        chunk[count:] = 0
+        if m_rows is not None:
+            m_rows[r0:r1].add_(w.sub_(cfg.center).mul_(step_k))  # deQ in fp32, then m + deQ
+        stream = _pack_codes(chunk, count, cfg.bits)
+        first = start * cfg.bits // 8
+        packed[first: first + stream.numel()] = stream
+    return packed
 
 
 def torch_quantize_packed(x: torch.Tensor, cfg: QuantConfig,
                           seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     rows, dim = _rows(x, cfg)
     scales = _scales_from_stat(_statistic(rows, dim, cfg))
-    codes = _code_buffer(x.numel(), x.device)
-    _quantize_into(x, scales, cfg, seed, codes)
-    return _pack_codes(codes, x.numel(), cfg.bits), scales.reshape(scale_shape(x.shape, cfg))
+    packed = _quantize_pack_rows(rows, scales, dim, cfg, seed)
+    return packed, scales.reshape(scale_shape(x.shape, cfg))
 
 
 def _levels_of(packed: torch.Tensor, n: int, cfg: QuantConfig) -> torch.Tensor:
@@ -576,11 +601,13 @@ def torch_dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape, c
 
 
 def _rows_per_chunk(rows: torch.Tensor) -> int:
-    """Rows per chunk: about CHUNK_ELEMENTS on CPU; everything at once on a GPU, where
-    chunks would only add kernel launches."""
+    """Rows per chunk: about CHUNK_ELEMENTS elements, a multiple of 8, on CPU; everything
+    at once on a GPU, where chunks would only add kernel launches."""
     if rows.device.type != "cpu":
         return max(1, rows.shape[0])
-    return max(1, CHUNK_ELEMENTS // max(1, rows.shape[1]))
+    align = 8 // math.gcd(rows.shape[1], 8)  # chunks of whole octets of elements
+    per = max(1, CHUNK_ELEMENTS // max(1, rows.shape[1]))
+    return max(align, per - per % align)
 
 
 def _row_ranges(rows: torch.Tensor):
@@ -606,17 +633,7 @@ def torch_aqsgd_encode(x: torch.Tensor, m: torch.Tensor, cfg: QuantConfig,
         delta = x.float().sub_(m)
     rows, dim = _rows(delta, cfg)
     scales = _scales_from_stat(_statistic(rows, dim, cfg))
-    inv, step = _factors(scales, cfg, dim)
-    codes = _code_buffer(x.numel(), x.device)
-    out = codes[: x.numel()].view(rows.shape)
-    m_rows = m.view(rows.shape)
-    width = rows.shape[1]
-    for r0, r1, _ in _chunks(rows):
-        w = rows[r0:r1]  # our own delta: everything in place
-        out[r0:r1].copy_(_codes_(w, inv if dim == 0 else inv[r0:r1], cfg, seed, r0 * width))
-        w.sub_(cfg.center).mul_(step if dim == 0 else step[r0:r1])  # deQ, fp32
-        m_rows[r0:r1].add_(w)
-    packed = _pack_codes(codes, x.numel(), cfg.bits)
+    packed = _quantize_pack_rows(rows, scales, dim, cfg, seed, m.view(rows.shape))
     return packed, scales.reshape(scale_shape(x.shape, cfg))
 
 

@@ -164,6 +164,32 @@ def test_codes_bit_exact_paper_like_shape(fields):
     check_against_oracle(sample(PAPERISH, torch.bfloat16, seed=5), cfg)
 
 
+@pytest.mark.parametrize("fields", [
+    dict(bits=3), dict(bits=5, granularity="token", rounding="stochastic"),
+    dict(bits=2, granularity="group", grid="symmetric"), dict(bits=7, scale_method="l2"),
+], ids=str)
+def test_small_chunks_give_the_same_bytes(monkeypatch, fields):
+    """The CPU path works in chunks of rows packed separately; with tiny chunks (37 rows
+    of 37 or 50 elements, aligned to whole octets) every boundary case is exercised."""
+    cfg = QuantConfig(group_size=GROUPS[SMALL], **fields)
+    x = sample((2, 37, 37), seed=12) if cfg.granularity != "group" else sample(SMALL, seed=12)
+    m0 = sample(x.shape, seed=13)
+    gen = (lambda: torch.Generator().manual_seed(5)) if cfg.stochastic else (lambda: None)
+    whole = quant.quantize_packed(x, cfg, generator=gen())
+    m_whole = m0.clone()
+    enc_whole = quant.aqsgd_encode(x, m_whole, cfg, generator=gen())
+    monkeypatch.setattr(quant, "CHUNK_ELEMENTS", 100)
+    check_against_oracle(x, cfg, gen_seed=5)
+    chunked = quant.quantize_packed(x, cfg, generator=gen())
+    m_chunked = m0.clone()
+    enc_chunked = quant.aqsgd_encode(x, m_chunked, cfg, generator=gen())
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(enc_whole[0], enc_chunked[0])
+    assert torch.equal(m_whole, m_chunked)
+    r = m0.clone()
+    quant.aqsgd_decode(*enc_chunked, r, cfg)
+    assert torch.equal(r, m_chunked)
+
+
 def test_extreme_values_scale_saturates_and_tiny_scales():
     x = sample(SMALL, seed=9)
     x[0, 0, 3] = 1e6  # max-abs above fp16 range: scale saturates at 65504, codes clip
