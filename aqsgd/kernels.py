@@ -506,14 +506,19 @@ def _decode_flat_kernel(
 # ---------------------------------------------------------------------------
 
 
+def _interpreted() -> bool:
+    """Were the kernels built by the Triton interpreter (TRITON_INTERPRET=1 at import)?"""
+    return not isinstance(_encode_rows_kernel, triton.runtime.JITFunction)
+
+
 def _tiles_for(t: torch.Tensor) -> _Tiles:
+    if _interpreted():
+        return _TILES["interpreter"]
     if t.device.type == "cuda":
         return _TILES["cuda"]
-    if triton.knobs.runtime.interpret:
-        return _TILES["interpreter"]
     raise RuntimeError(
-        f"aqsgd.kernels: tensors on device {t.device} need TRITON_INTERPRET=1 set before "
-        "aqsgd.kernels is imported (Triton compiles only for CUDA here)"
+        f"aqsgd.kernels: tensors on device {t.device} need the Triton interpreter "
+        "(TRITON_INTERPRET=1 set before aqsgd.kernels is imported); Triton compiles for CUDA"
     )
 
 

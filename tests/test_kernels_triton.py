@@ -2,12 +2,16 @@
 
 Run: .venv/bin/python -m pytest tests/test_kernels_triton.py -q
 
-TRITON_INTERPRET=1 is set here, before aqsgd.kernels (and so triton.jit) is first
-imported: the kernels then run on CPU tensors. Two references: a small oracle in
-this file written from the contract in docs/ARCHITECTURE.md (plain torch, unpacked
-codes, numpy bit packing), and `aqsgd.quant` with backend="torch". The kernels
-must match both to the bit, except l2 scales, which may differ by one fp16 ulp
-(the fp32 sum order differs), as documented.
+The kernels run on CPU tensors through the Triton interpreter. Interpreted or
+compiled is a per-process choice that Triton makes when it is imported (its own
+library is @jit code, some of it imported lazily at the first launch), so this
+module sets TRITON_INTERPRET=1 before anything imports triton, and it stays set
+for the pytest process (and the processes it starts). GPU checks of the compiled
+kernels run in their own process: bench/gpu_check.py. Two references: a small
+oracle in this file written from the contract in docs/ARCHITECTURE.md (plain
+torch, unpacked codes, numpy bit packing), and `aqsgd.quant` with
+backend="torch". The kernels must match both to the bit, except l2 scales, which
+may differ by one fp16 ulp (the fp32 sum order differs), as documented.
 """
 
 import os
@@ -35,6 +39,11 @@ else:
 
 from aqsgd import kernels, quant  # noqa: E402
 from bench import gpu_check  # noqa: E402
+
+if not kernels._interpreted():
+    raise RuntimeError("aqsgd.kernels was built compiled (triton imported before this module "
+                       "set TRITON_INTERPRET=1): run tests/test_kernels_triton.py in its own "
+                       "pytest process, or set TRITON_INTERPRET=1")  # fmt: skip
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -367,7 +376,7 @@ def test_gpu_check_cases_match_torch_backend(case):
 @pytest.mark.timeout(240)
 def test_gpu_check_cpu_dry_run(tmp_path):
     # Every stage of the GPU script except the PTX audit, on CPU through the interpreter.
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env = {**os.environ, "TRITON_INTERPRET": "1"}  # a fresh process: set before its import
     proc = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--cpu-dry-run",
                            "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=230, cwd=REPO, env=env)
