@@ -50,6 +50,7 @@ __all__ = [
     "load_pretrained_state",
     "lm_loss",
     "measure_stages",
+    "comm_to_compute_ratio",
     "main",
 ]
 
@@ -488,30 +489,32 @@ class StageTiming:
 
     stage: int
     layers: range
-    compute_ms: float  # forward + backward, median
-    compute_spread_ms: float  # interquartile range
+    compute_ms: float  # forward + backward wall time, median
+    compute_spread_ms: float  # interquartile range of the wall time
+    compute_cpu_ms: float  # this process's CPU time, median (robust to a loaded host)
     boundary_bytes: int  # fp32 activation bytes sent forward (gradient back is the same)
     comm_ms: float  # (activation + gradient) at the link rate; 0 for the last stage
 
 
 def _time_stage(
     module: GPT2Stage, cfg: ModelConfig, micro_batch_size: int, repeats: int
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
     b, seq, d = micro_batch_size, cfg.seq_len, cfg.n_embd
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, cfg.vocab_size, (b, seq), generator=gen)
-    times = []
+    wall, cpu = [], []
     for _ in range(repeats + 1):  # first call warms allocators and kernels
         x = ids if module.first else torch.randn(b, seq, d, generator=gen).requires_grad_()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         out = module(x)
         if module.last:
             lm_loss(out, ids).backward()
         else:
             out.backward(torch.ones_like(out))
-        times.append(time.perf_counter() - start)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
         module.zero_grad(set_to_none=True)
-    return times[1:]
+    return wall[1:], cpu[1:]
 
 
 def measure_stages(
@@ -524,49 +527,54 @@ def measure_stages(
 ) -> list[StageTiming]:
     """Forward+backward time of each stage (training mode, dropout on) on `threads`
     threads, and the fp32 traffic time of the boundary after it at `link_rate_mbit`."""
+    if repeats < 2:
+        raise ValueError(f"repeats must be >= 2 (for a spread), got {repeats!r}")
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         rows = []
         for s in range(num_stages):
             module = init_stage(cfg, s, num_stages, seed=0).train()
-            times = _time_stage(module, cfg, micro_batch_size, repeats)
-            q = statistics.quantiles(times, n=4)
-            nbytes = micro_batch_size * cfg.seq_len * cfg.n_embd * 4
+            wall, cpu = _time_stage(module, cfg, micro_batch_size, repeats)
+            q = statistics.quantiles(wall, n=4)
             last = s == num_stages - 1
-            comm_ms = 0.0 if last else 2 * nbytes * 8 / (link_rate_mbit * 1e6) * 1e3
+            nbytes = 0 if last else micro_batch_size * cfg.seq_len * cfg.n_embd * 4
+            comm_ms = 2 * nbytes * 8 / (link_rate_mbit * 1e6) * 1e3
             rows.append(
-                StageTiming(
-                    s,
-                    module.layers,
-                    statistics.median(times) * 1e3,
-                    (q[2] - q[0]) * 1e3,
-                    0 if last else nbytes,
-                    comm_ms,
-                )
-            )
+                StageTiming(s, module.layers, statistics.median(wall) * 1e3, (q[2] - q[0]) * 1e3,
+                            statistics.median(cpu) * 1e3, nbytes, comm_ms)
+            )  # fmt: skip
         return rows
     finally:
         torch.set_num_threads(previous)
 
 
+def comm_to_compute_ratio(rows: list[StageTiming], cpu: bool = False) -> float:
+    """Slowest boundary's fp32 traffic time over the slowest stage's compute time:
+    the paper's regime needs this well above 1 (compression then pays)."""
+    compute = max(r.compute_cpu_ms if cpu else r.compute_ms for r in rows)
+    return max(r.comm_ms for r in rows) / compute
+
+
 def _format_table(cfg_name: str, rows: list[StageTiming], args: argparse.Namespace) -> str:
     lines = [
         f"preset={cfg_name} stages={args.stages} micro_batch={args.micro_batch_size} "
+        f"seq_len={PRESETS[cfg_name].seq_len if args.seq_len is None else args.seq_len} "
         f"threads={args.threads} link={args.link_rate_mbit} Mbit/s",
-        f"{'stage':>5} {'layers':>8} {'fwd+bwd ms':>11} {'iqr ms':>7} "
-        f"{'boundary B':>11} {'fwd+bwd comm ms':>16}",
+        f"{'stage':>5} {'layers':>6} {'fwd+bwd ms':>10} {'iqr ms':>6} {'cpu ms':>6} "
+        f"{'boundary B':>10} {'comm fwd+bwd ms':>15}",
     ]
     for r in rows:
         layers = f"{r.layers.start}-{r.layers.stop - 1}"
         lines.append(
-            f"{r.stage:>5} {layers:>8} {r.compute_ms:>11.1f} {r.compute_spread_ms:>7.1f} "
-            f"{r.boundary_bytes:>11} {r.comm_ms:>16.1f}"
+            f"{r.stage:>5} {layers:>6} {r.compute_ms:>10.1f} {r.compute_spread_ms:>6.1f} "
+            f"{r.compute_cpu_ms:>6.1f} {r.boundary_bytes:>10} {r.comm_ms:>15.1f}"
         )
-    slowest = max(r.compute_ms for r in rows)
-    comm = max(r.comm_ms for r in rows)
-    if comm > 0:
-        lines.append(f"comm / slowest compute = {comm:.1f} / {slowest:.1f} = {comm / slowest:.2f}")
+    if len(rows) > 1:
+        lines.append(
+            f"comm / slowest compute: {comm_to_compute_ratio(rows):.2f} (wall), "
+            f"{comm_to_compute_ratio(rows, cpu=True):.2f} (cpu)"
+        )
     return "\n".join(lines)
 
 

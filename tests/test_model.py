@@ -11,6 +11,7 @@ from aqsgd.model import (
     ModelConfig,
     build_full_model,
     build_stage,
+    comm_to_compute_ratio,
     init_stage,
     layer_split,
     lm_loss,
@@ -213,4 +214,5 @@ def test_measure_reports_every_stage(capsys):
     assert all(r.compute_ms > 0 for r in rows)
     main(["--measure", "tiny", "--micro-batch-size", "2", "--repeats", "2"])
     assert "comm / slowest compute" in capsys.readouterr().out
+    assert comm_to_compute_ratio(rows) == rows[0].comm_ms / max(r.compute_ms for r in rows)
     assert TINY_PIPELINE.num_stages == 2
