@@ -368,7 +368,10 @@ def build_stage(
 ) -> GPT2Stage:
     """Cut stage `stage` of `num_stages` out of a full model (or its state dict).
     The stage holds copies of the source's tensors, so it trains independently."""
-    state = source.state_dict() if isinstance(source, nn.Module) else source
+    if isinstance(source, nn.Module):
+        state = source.state_dict()
+    else:
+        state = load_pretrained_state(source, cfg)  # also accepts HF names
     module = _empty_stage(cfg, stage, num_stages)
     _load_subset(module, state)
     return module

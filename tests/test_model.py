@@ -186,6 +186,12 @@ def test_pretrained_from_local_directory_matches_hf(tmp_path):
     stages = [init_stage(cfg, s, 2, pretrained=where).eval() for s in range(2)]
     with torch.no_grad():
         torch.testing.assert_close(_compose(stages, ids), got, rtol=0, atol=1e-6)
+    # An HF-named state dict cuts into the same stage.
+    last = build_stage(hf.state_dict(), cfg, 1, 2)
+    for (name, a), b in zip(
+        stages[1].state_dict().items(), last.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
 
 
 @pytest.mark.timeout(30)
