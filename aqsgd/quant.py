@@ -519,7 +519,8 @@ def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg:
             w = _codes_(rows[r0:r1], inv_k, cfg, seed, start)
         chunk = codes[: _padded_bytes(count)]
         chunk[:count].view(r1 - r0, width).copy_(w)
-        chunk[count:] = 0
+        if count % 8:  # only the last chunk has padding codes
+            chunk[count:] = 0
         if m_rows is not None:
             m_rows[r0:r1].add_(w.sub_(cfg.center).mul_(step_k))  # deQ in fp32, then m + deQ
         stream = _pack_codes(chunk, count, cfg.bits)
