@@ -462,3 +462,29 @@ def test_import_and_run_without_triton():
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "OK"
+
+
+def test_dispatch_passes_one_seed_to_the_triton_side(monkeypatch):
+    """Dispatch logic only (a stand-in records the calls; the real kernels are tested in
+    tests/test_kernels_triton.py): backend="triton" goes to aqsgd.kernels with the seed
+    drawn once from the generator, "auto" on CPU and "torch" never do."""
+    calls = []
+    fake = type(sys)("aqsgd.kernels")
+    fake.quantize_packed = lambda x, cfg, seed: calls.append(("q", seed)) or ("p", "s")
+    fake.aqsgd_encode = lambda x, m, cfg, seed: calls.append(("e", seed)) or ("p", "s")
+    fake.dequantize_packed = lambda p, s, shape, cfg, dtype: calls.append(("d", dtype)) or "v"
+    fake.aqsgd_decode = lambda p, s, m, cfg: calls.append(("D", None)) or m
+    monkeypatch.setitem(sys.modules, "aqsgd.kernels", fake)
+    import aqsgd
+
+    monkeypatch.setattr(aqsgd, "kernels", fake, raising=False)
+    x, cfg = sample(SMALL), QuantConfig(rounding="stochastic")
+    want = seed_of(9)
+    assert quant.quantize_packed(x, cfg, torch.Generator().manual_seed(9), "triton") == ("p", "s")
+    quant.aqsgd_encode(x, torch.zeros(SMALL), cfg, torch.Generator().manual_seed(9), "triton")
+    quant.quantize_packed(x, QuantConfig(), backend="triton")
+    packed, scales = quant.quantize_packed(x, cfg, torch.Generator().manual_seed(9), "auto")
+    quant.quantize_packed(x, cfg, torch.Generator().manual_seed(9), "torch")
+    quant.dequantize_packed(packed, scales, SMALL, cfg, torch.float16, backend="triton")
+    quant.aqsgd_decode(packed, scales, torch.zeros(SMALL), cfg, backend="triton")
+    assert calls == [("q", want), ("e", want), ("q", 0), ("d", torch.float16), ("D", None)]
