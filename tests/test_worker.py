@@ -100,3 +100,18 @@ def test_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
     # step 0; every process had ended by `finished`).
     mtime = (tmp_path / "out" / "metrics" / "rank1.jsonl").stat().st_mtime
     assert finished - mtime < timeout_s, finished - mtime
+
+
+def test_rendezvous_from_torchrun_environment(monkeypatch):
+    from aqsgd.worker import _parse
+
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("MASTER_ADDR", "198.18.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29555")
+    args = _parse(["--config", "run.yaml", "--rank", "1"])  # flags win over the environment
+    assert (args.rank, args.world_size, args.master_addr, args.master_port) == (
+        1, 4, "198.18.0.1", 29555)  # fmt: skip
+    monkeypatch.delenv("MASTER_PORT")
+    with pytest.raises(SystemExit):
+        _parse(["--config", "run.yaml"])
