@@ -8,10 +8,12 @@ IEEE division per scale (`tl.math.div_rn`, never the approximate `/`), codes
 `floor(t + 0.5)` or `floor(t + u)` with u from the lowbias32 hash of the flat
 index, and a dense little-endian bit stream. Kernels are launched with
 `enable_fp_fusion=False`: a fused multiply-add would round `v * inv + 0.5` once
-instead of twice and break bit-exactness with torch. Two conversions are written
-out by hand because the interpreter gets them wrong (it truncates fp32 -> bf16):
-bf16 loads are a 16-bit shift, bf16 stores round to nearest even on the bits,
-as torch does; the same code runs on the GPU.
+instead of twice and break bit-exactness with torch. floor is not tl.floor (on
+NVIDIA a flush-to-zero instruction; see `_floor_clamp`). bf16 conversions are
+written out by hand because the interpreter truncates fp32 -> bf16: loads are a
+16-bit shift, stores round to nearest even on the bits, as torch does; the same
+code runs on the GPU. `python -m bench.gpu_check --ptx-audit` compiles every
+kernel variant for sm_90 on a CPU-only host and checks the PTX for all of this.
 
 Design
 ------
