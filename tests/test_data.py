@@ -211,12 +211,16 @@ print(json.dumps([s.step_ids(t, r).tolist() for t in (0, 1, 83, 84, 500) for r i
 @pytest.mark.timeout(60)
 def test_sampler_identical_across_processes():
     """Two "ranks" in separate interpreters (different hash seeds) derive equal ids."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _RANK_SCRIPT], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        for hash_seed in ("1", "2")
+    ]  # fmt: skip
     outputs = []
-    for hash_seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        done = subprocess.run([sys.executable, "-c", _RANK_SCRIPT], env=env, check=True,
-                              capture_output=True, text=True, timeout=50)  # fmt: skip
-        outputs.append(json.loads(done.stdout))
+    for proc in procs:
+        out, _ = proc.communicate(timeout=50)
+        assert proc.returncode == 0
+        outputs.append(json.loads(out))
     assert outputs[0] == outputs[1]
     local = Sampler(num_samples=1000, micro_batch_size=4, num_micro_batches=3, seed=11,
                     num_replicas=2)  # fmt: skip
