@@ -304,12 +304,11 @@ def _uniform(seed: int, start: int, count: int, device) -> torch.Tensor:
     return h.bitwise_right_shift_(8).float().mul_(2.0**-24)
 
 
-def _codes_(work: torch.Tensor, inv: torch.Tensor | None, cfg: QuantConfig, seed: int,
-            start: int) -> torch.Tensor:
+def _levels_(work: torch.Tensor, inv: torch.Tensor | None, cfg: QuantConfig, seed: int,
+             start: int) -> torch.Tensor:
     """In place on fp32 `work` (rows, C) holding v, or v * inv when `inv` is None: -> the
-    codes c in [0, 2**bits - 1] as floats. `start` is the flat index of work[0, 0]
-    (stochastic rounding keys on it). Reference grid: clamp(r(t), -Q, Q-1) + Q is computed
-    as clamp(r(t) + Q, 0, 2Q-1), the same integers (adding Q to an integer is exact)."""
+    integer levels as floats, c - Q in [-Q, Q-1] (reference grid) or c in [0, L]
+    (symmetric). `start` is the flat index of work[0, 0] (stochastic rounding keys on it)."""
     if inv is not None:
         work.mul_(inv)
     if cfg.symmetric:
@@ -319,9 +318,19 @@ def _codes_(work: torch.Tensor, inv: torch.Tensor | None, cfg: QuantConfig, seed
     else:
         work.add_(0.5)
     work.floor_()
-    if not cfg.symmetric:
-        work.add_(1 << (cfg.bits - 1))
-    return work.clamp_(0, cfg.code_max)
+    low = 0 if cfg.symmetric else -(1 << (cfg.bits - 1))
+    return work.clamp_(low, low + cfg.code_max)
+
+
+def _store_codes(levels: torch.Tensor, codes: torch.Tensor, cfg: QuantConfig) -> None:
+    """uint8 `codes` (flat, levels.numel()) <- the codes of fp32 `levels`. Reference grid:
+    the level goes to int8 exactly, and adding Q in uint8 arithmetic (mod 256) turns its
+    two's complement byte into c = level + Q, a byte op instead of an fp32 one."""
+    if cfg.symmetric:
+        codes.view(levels.shape).copy_(levels)
+        return
+    codes.view(torch.int8).view(levels.shape).copy_(levels)
+    codes.add_(1 << (cfg.bits - 1))
 
 
 def _quantize_into(x: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig, seed: int,
@@ -329,10 +338,11 @@ def _quantize_into(x: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig, seed
     """Writes the codes of x into codes[:x.numel()] (uint8)."""
     rows, dim = _rows(x, cfg)
     inv, _ = _factors(scales, cfg, dim)
-    out = codes[: x.numel()].view(rows.shape)
+    width = rows.shape[1]
     for r0, r1, work in _chunks(rows):
         torch.mul(rows[r0:r1], inv if dim == 0 else inv[r0:r1], out=work)  # fp32 v * inv
-        out[r0:r1].copy_(_codes_(work, None, cfg, seed, r0 * rows.shape[1]))
+        _store_codes(_levels_(work, None, cfg, seed, r0 * width), codes[r0 * width: r1 * width],
+                     cfg)
 
 
 def quantize(x: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig,
@@ -514,15 +524,17 @@ def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg:
         inv_k, step_k = (inv, step) if dim == 0 else (inv[r0:r1], step[r0:r1])
         if m_rows is None:
             w = torch.mul(rows[r0:r1], inv_k, out=work[: r1 - r0])  # fp32 v * inv
-            _codes_(w, None, cfg, seed, start)
+            _levels_(w, None, cfg, seed, start)
         else:
-            w = _codes_(rows[r0:r1], inv_k, cfg, seed, start)
+            w = _levels_(rows[r0:r1], inv_k, cfg, seed, start)
         chunk = codes[: _padded_bytes(count)]
-        chunk[:count].view(r1 - r0, width).copy_(w)
+        _store_codes(w, chunk[:count], cfg)
         if count % 8:  # only the last chunk has padding codes
             chunk[count:] = 0
-        if m_rows is not None:
-            m_rows[r0:r1].add_(w.sub_(cfg.center).mul_(step_k))  # deQ in fp32, then m + deQ
+        if m_rows is not None:  # deQ = (c - center) * step in fp32, then m + deQ
+            if cfg.symmetric:
+                w.sub_(cfg.center)
+            m_rows[r0:r1].add_(w.mul_(step_k))
         stream = _pack_codes(chunk, count, cfg.bits)
         first = start * cfg.bits // 8
         packed[first: first + stream.numel()] = stream
