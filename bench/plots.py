@@ -43,7 +43,7 @@ _MODE_RANK = {"fp32": 0, "directq": 1, "aqsgd": 2, "aqsgd+gc": 3}
 def mode_order(labels: Iterable[str]) -> list[str]:
     """Mode labels in a stable reading order: fp32, directq, aqsgd..., aqsgd+gc."""
     def key(label: str):
-        name = label.split("-fw")[0]
+        name = label.split("-fw")[0].split(" ")[0]
         return (_MODE_RANK.get(name, 9), label)
     return sorted(set(labels), key=key)
 

@@ -76,7 +76,9 @@ class UnknownScenarioError(ValueError):
 
 # ------------------------------------------------------------------ scenarios
 def available_scenarios(scenario_dir: Path = SCENARIO_DIR) -> list[str]:
-    return sorted(p.stem for p in Path(scenario_dir).glob("*.yaml"))
+    from bench.scenario import available_scenarios as names  # owned by issue #5
+
+    return names(Path(scenario_dir))
 
 
 def resolve_scenario(name: str, scenario_dir: Path = SCENARIO_DIR):
@@ -85,35 +87,27 @@ def resolve_scenario(name: str, scenario_dir: Path = SCENARIO_DIR):
     An unknown name raises UnknownScenarioError listing the available ones; a
     malformed file raises the scenario loader's own error (file, field, value).
     """
+    from bench.scenario import load_scenario
+
     path = Path(name)
     known = available_scenarios(scenario_dir)
     if not (path.suffix in (".yaml", ".yml") and path.is_file()) and name not in known:
         raise UnknownScenarioError(
             f"unknown scenario {name!r}; available: {', '.join(known) or '(none)'} "
             f"(files in {scenario_dir})")
-    from bench.scenario import load_scenario  # owned by issue #5
-
-    return load_scenario(name)
+    return load_scenario(name, Path(scenario_dir))
 
 
 def scenario_record(scenario) -> dict:
-    """The scenario as plain data for meta.json."""
-    if dataclasses.is_dataclass(scenario):
-        return dataclasses.asdict(scenario)
-    if hasattr(scenario, "to_dict"):
-        return scenario.to_dict()
-    raise TypeError(f"cannot record scenario of type {type(scenario).__name__}")
+    """The scenario as plain data for meta.json (NetworkScenario.to_dict)."""
+    return scenario.to_dict()
 
 
 def _link_property(record: dict, key: str) -> float | None:
-    """The scenario's default link value for `key` (rate_mbit, delay_ms)."""
-    if key in record and isinstance(record[key], int | float):
-        return float(record[key])
-    for nested in ("link", "default", "default_link", "links"):
-        value = record.get(nested)
-        if isinstance(value, dict) and isinstance(value.get(key), int | float):
-            return float(value[key])
-    return None
+    """The scenario's default link value for `key` (rate_mbit, delay_ms);
+    None when unset (rate_mbit None = an unshaped link)."""
+    value = (record.get("link") or {}).get(key)
+    return float(value) if value is not None else None
 
 
 # ------------------------------------------------------------------ launchers

@@ -5,9 +5,12 @@
 Definitions (docs/results-schema.md, "Summary"):
 - measured steps: train steps after the warm-up epochs (`warmup` false).
 - step wall time: the slowest rank's `step_time_s` of that step (the
-  pipeline finishes a step when its last rank does).
-- throughput: measured samples (summed over the stage-0 rank of every
-  replica) divided by the summed step wall time; tokens likewise.
+  pipeline finishes a step when its last rank does); `step_time_s` is the
+  median over measured steps, `step_time_spread_s` the interquartile range.
+- throughput: samples per step (summed over the stage-0 rank of every
+  replica) over the median step wall time (robust to steps slowed by other
+  load on a shared host); tokens likewise. `throughput_mean_samples_s` is
+  total samples over total step time.
 - bytes per step: everything every rank sent in a measured step, averaged
   over measured steps (activation + gradient + data-parallel).
 - final loss: mean over replicas of the last-stage loss at the last train
@@ -34,7 +37,8 @@ __all__ = ["SUMMARY_COLUMNS", "summarize_cell", "summarize"]
 SUMMARY_COLUMNS = (
     "sweep", "cell", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
     "stages", "replicas", "launcher", "shaped", "rate_mbit", "delay_ms", "status",
-    "measured_steps", "step_time_s", "throughput_samples_s", "throughput_tokens_s",
+    "measured_steps", "step_time_s", "step_time_spread_s", "throughput_samples_s",
+    "throughput_tokens_s", "throughput_mean_samples_s",
     "speedup_vs_fp32", "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
     "final_loss", "final_eval_loss", "comm_compute_ratio", "wall_s",
 )
@@ -53,12 +57,16 @@ def summarize_cell(frame: pd.DataFrame) -> dict:
         return out
     step_wall = _num(measured["step_time_s"]).groupby(measured["step"]).max()
     first_stage = measured[_num(measured["stage"]) == 0]
-    samples = _num(first_stage["samples"]).sum()
-    tokens = _num(first_stage["tokens"]).sum()
+    samples = _num(first_stage["samples"]).groupby(first_stage["step"]).sum()
+    tokens = _num(first_stage["tokens"]).groupby(first_stage["step"]).sum()
+    # median step: robust to the odd step slowed by a noisy neighbour on a shared host
+    median_s = float(step_wall.median())
+    out["step_time_s"] = median_s
+    out["step_time_spread_s"] = float(step_wall.quantile(0.75) - step_wall.quantile(0.25))
+    out["throughput_samples_s"] = float(samples.median()) / median_s if median_s > 0 else np.nan
+    out["throughput_tokens_s"] = float(tokens.median()) / median_s if median_s > 0 else np.nan
     total_s = float(step_wall.sum())
-    out["step_time_s"] = float(step_wall.mean())
-    out["throughput_samples_s"] = samples / total_s if total_s > 0 else np.nan
-    out["throughput_tokens_s"] = tokens / total_s if total_s > 0 else np.nan
+    out["throughput_mean_samples_s"] = float(samples.sum()) / total_s if total_s > 0 else np.nan
     out["bytes_per_step"] = float(_num(measured["bytes_sent_total"]).groupby(
         measured["step"]).sum().mean())
     for kind in BYTE_KINDS:
