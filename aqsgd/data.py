@@ -3,7 +3,7 @@ sampler that gives every rank the same ids.
 
     from aqsgd.data import build_dataset
     from aqsgd.tokenizer import bpe_tokenizer
-    tok = bpe_tokenizer(512, ".cache")
+    tok = bpe_tokenizer(384, ".cache")
     train = build_dataset("pydoc", seq_len=64, tokenizer=tok, split="train")
     train.tokens            # (N, 64) int64; row i is sample id i, the same on every run
 
@@ -58,7 +58,7 @@ __all__ = [
 DATASETS = ("pydoc", "stdlib", "text", "wikitext")
 SPLITS = ("train", "eval")
 EVAL_STRIDE = 20  # window i is held out when i % EVAL_STRIDE == EVAL_STRIDE - 1 (5%)
-STDLIB_CHARS = 4_000_000  # pre-training text: about 2M tokens at a 512-token BPE
+STDLIB_CHARS = 4_000_000  # pre-training text: about 2.2M tokens at a 384-token BPE
 
 _TEXT_SUFFIXES = {".txt", ".raw", ".tokens", ""}
 _JSON_SUFFIXES = {".jsonl", ".json"}

@@ -150,12 +150,15 @@ class ModelConfig:
 
 PRESETS: dict[str, ModelConfig] = {
     # Sized so that, on 2 CPU cores with 2 stages (1 block each, one thread per stage),
-    # fp32 traffic per micro-batch at 100 Mbit/s is several times a stage's compute:
-    # see `python -m aqsgd.model --measure tiny` and TINY_PIPELINE. Narrow width,
-    # 2 heads, a 512-token vocabulary (the LM head dominates the last stage),
-    # exact GELU (one kernel instead of GPT-2's tanh formula).
+    # fp32 traffic per micro-batch at 100 Mbit/s is about 3x a stage's compute: see
+    # `python -m aqsgd.model --measure tiny` and TINY_PIPELINE. Measured on one thread:
+    # a block costs ~0.15 us per activation element whatever the width below 256, while
+    # traffic costs 0.64 us per element, so width 128 is near the best ratio (64 is worse:
+    # fixed per-op costs). Fewer blocks, 2 heads, exact GELU (one kernel instead of the
+    # tanh formula) and a 384-token vocabulary (the LM head dominates the last stage;
+    # 512 tokens cost ~10% of the ratio) each buy a little more.
     "tiny": ModelConfig(
-        n_layer=2, n_embd=128, n_head=2, vocab_size=512, seq_len=64, activation="gelu"
+        n_layer=2, n_embd=128, n_head=2, vocab_size=384, seq_len=64, activation="gelu"
     ),
     "gpt2": ModelConfig(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, seq_len=1024),
     "gpt2-medium": ModelConfig(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, seq_len=1024),

@@ -1,7 +1,7 @@
 """Offline tokenizers: a byte-level BPE trained here, or GPT-2's BPE from its files.
 
     from aqsgd.tokenizer import bpe_tokenizer
-    tok = bpe_tokenizer(512, cache_dir)      # trained once on stdlib sources, then cached
+    tok = bpe_tokenizer(384, cache_dir)      # trained once on stdlib sources, then cached
 
 The trained BPE learns its merges from the standard library's Python sources
 (text every CPython install has), never from the fine-tuning text, so the
