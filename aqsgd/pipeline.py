@@ -162,26 +162,12 @@ class PipelineRunner:
         ids = self.sampler.step_ids(step, self.topo.replica)  # (M, B)
         mbs = [_MicroBatch(ids[k], self.train_tokens[ids[k]]) for k in range(ids.shape[0])]
         self.module.train()
-        queues = {Op.RECV_ACT: self._recv_order(Op.RECV_ACT),
-                  Op.RECV_GRAD: self._recv_order(Op.RECV_GRAD)}  # fmt: skip
-        kinds = {Op.RECV_ACT: "activation", Op.RECV_GRAD: "gradient"}
-        pending: dict[Op, PendingRecv | None] = {}
-
-        def post_next(op: Op) -> None:
-            order = queues[op]
-            pending[op] = (self._post(kinds[op], mbs[order[0]], order[0], step, True)
-                           if order else None)  # fmt: skip
-
-        for op in queues:
-            post_next(op)
+        recv = _RecvQueues(self, mbs, step)
+        grad_norm = lr = None
         for a in self.actions:
             k = a.micro_batch
-            if a.op in queues:
-                assert pending[a.op] is not None and queues[a.op][0] == k
-                tensors = self.p2p.wait_recv(pending[a.op])
-                queues[a.op].pop(0)
-                self._on_recv(a.op, mbs[k], k, tensors)
-                post_next(a.op)  # after decode: the next wire_spec sees updated state
+            if a.op in (Op.RECV_ACT, Op.RECV_GRAD):
+                recv.take(a.op, k)
             elif a.op is Op.FORWARD:
                 if self.fail_at_step == step:
                     raise InjectedFailure(f"train.fail_at_step={step}: injected (test hook)")
@@ -199,9 +185,7 @@ class PipelineRunner:
                 mbs[k].inp = None
             elif a.op is Op.OPT_STEP:
                 grad_norm, lr = self._optimizer_step(step)
-        loss = None
-        if self.topo.is_last:
-            loss = float(sum(m.loss.item() for m in mbs) / len(mbs))
+        loss = float(sum(m.loss.item() for m in mbs) / len(mbs)) if self.topo.is_last else None
         n = sum(m.ids.numel() for m in mbs)
         return self.meter.record(
             kind="train", step=step, epoch=epoch, rank=self.topo.rank, stage=self.topo.stage,
@@ -313,3 +297,34 @@ class PipelineRunner:
         )  # fmt: skip
         rec["eval_time_s"] = rec.pop("step_time_s")
         return rec
+
+
+class _RecvQueues:
+    """Receives of one training step, posted one message ahead per direction in the
+    schedule's order (the order the peer sends in), each posted only after the
+    previous message of its direction was decoded (the compressor contract)."""
+
+    _KINDS = {Op.RECV_ACT: "activation", Op.RECV_GRAD: "gradient"}
+
+    def __init__(self, runner: PipelineRunner, mbs: list[_MicroBatch], step: int):
+        self.runner, self.mbs, self.step = runner, mbs, step
+        self.order = {op: runner._recv_order(op) for op in self._KINDS}
+        self.pending: dict[Op, PendingRecv | None] = {}
+        for op in self._KINDS:
+            self._post_next(op)
+
+    def _post_next(self, op: Op) -> None:
+        order = self.order[op]
+        self.pending[op] = None
+        if order:
+            k = order[0]
+            self.pending[op] = self.runner._post(self._KINDS[op], self.mbs[k], k, self.step, True)
+
+    def take(self, op: Op, k: int) -> None:
+        """Wait for micro-batch k's message of this direction, decode it into its
+        micro-batch, post the next receive."""
+        assert self.pending[op] is not None and self.order[op][0] == k, (op, k, self.order[op])
+        tensors = self.runner.p2p.wait_recv(self.pending[op])
+        self.order[op].pop(0)
+        self.runner._on_recv(op, self.mbs[k], k, tensors)
+        self._post_next(op)
