@@ -454,13 +454,30 @@ def _read_state_file(path: str) -> dict[str, torch.Tensor]:
     return dict(state)
 
 
+def _resolve_hub_repo_dir(where: str) -> str:
+    """A hub cache repo folder (models--owner--name, holding refs/ and snapshots/) ->
+    its snapshot for refs/main (or its only snapshot); any other path unchanged."""
+    snapshots = os.path.join(where, "snapshots")
+    if not os.path.isdir(snapshots):
+        return where
+    ref = os.path.join(where, "refs", "main")
+    if os.path.isfile(ref):
+        with open(ref) as handle:
+            return os.path.join(snapshots, handle.read().strip())
+    found = sorted(os.listdir(snapshots))
+    if len(found) != 1:
+        raise FileNotFoundError(f"{where}: no refs/main and {len(found)} snapshots; pass one")
+    return os.path.join(snapshots, found[0])
+
+
 def load_pretrained_state(
     source: str | os.PathLike | Mapping[str, torch.Tensor], cfg: ModelConfig
 ) -> dict[str, torch.Tensor]:
     """Full-model state dict in this module's names. `source`: a state dict (this
     module's or HF naming), a state-dict file (.pt, .bin via torch.load with
-    weights_only; .safetensors), a directory saved by `save_pretrained`, or a model id
-    already in the local Hugging Face cache. Never downloads (local_files_only)."""
+    weights_only; .safetensors), a directory saved by `save_pretrained`, a repo folder of
+    a Hugging Face hub cache (models--gpt2), or a model id already in the default local
+    cache. Never downloads (local_files_only)."""
     if not isinstance(source, Mapping) and os.path.isfile(source):
         source = _read_state_file(os.fspath(source))
     if isinstance(source, Mapping):
@@ -470,7 +487,7 @@ def load_pretrained_state(
     else:
         from transformers import GPT2LMHeadModel
 
-        where = os.fspath(source)
+        where = _resolve_hub_repo_dir(os.fspath(source))
         try:
             hf_model = GPT2LMHeadModel.from_pretrained(where, local_files_only=True)
         except OSError as err:

@@ -186,6 +186,14 @@ def test_pretrained_from_local_directory_matches_hf(tmp_path):
     stages = [init_stage(cfg, s, 2, pretrained=where).eval() for s in range(2)]
     with torch.no_grad():
         torch.testing.assert_close(_compose(stages, ids), got, rtol=0, atol=1e-6)
+    # The same weights inside a hub cache's repo folder (refs/main -> snapshot).
+    repo = tmp_path / "hub" / "models--someone--gpt2-small-test"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd\n")
+    hf.save_pretrained(repo / "snapshots" / "0123abcd")
+    from_hub = build_full_model(cfg, pretrained=repo).eval()
+    with torch.no_grad():
+        assert torch.equal(from_hub(ids), got)
     # An HF-named state dict cuts into the same stage.
     last = build_stage(hf.state_dict(), cfg, 1, 2)
     for (name, a), b in zip(
