@@ -173,7 +173,7 @@ def resolve_text_source(spec: str | Path, hf_cache_dir: str | Path | None = None
         try:
             root = snapshot_download(repo, repo_type="dataset", local_files_only=True,
                                      cache_dir=hf_cache_dir)  # fmt: skip
-        except Exception as err:  # huggingface_hub raises several kinds for "not cached"
+        except (OSError, ValueError) as err:  # not cached / not a valid repo id
             tried.append(f"{repo}: {type(err).__name__}")
             continue
         found = Path(root).joinpath(*sub)
