@@ -9,7 +9,8 @@ GB/s = (bytes read + bytes written) / time of one call; median, p20 and p80 over
 abs-max, divide, multiply, round, clip, offset, then pack), `torch` (aqsgd.quant's torch
 path) and, on CUDA with Triton, `triton`. Calls of the paths are interleaved, so load on
 the machine hits them alike; `x naive` is the naive median time over the path's.
-Default config: per-channel max-abs scales, reference grid, round to nearest.
+Default config: per-channel max-abs scales, reference grid, round to nearest; one CPU
+thread (`--threads`), wall clock (`--clock cpu` for process CPU time on a busy machine).
 """
 
 from __future__ import annotations
@@ -148,13 +149,16 @@ def _op_calls(op: str, path: str, x: torch.Tensor, cfg: quant.QuantConfig
     return call, moved_codes + 2 * n * m.element_size()
 
 
-def _timer(device: torch.device) -> Callable[[Callable[[], object]], float]:
-    """Seconds of one call: perf_counter on CPU, CUDA events (synchronized) on CUDA."""
+def _timer(device: torch.device, clock: str) -> Callable[[Callable[[], object]], float]:
+    """Seconds of one call: wall (perf_counter) or process CPU time on CPU; CUDA events,
+    synchronized, on CUDA."""
     if device.type != "cuda":
+        now = time.process_time if clock == "cpu" else time.perf_counter
+
         def cpu(call):
-            t0 = time.perf_counter()
+            t0 = now()
             call()
-            return time.perf_counter() - t0
+            return now() - t0
         return cpu
 
     def cuda(call):
@@ -185,9 +189,9 @@ def _paths(device: torch.device) -> list[str]:
 
 
 def run(shapes: Sequence[tuple[int, ...]], bits_list: Sequence[int], repeats: int,
-        device: torch.device) -> list[Row]:
+        device: torch.device, clock: str = "wall") -> list[Row]:
     """Times every (shape, bits, op, path) on `device`; calls of the paths interleave."""
-    timer, paths, rows = _timer(device), _paths(device), []
+    timer, paths, rows = _timer(device, clock), _paths(device), []
     for shape in shapes:
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(device)
         for bits in bits_list:
@@ -246,8 +250,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bits", type=int, nargs="+", default=[2, 3, 4, 8], choices=range(1, 9),
                    metavar="B", help="code widths (default: 2 3 4 8)")
     p.add_argument("--repeats", type=int, default=30, help="timed calls per path (default 30)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's own choice)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: pipeline workers run one thread each, "
+                        "and on a shared, loaded machine multi-threaded runs of many small "
+                        "ops are dominated by thread wake-ups)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="CPU timings: wall time (default) or CPU time of the process, all "
+                        "threads (steadier on a shared, loaded machine; = wall time when "
+                        "running alone on 1 thread). CUDA always uses events.")
     p.add_argument("--json", metavar="OUT", help="also write the rows and meta data as JSON")
     return p
 
@@ -256,27 +266,32 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     args = _parser().parse_args(argv)
     if args.repeats < 1:
         raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
-    if args.threads is not None:
-        if args.threads < 1:
-            raise SystemExit(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    if args.threads < 1:
+        raise SystemExit(f"--threads must be >= 1, got {args.threads}")
     devices = [torch.device("cpu")]
     if torch.cuda.is_available() and not args.smoke:
         devices.append(torch.device("cuda"))
-    rows = []
-    for device in devices:
-        if args.smoke:
-            shapes, bits, repeats = [SMOKE_SHAPE], [2, 3], 3
-        else:
-            shapes = args.sizes or ([PAPER_SHAPE, LARGE_SHAPE] if device.type == "cuda"
-                                    else [PAPER_SHAPE])
-            bits, repeats = args.bits, args.repeats
-        rows += run(shapes, bits, repeats, device)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        rows = []
+        for device in devices:
+            if args.smoke:
+                shapes, bits, repeats = [SMOKE_SHAPE], [2, 3], 3
+            else:
+                shapes = args.sizes or ([PAPER_SHAPE, LARGE_SHAPE] if device.type == "cuda"
+                                        else [PAPER_SHAPE])
+                bits, repeats = args.bits, args.repeats
+            rows += run(shapes, bits, repeats, device, args.clock)
+    finally:
+        torch.set_num_threads(threads_before)
+    print(f"torch {torch.__version__}, {args.threads} CPU threads, "
+          f"{args.clock} clock on CPU"
           + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
     print(format_table(rows))
     if args.json:
-        meta = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+        meta = {"torch": torch.__version__, "threads": args.threads,
+                "clock": args.clock,
                 "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": [asdict(r) for r in rows]}, f, indent=1)

@@ -15,7 +15,9 @@ from bench import kernels
 @pytest.mark.timeout(60)
 def test_smoke_table_has_positive_numbers(tmp_path, capsys):
     out = tmp_path / "kernels.json"
+    threads = torch.get_num_threads()
     rows = kernels.main(["--smoke", "--json", str(out)])
+    assert torch.get_num_threads() == threads, "main() must restore the thread count"
     table = capsys.readouterr().out
     assert {(r.op, r.path) for r in rows} >= {(op, p) for op in kernels.OPS
                                               for p in ("naive", "torch")}
