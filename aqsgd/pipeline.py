@@ -225,9 +225,6 @@ class PipelineRunner:
         if self.topo.replicas > 1:  # averaging over a group of one is the identity
             with self.meter.span("dp_sync", "dp synchronize"):
                 self.dp.synchronize()
-        sent, recv = int(self.dp.bytes_sent), int(self.dp.bytes_recv)
-        self.meter.add_bytes("dp", None, sent=sent - self._dp_sent, recv=recv - self._dp_recv)
-        self._dp_sent, self._dp_recv = sent, recv
         for p in self.params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -244,10 +241,16 @@ class PipelineRunner:
                 p.grad.mul_(coef)
         opt = self.dp.optimizer
         lr = opt.param_groups[0]["lr"]
-        with self.meter.span("compute", "optimizer step"):
+        # qadam exchanges Adam's first moment inside step(): that is data-parallel time
+        exchanges = self.topo.replicas > 1 and getattr(self.dp.cfg, "mode", None) == "qadam"
+        with self.meter.span("dp_sync" if exchanges else "compute", "optimizer step"):
             opt.step()
             self.lr_scheduler.step()
             opt.zero_grad(set_to_none=True)
+        # cumulative counters; read after step() so qadam's bytes land in this step
+        sent, recv = int(self.dp.bytes_sent), int(self.dp.bytes_recv)
+        self.meter.add_bytes("dp", None, sent=sent - self._dp_sent, recv=recv - self._dp_recv)
+        self._dp_sent, self._dp_recv = sent, recv
         return norm, lr
 
     # ----------------------------------------------------------- evaluation
