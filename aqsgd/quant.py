@@ -591,7 +591,8 @@ def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape: Sequenc
         raise TypeError(f"dtype must be float32, float16 or bfloat16, got {dtype}")
     kernels = _kernels_for(backend, packed.device)
     if kernels is not None:
-        return kernels.dequantize_packed(packed, scales.contiguous(), shape, cfg, dtype)
+        return kernels.dequantize_packed(packed.contiguous(), scales.contiguous(), shape, cfg,
+                                         dtype)
     return torch_dequantize_packed(packed, scales, shape, cfg, dtype)
 
 
@@ -623,5 +624,5 @@ def aqsgd_decode(packed: torch.Tensor, scales: torch.Tensor, m: torch.Tensor, cf
     _check_scales(scales, tuple(m.shape), cfg, m.device)
     kernels = _kernels_for(backend, m.device)
     if kernels is not None:
-        return kernels.aqsgd_decode(packed, scales.contiguous(), m, cfg)
+        return kernels.aqsgd_decode(packed.contiguous(), scales.contiguous(), m, cfg)
     return torch_aqsgd_decode(packed, scales, m, cfg)
