@@ -15,6 +15,13 @@ and per sweep: throughput of aqsgd fw2/bw4 over fp32 at the slow scenario
 (the local launcher cannot slow a link, so there the check is reported as skipped).
 Throughput itself is noisy and machine-dependent: it is recorded, never compared.
 
+Note [speed-up floor]: on a quiet 2-core host the tiny preset at 100 Mbit/s is
+communication-bound and aqsgd fw2/bw4 beats fp32 clearly (2.66-2.75 measured,
+load average ~2); on a host shared with other CPU-heavy jobs, compute
+inflates and the ratio falls towards 1 (1.02 measured at load average ~8). The floor of 1.0 is
+set so a loaded CI host does not flake, yet still catches a compressor or
+transport change that makes the slow link slower than sending fp32.
+
 Exit codes: 0 no regression, 1 regression (a table says what moved and by how
 much), 2 bad input or no baseline.
 """
@@ -45,7 +52,7 @@ __all__ = [
 
 LOSS_ABS_TOL = 1e-3
 LOSS_REL_TOL = 0.01
-SPEEDUP_FLOOR = 1.5  # aqsgd fw2/bw4 over fp32 at SLOW_SCENARIO, shaped links only
+SPEEDUP_FLOOR = 1.0  # aqsgd fw2/bw4 over fp32 at 100mbps, shaped only; Note [speed-up floor]
 SLOW_SCENARIO = "100mbps"
 HEADLINE_LABEL = "aqsgd-fw2-bw4"
 BYTE_COLUMNS = ("bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS))

@@ -471,6 +471,8 @@ def _run_group(scenario: str, group: list[CellSpec], sweep_dir: Path, sweep: str
         with choice.factory(scn, n_hosts, run_id=run_id,
                             state_dir=sweep_dir / ".launcher") as hosts:
             probe = hosts.probe()
+            if hasattr(hosts, "probe_table"):
+                echo(f"link probe, scenario {scenario}:\n{hosts.probe_table()}")
             for cell in group:
                 bar.describe(f"{cell.name}")
                 outcome = run_cell(cell, hosts, sweep_dir / cell.name, sweep=sweep,
