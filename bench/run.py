@@ -345,7 +345,7 @@ def run_cell(cell: CellSpec, hosts, cell_dir: Path, *, sweep: str, choice: Launc
         # every other rank that failed too (often in reaction to the first)
         failure["other_ranks"] = {
             str(r): {"returncode": p.returncode,
-                     "log_tail": log_tail(cell_dir / "logs" / f"rank{r}.log", 10)}
+                     "log_tail": log_tail(cell_dir / "logs" / f"rank{r}.log", 20)}
             for r, p in enumerate(procs) if r != failure["rank"] and p.returncode != 0}
     wall_s = time.time() - started
     meta.update(status="ok" if failure is None else "failed", failure=failure,
