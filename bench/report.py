@@ -100,7 +100,7 @@ def _provenance_lines(metas: list[dict]) -> list[str]:
         f"{hw.get('memory_gib')} GiB" + (f", GPUs {hw.get('gpus')}" if hw.get("gpus") else ""),
         f"- launcher(s): {', '.join(launchers)}",
     ]
-    if any(not m.get("cell", {}).get("shaped", True) for m in metas):
+    if any(m.get("cell", {}).get("launcher") == "local" for m in metas):
         lines.append("- **WARNING: some cells ran on unshaped links (local launcher); their "
                      "scenario names do not describe the network they saw.**")
     return lines

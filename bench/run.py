@@ -290,7 +290,7 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice, scn_record
     """meta.json's `cell` block: what the cell is, in flat columns for the loader."""
     m = cell.mode
     return {
-        "name": cell.name, "sweep": sweep, "scenario": cell.scenario, "mode": m.name,
+        "name": cell.name, "sweep": sweep, "scenario": cell.scenario_name, "mode": m.name,
         "label": m.label, "fw_bits": m.fw_bits, "bw_bits": m.bw_bits,
         "grad_mode": m.grad_mode if m.compresses_dp else "fp32",
         "preset": cell.workload.preset, "stages": cell.workload.stages,

@@ -205,10 +205,16 @@ class CellSpec:
                              f"needs Workload.replicas >= 2, got {self.workload.replicas}")
 
     @property
+    def scenario_name(self) -> str:
+        """'100mbps' for the scenario '100mbps' or a file 'path/to/100mbps.yaml'."""
+        path = Path(self.scenario)
+        return path.stem if path.suffix in (".yaml", ".yml") else self.scenario
+
+    @property
     def name(self) -> str:
         """Directory name, e.g. '100mbps__aqsgd-fw2-bw4' ('-dp2' with replicas)."""
         dp = f"-dp{self.workload.replicas}" if self.workload.replicas > 1 else ""
-        return f"{self.scenario}__{self.mode.label}{dp}"
+        return f"{self.scenario_name}__{self.mode.label}{dp}"
 
     @property
     def world_size(self) -> int:

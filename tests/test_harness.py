@@ -199,3 +199,9 @@ def test_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     assert finish_sweep(out) == 1
     report = (out / "report.md").read_text()
     assert "## Failed cells" in report and "injected failure" in report
+
+
+def test_scenario_given_as_a_file_path_names_cells_by_its_stem():
+    cell = CellSpec("scenarios/100mbps.yaml", parse_mode("fp32"))
+    assert cell.name == "100mbps__fp32" and cell.scenario_name == "100mbps"
+    assert resolve_scenario("scenarios/100mbps.yaml").name == "100mbps"
