@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed-stamp
 SCENARIO ?= 100mbps
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint bench-kernels gpu-check clean-venv
+.PHONY: setup test lint bench bench-kernels bench-compressors regress paper finetune \
+	pretrain probe net-cleanup gpu-check clean-venv
 
 setup: $(STAMP)
 
@@ -21,6 +22,37 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check aqsgd bench tests
+
+# The main job: one scenario, every compression mode, a table and figures.
+bench: setup
+	$(PY) -m bench run --scenario $(SCENARIO)
+
+# CI regression check against results/baseline/.
+regress: setup
+	$(PY) -m bench regress
+
+# The paper's bandwidth sweep (resumable) and its figures with the published claims.
+paper: setup
+	$(PY) -m bench paper
+
+# A 2-stage fine-tune on loopback (no shaping) that writes metrics under runs/.
+finetune: setup
+	$(PY) -m aqsgd.worker --config examples/tiny-2stage.yaml --local 2
+
+# Pre-train the tiny preset's starting checkpoint once (cached under .cache/).
+pretrain: setup
+	$(PY) -m aqsgd.pretrain --preset tiny
+
+# Bring SCENARIO up in network namespaces, print the achieved link table, tear down.
+probe: setup
+	$(PY) -m bench.net probe $(SCENARIO)
+
+# Remove what a killed run left behind, by the names it recorded.
+net-cleanup: setup
+	$(PY) -m bench.net cleanup --all-recorded
+
+bench-compressors: setup
+	$(PY) -m bench.compressors
 
 bench-kernels: setup
 	$(PY) -m bench.kernels
