@@ -39,10 +39,11 @@ from pathlib import Path
 
 from bench.delayline import DelayLineConfig
 from bench.executor import CommandError, Executor
-from bench.probe import bulk_bytes_for, check_links, format_table
+from bench.probe import bulk_bytes_for, check_links, format_table, rate_verdict
 from bench.scenario import NetworkScenario
 from bench.tc import (
     ETHERNET_HEADER_BYTES,
+    UNLIMITED_BIT,
     EgressLink,
     burst_bytes,
     choose_mechanisms,
@@ -185,6 +186,20 @@ def _new_prefix(run_id: str) -> str:
     """'aq' + 5 hex digits: short enough for 15-character device names."""
     digest = hashlib.sha1(f"{run_id}-{os.getpid()}-{time.time_ns()}".encode())
     return "aq" + digest.hexdigest()[:5]
+
+
+def _as_change(argv: tuple[str, ...], rate_bit: int | None = None) -> tuple[str, ...]:
+    """A `tc ... add` argv as `tc ... change`; with `rate_bit`, its rate (and htb ceil,
+    burst) replaced so that the class or qdisc no longer limits the path."""
+    out = list(argv)
+    out[out.index("add")] = "change"
+    if rate_bit is not None:
+        for key, value in (("rate", f"{rate_bit}bit"), ("ceil", f"{rate_bit}bit"),
+                           ("burst", str(burst_bytes(rate_bit))),
+                           ("cburst", str(burst_bytes(rate_bit)))):
+            if key in out:
+                out[out.index(key) + 1] = value
+    return tuple(out)
 
 
 def _raise_system_exit(signum, frame):
@@ -352,26 +367,38 @@ class NetnsLauncher:
                                "txqueuelen", "1000"))
 
     def _shape(self) -> None:
-        nm, n, sc = self.names, self.n_hosts, self.scenario
+        nm, n = self.names, self.n_hosts
         l2 = 0 if self.use_delay_line else ETHERNET_HEADER_BYTES
         self.factor = payload_factor(MTU, l2) if self.payload_correction else 1.0
-        netem = "netem" in self.mechanisms.values()
         for i in range(n):
-            links = [EgressLink(self.addr(j), sc.link_spec(i, j)) for j in range(n) if j != i]
-            self.executor.run_all(egress_argvs(self.device(i), links, sc.caps(i).uplink_mbit,
-                                               self.factor, netem, nm.host_ns(i)))
-            down = sc.caps(i).downlink_mbit
+            self.executor.run_all(self._egress_argvs(i))
+            down = self._downlink_tbf_argv(i)
             if down is None:
                 continue
-            rate = int(down * 1e6 * self.factor)
-            q = sc.link.queue_bytes or sc.link.queue_packets * (MTU + ETHERNET_HEADER_BYTES)
             if self.use_delay_line:  # TUN ingress -> ifb egress, shaped there
                 self.executor.run_all(ifb_redirect_argvs(nm.tun(i), nm.ifb(i), nm.host_ns(i)))
-                self.executor.run(tbf_argv(nm.ifb(i), rate, burst_bytes(rate), q,
-                                           netns=nm.host_ns(i)))
-            else:  # the switch port towards host i: its egress is host i's ingress
-                self.executor.run(tbf_argv(nm.switch_veth(i), rate, burst_bytes(rate), q,
-                                           netns=nm.switch_ns))
+            self.executor.run(down)
+
+    def _egress_argvs(self, i: int) -> list[tuple[str, ...]]:
+        """The htb tree on host i's device: one class per destination (bench/tc.py)."""
+        sc = self.scenario
+        links = [EgressLink(self.addr(j), sc.link_spec(i, j))
+                 for j in range(self.n_hosts) if j != i]
+        return egress_argvs(self.device(i), links, sc.caps(i).uplink_mbit, self.factor,
+                            "netem" in self.mechanisms.values(), self.names.host_ns(i))
+
+    def _downlink_tbf_argv(self, i: int) -> tuple[str, ...] | None:
+        """The tbf capping host i's downlink: on the ifb fed from its TUN (delay-line
+        path) or on the switch port towards it, whose egress is host i's ingress."""
+        sc, nm = self.scenario, self.names
+        down = sc.caps(i).downlink_mbit
+        if down is None:
+            return None
+        rate = int(down * 1e6 * self.factor)
+        q = sc.link.queue_bytes or sc.link.queue_packets * (MTU + ETHERNET_HEADER_BYTES)
+        dev, ns = ((nm.ifb(i), nm.host_ns(i)) if self.use_delay_line
+                   else (nm.switch_veth(i), nm.switch_ns))
+        return tbf_argv(dev, rate, burst_bytes(rate), q, netns=ns)
 
     def _teardown(self) -> None:
         t0 = time.perf_counter()
@@ -450,7 +477,12 @@ class NetnsLauncher:
     def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[dict]:
         """Measure each directed link (default: those the pipeline layout uses) one
-        after the other; raise LinkProbeError if one is off by more than `tolerance`."""
+        after the other; raise LinkProbeError if one is off by more than `tolerance`.
+
+        A link that falls short is measured again with its rate limits lifted (the
+        host's ceiling for that path, `rate_mbit_ceiling`); if that ceiling is below
+        the configured rate too, the link is recorded as `host_limited` and does not
+        stop the run (bench.probe.rate_verdict)."""
         self.check_delay_line()
         links = links or self.default_probe_links()
         sc = self.scenario
@@ -459,33 +491,65 @@ class NetnsLauncher:
             want = sc.payload_rate_mbit(src, dst)
             expect = None if want is None else want * (1.0 if self.payload_correction
                                                        else 1.0 / payload_factor(MTU))
-            server = self.spawn_quiet(dst, ["-m", "bench.probe", "serve", "--addr",
-                                            self.addr(dst), "--port", str(PROBE_PORT)])
-            try:
-                self._wait_line(server, "listening", f"probe server on host {dst}")
-                out = subprocess.run(
-                    ["ip", "netns", "exec", self.netns(src), self.python, "-m", "bench.probe",
-                     "measure", "--addr", self.addr(dst), "--port", str(PROBE_PORT),
-                     "--bytes", str(bulk_bytes_for(want, duration_s))],
-                    capture_output=True, text=True, env=self._python_env(), timeout=120)
-                if out.returncode != 0:
-                    raise RuntimeError(f"link probe {src} -> {dst} failed:\n{out.stderr}")
-                m = json.loads(out.stdout)
-                server.wait(timeout=10)
-            finally:
-                _kill_group(server)
+            m = self._measure(src, dst, bulk_bytes_for(want, duration_s))
+            ceiling = None
+            if rate_verdict(expect, m["rate_mbit"], None, tolerance) == "short":
+                ceiling = self._measure_ceiling(src, dst, bulk_bytes_for(want, duration_s))
+            verdict = rate_verdict(expect, m["rate_mbit"], ceiling, tolerance)
             rtt = sc.link_spec(src, dst).delay_ms + sc.link_spec(dst, src).delay_ms
             if self.mechanisms.get("delay", "none").startswith("dropped"):
                 rtt = 0.0
             results.append({"src": src, "dst": dst, "rate_mbit_configured": expect,
                             "rate_mbit_achieved": m["rate_mbit"],
                             "rate_mbit_first_to_last": m["rate_mbit_first_to_last"],
+                            "rate_mbit_ceiling": ceiling,
+                            "host_limited": verdict == "host_limited",
                             "rtt_ms": m["rtt_ms"], "rtt_ms_min": m["rtt_ms_min"],
                             "rtt_ms_configured": rtt, "probe_bytes": m["bytes"]})
         self._probe_results = results
         if check:
             check_links(results, tolerance)
         return results
+
+    def _measure(self, src: int, dst: int, bulk_bytes: int) -> dict:
+        """One bench.probe client/server exchange from host src to host dst."""
+        server = self.spawn_quiet(dst, ["-m", "bench.probe", "serve", "--addr",
+                                        self.addr(dst), "--port", str(PROBE_PORT)])
+        try:
+            self._wait_line(server, "listening", f"probe server on host {dst}")
+            out = subprocess.run(
+                ["ip", "netns", "exec", self.netns(src), self.python, "-m", "bench.probe",
+                 "measure", "--addr", self.addr(dst), "--port", str(PROBE_PORT),
+                 "--bytes", str(bulk_bytes)],
+                capture_output=True, text=True, env=self._python_env(), timeout=120)
+            if out.returncode != 0:
+                raise RuntimeError(f"link probe {src} -> {dst} failed:\n{out.stderr}")
+            server.wait(timeout=10)
+            return json.loads(out.stdout)
+        finally:
+            _kill_group(server)
+
+    def _measure_ceiling(self, src: int, dst: int, bulk_bytes: int) -> float:
+        """Payload rate src -> dst with every rate limit on the path lifted (the
+        host's ceiling for that path); the limits are restored afterwards."""
+        self.executor.run_all(self.rate_limit_argvs(src, dst, lifted=True))
+        try:
+            return self._measure(src, dst, bulk_bytes)["rate_mbit"]
+        finally:
+            self.executor.run_all(self.rate_limit_argvs(src, dst, lifted=False))
+
+    def rate_limit_argvs(self, src: int, dst: int, lifted: bool) -> list[tuple[str, ...]]:
+        """`tc ... change` commands setting every rate limit on the path src -> dst (the
+        htb classes of src's egress towards dst, and dst's downlink tbf) to 100 Gbit/s
+        (`lifted`) or back to what `_shape` configured."""
+        k = dst if dst < src else dst - 1  # dst's position among src's egress links
+        classes = {"1:1", f"1:{10 + k}"}
+        argvs = [a for a in self._egress_argvs(src)
+                 if "class" in a and a[a.index("classid") + 1] in classes]
+        down = self._downlink_tbf_argv(dst)
+        if down is not None:
+            argvs.append(down)
+        return [_as_change(a, UNLIMITED_BIT if lifted else None) for a in argvs]
 
     def spawn_quiet(self, i: int, python_args: list[str]) -> subprocess.Popen:
         """A helper Python process in host i's namespace with stdout on a pipe."""

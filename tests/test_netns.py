@@ -336,3 +336,42 @@ def test_dead_delay_line_is_reported(tmp_path):
         with pytest.raises(RuntimeError, match="delay line exited"):
             hosts.probe(links=[(0, 1)])
     assert _leftovers(hosts.names.prefix) == []
+
+
+def _htb_rates(hosts, i: int) -> str:
+    return subprocess.run(["tc", "-n", hosts.netns(i), "class", "show", "dev", hosts.device(i)],
+                          capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.timeout(90)
+def test_link_above_the_host_is_recorded_host_limited_and_runs(tmp_path):
+    # 40 Gbit/s is far above what Python TCP through a veth pair carries on this machine
+    # (~10-18 Gbit/s unshaped): the probe must measure the host's ceiling, record the
+    # link as host-limited, not stop, and put the shaping back as configured
+    scenario = with_link(load_scenario("100mbps"), rate_mbit=40_000)
+    with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
+        before = _htb_rates(hosts, 0)
+        (r,) = hosts.probe(links=[(0, 1)], check=True, duration_s=0.5)
+        after = _htb_rates(hosts, 0)
+        rec = hosts.record()
+    assert r["host_limited"] is True, r
+    assert r["rate_mbit_ceiling"] < 0.9 * 40_000 and r["rate_mbit_achieved"] < 0.9 * 40_000
+    assert rec["probe"][0]["host_limited"] is True
+    assert after == before  # the limits are put back after measuring the ceiling
+    assert "HOST-LIMITED" in hosts.probe_table()
+
+
+@pytest.mark.timeout(90)
+def test_wrongly_shaped_link_still_stops_the_run(tmp_path):
+    # a "shaping bug": the link's htb class carries half its rate; the host carries far
+    # more than 20 Mbit/s with the limit lifted, so the link is not host-limited
+    scenario = with_link(load_scenario("100mbps"), rate_mbit=20)
+    with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
+        (broken,) = [a for a in hosts.rate_limit_argvs(0, 1, lifted=False) if "1:10" in a]
+        half = tuple("10000000bit" if v.endswith("bit") else v for v in broken)
+        hosts.executor.run(half)
+        with pytest.raises(LinkProbeError, match=r"0 -> 1: .* 20 Mbit/s configured \(the host "
+                                                  r"carries .* the shaping is wrong\)"):
+            hosts.probe(links=[(0, 1)], duration_s=0.5)
+    (r,) = hosts.record()["probe"] or [None]
+    assert r["host_limited"] is False and r["rate_mbit_ceiling"] > 100, r
