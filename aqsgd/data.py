@@ -10,18 +10,28 @@ sampler that gives every rank the same ids.
 Data sets (`name`):
 - `pydoc`: CPython's `pydoc_data.topics` (the fine-tuning task; offline everywhere).
 - `stdlib`: the standard library's Python sources (pre-training text, aqsgd.pretrain).
-- `text` / `wikitext`: local files at `path`: a file, or a directory holding split
-  files (WikiText's `wiki.train.raw` / `wiki.valid.raw`, `train.jsonl`, ...), or a
-  data set id already in the Hugging Face hub cache (`Salesforce/wikitext` or
-  `Salesforce/wikitext/wikitext-2-raw-v1`). Plain text (.txt, .raw, .tokens) and
-  JSON lines / JSON (`text` field) are read; parquet and arrow need pyarrow, which
-  this suite does not install, so they raise with a hint to convert.
+- `text` / `wikitext`: local files at `path`, never downloaded. `path` is a file, a
+  directory holding split files, or a data set id (`owner/name[/config]`) looked up
+  in the Hugging Face caches (see `resolve_text_source`). Layouts read:
+  - plain text (.txt, .raw, .tokens; WikiText's `wiki.train.raw` / `wiki.valid.raw`),
+    JSON lines / JSON (records with a `text_field` string, or strings);
+  - parquet, as in the hub's data set repos (`wikitext-2-raw-v1/train-00000-of-00001.parquet`),
+    in a directory or in the hub cache (`hub/datasets--wikitext/snapshots/<rev>/...`);
+  - Arrow IPC stream or file (.arrow), as the `datasets` library writes them, in its
+    cache (`datasets/<name>/<config>/<version>/<hash>/<name>-train.arrow`) or by
+    `save_to_disk` (`<dir>/train/data-00000-of-00001.arrow`).
+  Parquet and Arrow rows are read from column `text_field` (default `text`).
+  `wikitext` with no `path` looks for wikitext-2-raw-v1 in the caches.
 
 Each document is tokenized, followed by EOS, and the stream is cut into
-non-overlapping windows of seq_len tokens (the tail is dropped). Split: a data
-set with split files uses them (`eval` = validation, else test); otherwise every
-EVAL_STRIDE-th window is held out for evaluation, so the train ids never depend on
-how many evaluation windows a run asks for.
+non-overlapping windows of seq_len tokens (the tail is dropped). A record (row) is
+one document for `text`; for `wikitext` the rows are the lines of one text (as the
+hub stores WikiText), so a split file is one document, as with `wiki.train.raw`, and
+empty rows are blank lines. Split: a data set with split files uses the file whose
+name (or, failing that, folder) carries the split's word (`eval` = validation, else
+test; `validation` and `test` ask for one); otherwise every EVAL_STRIDE-th window is
+held out for evaluation, so the train ids never depend on how many evaluation
+windows a run asks for.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,9 +53,12 @@ from aqsgd.tokenizer import Tokenizer, stdlib_sources, tokenizer_for
 __all__ = [
     "DATASETS",
     "EVAL_STRIDE",
+    "FILE_SPLITS",
     "SPLITS",
     "WindowDataset",
+    "WIKITEXT_IDS",
     "build_dataset",
+    "hf_cache_dirs",
     "load_windows",
     "pydoc_documents",
     "read_documents",
@@ -63,8 +77,19 @@ STDLIB_CHARS = 4_000_000  # pre-training text: about 2.2M tokens at a 384-token 
 _TEXT_SUFFIXES = {".txt", ".raw", ".tokens", ""}
 _JSON_SUFFIXES = {".jsonl", ".json"}
 _ARROW_SUFFIXES = {".parquet", ".arrow"}
+# `datasets` metadata that sits beside the data files.
+_METADATA_FILES = {"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json"}
 # File-name words that mark a split, in order of preference.
-_SPLIT_WORDS = {"train": ("train",), "eval": ("validation", "valid", "val", "dev", "eval", "test")}
+_VALIDATION_WORDS = ("validation", "valid", "val", "dev")
+_SPLIT_WORDS = {
+    "train": ("train",),
+    "eval": (*_VALIDATION_WORDS, "eval", "test"),
+    "validation": _VALIDATION_WORDS,
+    "test": ("test",),
+}
+FILE_SPLITS = ("validation", "test")  # only for data sets with split files
+# Where `wikitext` with no path looks, in the hub cache and the `datasets` cache.
+WIKITEXT_IDS = ("Salesforce/wikitext/wikitext-2-raw-v1", "wikitext/wikitext-2-raw-v1")
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,17 +133,18 @@ def pydoc_documents() -> list[str]:
     return [topics[key] for key in sorted(topics)]
 
 
-def read_documents(path: str | Path, text_field: str = "text") -> list[str]:
-    """Documents of one local file: plain text is one document; JSON lines and a
-    JSON list give one document per record (`text_field`, or the string itself)."""
+def read_documents(
+    path: str | Path, text_field: str = "text", *, rows_are_lines: bool = False
+) -> list[str]:
+    """Documents of one local file. Plain text is one document. JSON lines, a JSON
+    list, parquet and Arrow give one document per non-empty record (`text_field`, or
+    the string itself for JSON); with `rows_are_lines` the records are the lines of one
+    document (WikiText on the hub: one row per line, "" for a blank line)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in _ARROW_SUFFIXES:
-        raise ValueError(
-            f"{path}: {suffix} files need pyarrow, which is not installed; convert the "
-            f"split to JSON lines (one {{{text_field!r}: ...}} per line) or plain text"
-        )
-    if suffix in _JSON_SUFFIXES:
+        rows = _columnar_rows(path, text_field)
+    elif suffix in _JSON_SUFFIXES:
         with open(path, encoding="utf-8") as handle:
             if suffix == ".jsonl":
                 records = [json.loads(line) for line in handle if line.strip()]
@@ -128,8 +154,12 @@ def read_documents(path: str | Path, text_field: str = "text") -> list[str]:
             raise ValueError(
                 f"{path}: expected a JSON list of records, got {type(records).__name__}"
             )
-        return [_record_text(r, text_field, path, i) for i, r in enumerate(records)]
-    return [path.read_text(encoding="utf-8")]
+        rows = [_record_text(r, text_field, path, i) for i, r in enumerate(records)]
+    else:
+        return [path.read_text(encoding="utf-8")]
+    if rows_are_lines:
+        return ["".join(row or "\n" for row in rows)]
+    return [row for row in rows if row]
 
 
 def _record_text(record: object, text_field: str, path: Path, index: int) -> str:
@@ -140,49 +170,143 @@ def _record_text(record: object, text_field: str, path: Path, index: int) -> str
     raise ValueError(f"{path}: record {index} has no string field {text_field!r}")
 
 
-def _supported(path: Path) -> bool:
+def _columnar_rows(path: Path, text_field: str) -> list[str | None]:
+    """Column `text_field` of a parquet file or an Arrow IPC file/stream (None = null)."""
+    import pyarrow as pa  # imported here: only file-backed data sets pay for it
+    import pyarrow.ipc
+    import pyarrow.parquet
+
+    try:
+        if path.suffix.lower() == ".parquet":
+            schema = pyarrow.parquet.read_schema(path)
+            read = functools.partial(pyarrow.parquet.read_table, path, columns=[text_field])
+        else:
+            with open(path, "rb") as handle:
+                # The Arrow file format starts with this magic; `datasets` writes streams.
+                is_file_format = handle.read(6) == b"ARROW1"
+            source = pa.memory_map(str(path))
+            opener = pyarrow.ipc.open_file if is_file_format else pyarrow.ipc.open_stream
+            reader = opener(source)
+            schema, read = reader.schema, reader.read_all
+        if text_field not in schema.names:
+            raise ValueError(
+                f"{path}: no column {text_field!r} (text_field); the columns are {schema.names}"
+            )
+        kind = schema.field(text_field).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise ValueError(f"{path}: column {text_field!r} holds {kind}, not strings")
+        return read().column(text_field).to_pylist()
+    except pa.ArrowException as err:  # not parquet / not Arrow IPC, truncated, ...
+        raise ValueError(f"{path}: not a readable {path.suffix} file ({err})") from err
+
+
+def _data_files(directory: Path) -> list[Path]:
+    """Readable data files under `directory`, sorted (`datasets` metadata left out)."""
+    return [p for p in sorted(directory.rglob("*")) if _is_data_file(p)]
+
+
+def _is_data_file(path: Path) -> bool:
     suffix = path.suffix.lower()
     known = _TEXT_SUFFIXES | _JSON_SUFFIXES | _ARROW_SUFFIXES
-    return path.is_file() and not path.name.startswith(".") and suffix in known
+    if not path.is_file() or path.name.startswith(".") or suffix not in known:
+        return False
+    return path.name not in _METADATA_FILES
+
+
+def _words(name: str) -> list[str]:
+    return re.split(r"[.\-_]", name.lower())
 
 
 def _split_files(directory: Path, split: str) -> list[Path]:
-    """Files under `directory` whose name carries the split's preferred word."""
-    files = [p for p in sorted(directory.rglob("*")) if _supported(p)]
-    for word in _SPLIT_WORDS[split]:
-        chosen = [p for p in files if word in re.split(r"[.\-_]", p.name.lower())]
-        if chosen:
-            return chosen
+    """Files under `directory` whose name carries the split's preferred word; failing
+    any name, whose folder under `directory` does (`<dir>/train/data-0.arrow`)."""
+    files = _data_files(directory)
+    folders = {p: [w for part in p.relative_to(directory).parent.parts for w in _words(part)]
+               for p in files}  # fmt: skip
+    for where in (lambda p: _words(p.name), folders.__getitem__):
+        for word in _SPLIT_WORDS[split]:
+            chosen = [p for p in files if word in where(p)]
+            if chosen:
+                _require_one_folder(directory, split, chosen)
+                return chosen
     return []
 
 
-def resolve_text_source(spec: str | Path, hf_cache_dir: str | Path | None = None) -> Path:
-    """A local file or directory, or a data set id (optionally /subdir) already in
-    the Hugging Face hub cache, as a local path. Never downloads."""
-    path = Path(spec)
+def _require_one_folder(directory: Path, split: str, files: list[Path]) -> None:
+    # Split files in several folders are several configs (wikitext-2 and wikitext-103)
+    # or cached versions: concatenating them would be silently wrong.
+    folders = sorted({str(p.parent.relative_to(directory)) for p in files})
+    if len(folders) > 1:
+        raise ValueError(
+            f"{directory}: the {split!r} files lie in {len(folders)} folders {folders} "
+            f"(several configs or cached versions); set the data path to one of them"
+        )
+
+
+def hf_cache_dirs() -> tuple[Path, Path]:
+    """(hub cache, `datasets` cache) as the Hugging Face libraries find them, from the
+    environment at call time: HF_HUB_CACHE, HF_DATASETS_CACHE, else under HF_HOME
+    (default $XDG_CACHE_HOME/huggingface, ~/.cache/huggingface)."""
+    env = os.environ
+    cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    home = Path(env.get("HF_HOME") or cache / "huggingface").expanduser()
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or home / "hub"
+    datasets = env.get("HF_DATASETS_CACHE") or home / "datasets"
+    return Path(hub).expanduser(), Path(datasets).expanduser()
+
+
+def _hub_snapshot(hub_cache: Path, repo: str) -> Path | None:
+    """The snapshot folder of dataset `repo` in a hub cache: refs/main's revision, else
+    the one revision any ref names, else the only snapshot."""
+    root = hub_cache / ("datasets--" + repo.replace("/", "--"))
+    snapshots = root / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    refs = root / "refs"
+    main = refs / "main"
+    named = [main] if main.is_file() else sorted(p for p in refs.rglob("*") if p.is_file())
+    present = {p.name for p in snapshots.iterdir() if p.is_dir()}
+    revisions = sorted({r.read_text().strip() for r in named} & present) or sorted(present)
+    if len(revisions) > 1:
+        raise ValueError(
+            f"{root}: {len(revisions)} snapshots {revisions} and no refs/main; set the data "
+            f"path to one of them"
+        )
+    return snapshots / revisions[0] if revisions else None
+
+
+def resolve_text_source(
+    spec: str | Path,
+    hf_cache_dir: str | Path | None = None,
+    datasets_cache_dir: str | Path | None = None,
+) -> Path:
+    """A local file or directory, or a data set id `owner/name[/subdir...]` (or
+    `name[/subdir...]`) already cached, as a local path. Never downloads. Looked up in
+    the hub cache (`datasets--owner--name/snapshots/<rev>/subdir`), then in the
+    `datasets` cache (`owner___name/subdir`, `name/subdir`); the caches default to
+    `hf_cache_dirs()`."""
+    path = Path(spec).expanduser()
     if path.exists():
         return path
-    from huggingface_hub import snapshot_download
-
-    parts = str(spec).strip("/").split("/")
+    default_hub, default_datasets = hf_cache_dirs()
+    hub = Path(hf_cache_dir) if hf_cache_dir is not None else default_hub
+    datasets = Path(datasets_cache_dir) if datasets_cache_dir is not None else default_datasets
+    parts = [part for part in str(spec).split("/") if part]
     tried = []
     for cut in (2, 1):  # "owner/name[/subdir...]" or "name[/subdir...]"
-        repo, sub = "/".join(parts[:cut]), parts[cut:]
         if len(parts) < cut:
             continue
-        try:
-            root = snapshot_download(repo, repo_type="dataset", local_files_only=True,
-                                     cache_dir=hf_cache_dir)  # fmt: skip
-        except (OSError, ValueError) as err:  # not cached / not a valid repo id
-            tried.append(f"{repo}: {type(err).__name__}")
-            continue
-        found = Path(root).joinpath(*sub)
-        if found.exists():
-            return found
-        tried.append(f"{repo}: no {'/'.join(sub)} in the snapshot")
+        repo, sub = "/".join(parts[:cut]), parts[cut:]
+        snapshot = _hub_snapshot(hub, repo)
+        candidates = [snapshot.joinpath(*sub)] if snapshot is not None else []
+        candidates.append(datasets.joinpath(repo.replace("/", "___"), *sub))
+        for found in candidates:
+            if found.exists():
+                return found
+            tried.append(str(found))
     raise FileNotFoundError(
         f"data source {str(spec)!r} is neither a local path nor a data set in the local "
-        f"Hugging Face cache (downloads are disabled); tried {tried}"
+        f"Hugging Face caches (downloads are disabled); tried {tried}"
     )
 
 
@@ -225,25 +349,50 @@ def split_windows(tokens: torch.Tensor, split: str) -> torch.Tensor:
 
 def _split_tokens(name, split, seq_len, tokenizer, path, text_field) -> torch.Tensor:
     if name in ("pydoc", "stdlib"):
+        if split in FILE_SPLITS:
+            raise ValueError(f"split {split!r} needs split files; data set {name!r} has none")
         return split_windows(_cut(_builtin_stream(name, tokenizer), seq_len), split)
-    if path is None:
-        raise ValueError(f"data set {name!r} needs a path (local file, directory or HF id)")
-    source = resolve_text_source(path)
-    if source.is_file():
-        return split_windows(
-            token_windows(read_documents(source, text_field), tokenizer, seq_len), split
-        )
-    files = _split_files(source, split)
+    source = _text_source(name, path)
+    files = [source] if source.is_file() else _split_files(source, split)
+    by_stride = source.is_file()  # one file: every EVAL_STRIDE-th window is eval
     if not files:
-        if _split_files(source, "train"):
-            raise FileNotFoundError(f"{source}: no file for split {split!r}")
-        files = [p for p in sorted(source.rglob("*")) if _supported(p)]
+        present = [p.name for s in _SPLIT_WORDS for p in _split_files(source, s)]
+        if present:
+            raise FileNotFoundError(
+                f"{source}: no file for split {split!r} (names with {_SPLIT_WORDS[split]}); "
+                f"split files there: {sorted(set(present))}"
+            )
+        files, by_stride = _data_files(source), True
         if not files:
-            raise FileNotFoundError(f"{source}: no text, JSON or JSON-lines files")
-        docs = [doc for f in files for doc in read_documents(f, text_field)]
-        return split_windows(token_windows(docs, tokenizer, seq_len), split)
-    docs = [doc for f in files for doc in read_documents(f, text_field)]
-    return token_windows(docs, tokenizer, seq_len)
+            raise FileNotFoundError(f"{source}: no text, JSON, parquet or arrow files")
+    if by_stride and split in FILE_SPLITS:
+        raise ValueError(f"split {split!r} needs split files; {source} has none (use 'eval')")
+    lines = name == "wikitext"
+    docs = [doc for f in files for doc in read_documents(f, text_field, rows_are_lines=lines)]
+    if not any(doc.strip() for doc in docs):
+        raise ValueError(
+            f"data set {name!r} split {split!r}: no text in {[str(f) for f in files]} "
+            f"(records read from field/column {text_field!r})"
+        )
+    tokens = token_windows(docs, tokenizer, seq_len)
+    return split_windows(tokens, split) if by_stride else tokens
+
+
+def _text_source(name: str, path: str | Path | None) -> Path:
+    if path is not None:
+        return resolve_text_source(path)
+    if name != "wikitext":
+        raise ValueError(f"data set {name!r} needs a path (local file, directory or HF id)")
+    errors = []
+    for spec in WIKITEXT_IDS:
+        try:
+            return resolve_text_source(spec)
+        except FileNotFoundError as err:
+            errors.append(str(err))
+    raise FileNotFoundError(
+        f"data set 'wikitext' has no path and wikitext-2-raw-v1 is in no local Hugging Face "
+        f"cache; set data.path to WikiText files. {' '.join(errors)}"
+    )
 
 
 def build_dataset(
@@ -256,11 +405,12 @@ def build_dataset(
     path: str | Path | None = None,
     text_field: str = "text",
 ) -> WindowDataset:
-    """Windows of `seq_len` tokens of one split; the first `num_samples` if given."""
+    """Windows of `seq_len` tokens of one split; the first `num_samples` if given.
+    `split` is one of SPLITS, or of FILE_SPLITS for a data set with split files."""
     if name not in DATASETS:
         raise ValueError(f"data set name must be one of {DATASETS}, got {name!r}")
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if split not in (*SPLITS, *FILE_SPLITS):
+        raise ValueError(f"split must be one of {(*SPLITS, *FILE_SPLITS)}, got {split!r}")
     if not isinstance(seq_len, int) or seq_len < 2:
         raise ValueError(f"seq_len must be an int >= 2, got {seq_len!r}")
     tokens = _split_tokens(name, split, seq_len, tokenizer, path, text_field)
@@ -284,13 +434,19 @@ def load_windows(
     tokenizer: Tokenizer | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(train (N, L), eval (E, L)) int64 windows for a run: `data_cfg` has `name`,
-    `path`, `max_samples`, `eval_samples`; `model_cfg` gives seq_len and the vocabulary.
+    `path`, `max_samples`, `eval_samples` and optionally `text_field` (default "text");
+    `model_cfg` gives seq_len and the vocabulary.
     `seed` is accepted for the worker's call but unused: the split is fixed, so sample
     ids are the same whatever the seed. The tokenizer is cached under `cache_dir`."""
     del seed
     if tokenizer is None:
         tokenizer = tokenizer_for(model_cfg.vocab_size, cache_dir or default_cache_dir())
-    common = dict(seq_len=model_cfg.seq_len, tokenizer=tokenizer, path=data_cfg.path)
+    common = dict(
+        seq_len=model_cfg.seq_len,
+        tokenizer=tokenizer,
+        path=data_cfg.path,
+        text_field=getattr(data_cfg, "text_field", "text"),  # DataConfig may not carry it
+    )
     train = build_dataset(data_cfg.name, split="train", num_samples=data_cfg.max_samples, **common)
     evaluation = build_dataset(
         data_cfg.name, split="eval", num_samples=data_cfg.eval_samples, **common
