@@ -7,6 +7,9 @@
     python -m bench paper                                  # paper-style figures with claims
     python -m bench regress [--update-baseline]            # CI regression check
 
+Launchers: auto (netns when root and `ip netns` works, else local), netns, local.
+A Docker launcher is future work and not offered.
+
 Exit codes: 0 all cells ok (regress: no regression), 1 a cell failed or a
 regression was found, 2 bad input (unknown scenario, bad mode, bad file).
 """
@@ -31,7 +34,9 @@ def _split_modes(values: list[str]) -> list[str]:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--launcher", default="auto", choices=("auto", "netns", "local", "docker"),
+    from bench.run import LAUNCHERS
+
+    p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
                    help="auto: netns when root and `ip netns` works, else local (unshaped)")
     p.add_argument("--fresh", action="store_true",
                    help="rerun every cell, even those finished earlier")
@@ -85,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def finish_sweep(sweep_dir: Path, outcomes=None, title: str | None = None) -> int:
     """Summary table, figures and report of a sweep directory; the exit code."""
-    from bench.plots import make_figures
+    from bench.plots import make_figures, print_figure_paths
     from bench.report import print_table, write_report
     from bench.summary import summarize
 
@@ -94,9 +99,7 @@ def finish_sweep(sweep_dir: Path, outcomes=None, title: str | None = None) -> in
     figures = make_figures([sweep_dir], sweep_dir / "figures")
     report = write_report(sweep_dir, summary, figures, title=title)
     print(f"report: {report}")
-    for fig in figures:
-        if fig.suffix == ".png":
-            print(f"figure: {fig}")
+    print_figure_paths(figures)
     failed = summary[summary["status"] != "ok"]
     if len(failed):
         print(f"{len(failed)} cell(s) failed: {', '.join(failed['cell'])}", file=sys.stderr)
@@ -104,9 +107,21 @@ def finish_sweep(sweep_dir: Path, outcomes=None, title: str | None = None) -> in
     return EXIT_OK
 
 
-def _cmd_run(args) -> int:
+def _run_and_finish(spec: SweepSpec, out: Path | None, args, title: str) -> int:
+    """Run (resume) a sweep into `out` (default results/<sweep name>), then print its
+    table, figures and report; the exit code."""
     from bench.run import REPO_ROOT, run_sweep
 
+    out = out or REPO_ROOT / "results" / spec.name
+    started = time.monotonic()
+    outcomes = run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh,
+                         quiet=args.quiet)
+    code = finish_sweep(out, outcomes, title=title)
+    print(f"wall time: {time.monotonic() - started:.1f} s")
+    return code
+
+
+def _cmd_run(args) -> int:
     modes = tuple(parse_mode(m) for m in _split_modes(args.modes))
     workload = dataclasses.replace(
         Workload(), steps=args.steps, warmup_epochs=args.warmup_epochs,
@@ -117,26 +132,12 @@ def _cmd_run(args) -> int:
     reference = None if args.reference in ("none", "", name) else args.reference
     spec = SweepSpec(name=name, scenarios=(args.scenario,), modes=modes, workload=workload,
                      reference_scenario=reference)
-    out = args.out or REPO_ROOT / "results" / name
-    started = time.monotonic()
-    outcomes = run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh,
-                         quiet=args.quiet)
-    code = finish_sweep(out, outcomes, title=f"Benchmark: scenario {name}")
-    print(f"wall time: {time.monotonic() - started:.1f} s")
-    return code
+    return _run_and_finish(spec, args.out, args, title=f"Benchmark: scenario {name}")
 
 
 def _cmd_sweep(args) -> int:
-    from bench.run import REPO_ROOT, run_sweep
-
     spec = load_sweep(args.file)
-    out = args.out or REPO_ROOT / "results" / spec.name
-    started = time.monotonic()
-    outcomes = run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh,
-                         quiet=args.quiet)
-    code = finish_sweep(out, outcomes, title=f"Sweep {spec.name}")
-    print(f"wall time: {time.monotonic() - started:.1f} s")
-    return code
+    return _run_and_finish(spec, args.out, args, title=f"Sweep {spec.name}")
 
 
 def _cmd_report(args) -> int:

@@ -28,15 +28,23 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from bench.plots import mode_colors, mode_order, plt, save
+from bench.plots import (
+    mode_order,
+    plot_loss_curves,
+    plot_rate_lines,
+    plt,
+    print_figure_paths,
+    save,
+    series_labels,
+)
 from bench.report import markdown_table
 from bench.results import atomic_write_text, load_results
+from bench.run import LAUNCHERS, REPO_ROOT, run_sweep
 from bench.summary import summarize
 
 __all__ = ["CLAIMS_FILE", "load_claims", "relative_throughput", "claims_table",
            "draw_paper_figures", "add_arguments"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CLAIMS_FILE = REPO_ROOT / "results" / "reference" / "claims.yaml"
 SWEEP_FILE = REPO_ROOT / "scenarios" / "sweeps" / "paper.yaml"
 
@@ -58,8 +66,7 @@ def _claim(claims: list[dict], claim_id: str) -> dict | None:
 def _shaped_ok(summary: pd.DataFrame) -> pd.DataFrame:
     ok = summary[(summary["status"] == "ok") & summary["rate_mbit"].notna()
                  & summary["shaped"].astype(bool)].copy()
-    dp = ok["replicas"].fillna(1).astype(int)
-    ok["series"] = ok["label"] + np.where(dp > 1, " x" + dp.astype(str) + " dp", "")
+    ok["series"] = series_labels(ok)
     return ok
 
 
@@ -84,12 +91,7 @@ def _fig_throughput(summary: pd.DataFrame, claims: list[dict], out: Path) -> lis
     if ok.empty:
         return []
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    labels = mode_order(ok["series"])
-    colors = mode_colors(labels)
-    for label in labels:
-        rows = ok[ok["series"] == label].sort_values("rate_mbit")
-        ax.plot(rows["rate_mbit"], rows["rel_fp32_fastest"], marker="o", label=label,
-                color=colors[label])
+    plot_rate_lines(ax, ok, "rel_fp32_fastest")
     claim = _claim(claims, "slowdown_500mbps")
     if claim:
         ax.errorbar([claim["rate_mbit"]], [(claim["value_low"] + claim["value_high"]) / 2],
@@ -113,12 +115,7 @@ def _fig_speedup(summary: pd.DataFrame, claims: list[dict], out: Path) -> list[P
     if ok.empty:
         return []
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    labels = mode_order(ok["series"])
-    colors = mode_colors(labels)
-    for label in labels:
-        rows = ok[ok["series"] == label].sort_values("rate_mbit")
-        ax.plot(rows["rate_mbit"], rows["speedup_vs_fp32"], marker="o", label=label,
-                color=colors[label])
+    plot_rate_lines(ax, ok, "speedup_vs_fp32")
     for claim_id, style in (("max_speedup", "--"), ("max_speedup_gc", ":")):
         claim = _claim(claims, claim_id)
         if claim:
@@ -144,23 +141,15 @@ def _fig_loss(summary: pd.DataFrame, metrics: pd.DataFrame, claims: list[dict],
     slowest = ok.sort_values("rate_mbit").iloc[0]["scenario"]
     rows = metrics[(metrics["scenario"] == slowest) & (metrics["kind"] == "train")
                    & metrics["loss"].notna()].copy()
-    dp = rows["replicas"].fillna(1).astype(int)
-    rows["series"] = rows["label"] + np.where(dp > 1, " x" + dp.astype(str) + " dp", "")
-    labels = mode_order(rows["series"])
-    colors = mode_colors(labels)
+    rows["series"] = series_labels(rows)
     fig, (ax_step, ax_time, ax_rel) = plt.subplots(1, 3, figsize=(15, 4.5),
                                                   layout="constrained")
-    for label in labels:
-        curve = rows[rows["series"] == label].groupby("step").agg(
-            loss=("loss", "mean"), wall_s=("wall_s", "max"))
-        ax_step.plot(curve.index, curve["loss"], label=label, color=colors[label])
-        ax_time.plot(curve["wall_s"], curve["loss"], label=label, color=colors[label])
+    colors = plot_loss_curves(ax_step, ax_time, rows)
     here = ok[ok["scenario"] == slowest].copy()
     fp32_loss = here.loc[here["mode"] == "fp32", "final_loss"]
     if len(fp32_loss):
         here["rel"] = here["final_loss"] / fp32_loss.iloc[0]
-        dph = here["replicas"].fillna(1).astype(int)
-        here["series"] = here["label"] + np.where(dph > 1, " x" + dph.astype(str) + " dp", "")
+        here["series"] = series_labels(here)
         order = mode_order(here["series"])
         here = here.set_index("series").reindex(order)
         ax_rel.bar(order, here["rel"], color=[colors.get(s, "grey") for s in order])
@@ -173,11 +162,6 @@ def _fig_loss(summary: pd.DataFrame, metrics: pd.DataFrame, claims: list[dict],
         ax_rel.legend(fontsize=8)
         lo = np.nanmin(here["rel"].to_numpy(dtype=float))
         ax_rel.set_ylim(bottom=min(0.9, lo - 0.02))
-    ax_step.set_xlabel("optimizer step")
-    ax_time.set_xlabel("wall-clock time (s)")
-    for ax in (ax_step, ax_time):
-        ax.set_ylabel("training loss (nats/token)")
-        ax.grid(True, alpha=0.3)
     ax_step.legend(fontsize=8)
     fig.suptitle(f"Convergence at the slowest link ({slowest})")
     return save(fig, out, "paper_loss")
@@ -249,13 +233,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="figures directory (default RESULTS/paper)")
     p.add_argument("--claims", type=Path, default=CLAIMS_FILE)
     p.add_argument("--no-run", action="store_true", help="draw from existing results only")
-    p.add_argument("--launcher", default="auto", choices=("auto", "netns", "local", "docker"))
+    p.add_argument("--launcher", default="auto", choices=LAUNCHERS)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run_paper)
 
 
 def run_paper(args) -> int:
-    from bench.run import run_sweep
     from bench.sweep import load_sweep
 
     spec = load_sweep(args.sweep_file)
@@ -267,7 +250,5 @@ def run_paper(args) -> int:
     out = args.out or results / "paper"
     figures = draw_paper_figures(results, out, args.claims)
     print(f"claims table: {out / 'paper.md'}")
-    for fig in figures:
-        if fig.suffix == ".png":
-            print(f"figure: {fig}")
+    print_figure_paths(figures)
     return code

@@ -4,6 +4,9 @@
 
 The report is made from result files only: summary numbers from
 bench.summary, figures from bench.plots, provenance from each meta.json.
+A scenario whose links were host-limited (bench.probe.rate_verdict) is
+labelled `(host-limited)` in the scenario column, with a note giving the
+configured and achieved rates under every table.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import pandas as pd
 
 from bench.results import atomic_write_text, load_metas
 
-__all__ = ["TABLE_COLUMNS", "format_table", "markdown_table", "print_table", "write_report"]
+__all__ = ["TABLE_COLUMNS", "format_table", "host_limited_notes", "markdown_table",
+           "print_table", "write_report"]
 
 # (summary column, header, formatter)
 TABLE_COLUMNS = (
-    ("scenario", "scenario", str),
+    ("scenario_label", "scenario", str),
     ("mode_bits", "mode", str),
     ("replicas", "dp", lambda v: f"{int(v)}"),
     ("throughput_samples_s", "samples/s", lambda v: f"{v:.2f}"),
@@ -41,6 +45,8 @@ def _missing(value) -> bool:
 
 def _rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     table = summary.copy()
+    table["scenario_label"] = [f"{s} (host-limited)" if limited else s for s, limited
+                               in zip(table["scenario"], table["host_limited"], strict=True)]
     table["mode_bits"] = table.apply(
         lambda r: r["mode"] if r["mode"] == "fp32"
         else f"{r['mode']} {int(r['fw_bits'])}/{int(r['bw_bits'])}", axis=1)
@@ -55,6 +61,18 @@ def _rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def host_limited_notes(summary: pd.DataFrame) -> list[str]:
+    """One line per host-limited scenario: configured and achieved link rate."""
+    notes = []
+    limited = summary[summary["host_limited"].astype(bool)]
+    for scenario, rows in limited.groupby("scenario", sort=False):
+        achieved, rate = rows["rate_mbit_achieved"].min(), rows["rate_mbit"].iloc[0]
+        notes.append(f"host-limited: {scenario} links delivered {achieved:.1f} Mbit/s of "
+                     f"{rate:g} Mbit/s configured; this machine cannot carry more even "
+                     f"unshaped, so its numbers there describe the host, not the link")
+    return notes
+
+
 def format_table(summary: pd.DataFrame) -> str:
     """A plain fixed-width text table (works in logs and CI output)."""
     headers, rows = _rows(summary)
@@ -63,7 +81,7 @@ def format_table(summary: pd.DataFrame) -> str:
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(out)
+    return "\n".join(out + host_limited_notes(summary))
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -78,7 +96,9 @@ def print_table(summary: pd.DataFrame) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(*headers, title="AQ-SGD benchmark summary")
+    notes = host_limited_notes(summary)
+    table = Table(*headers, title="AQ-SGD benchmark summary",
+                  caption="\n".join(notes) or None, caption_style="bold red")
     for r in rows:
         table.add_row(*r)
     console = Console(width=max(160, os.get_terminal_size().columns
@@ -106,6 +126,10 @@ def _provenance_lines(metas: list[dict]) -> list[str]:
     return lines
 
 
+def _fmt_or_dash(value, fmt: str) -> str:
+    return "-" if _missing(value) else format(value, fmt)
+
+
 def _probe_lines(metas: list[dict]) -> list[str]:
     seen, lines = set(), []
     for meta in metas:
@@ -114,15 +138,26 @@ def _probe_lines(metas: list[dict]) -> list[str]:
             continue
         seen.add(scenario)
         for link in meta["probe"]:
-            if isinstance(link, dict):
-                lines.append(f"| {scenario} | {link.get('src')} -> {link.get('dst')} | "
-                             f"{link.get('rate_mbit_configured')} | "
-                             f"{link.get('rate_mbit_achieved')} | {link.get('rtt_ms')} |")
+            if not isinstance(link, dict):
+                continue
+            want, got = link.get("rate_mbit_configured"), link.get("rate_mbit_achieved")
+            ratio = got / want if want and not _missing(got) else None
+            lines.append(f"| {scenario} | {link.get('src')} -> {link.get('dst')} | "
+                         f"{_fmt_or_dash(want, '.1f')} | {_fmt_or_dash(got, '.1f')} | "
+                         f"{_fmt_or_dash(ratio, '.3f')} | "
+                         f"{_fmt_or_dash(link.get('rate_mbit_ceiling'), '.1f')} | "
+                         f"{'**yes**' if link.get('host_limited') else 'no'} | "
+                         f"{_fmt_or_dash(link.get('rtt_ms'), '.3f')} |")
     if not lines:
         return []
     return ["## Link probe", "",
-            "| scenario | link | configured (Mbit/s) | achieved (Mbit/s) | RTT (ms) |",
-            "|---|---|---|---|---|", *lines, ""]
+            "| scenario | link | configured (Mbit/s) | achieved (Mbit/s) | achieved/configured "
+            "| host ceiling (Mbit/s) | host-limited | RTT (ms) |",
+            "|---|---|---|---|---|---|---|---|", *lines, "",
+            "The host ceiling is measured only for a link that falls short: the same path "
+            "with its rate limit lifted. Below the configured rate, the link is host-limited "
+            "(this machine cannot carry the rate); above it, the run stops (a shaping "
+            "error).", ""]
 
 
 def _failure_lines(metas: list[dict]) -> list[str]:
@@ -149,6 +184,7 @@ def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
     lines = [f"# {title or 'Benchmark report: ' + sweep_dir.name}", "",
              *_provenance_lines(metas), "",
              "## Summary", "", markdown_table(headers, rows), "",
+             *[line for note in host_limited_notes(summary) for line in (f"**{note}**", "")],
              "Throughput counts measured steps only (after the uncompressed warm-up); "
              "definitions in docs/results-schema.md.", ""]
     if pngs:

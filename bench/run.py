@@ -10,12 +10,21 @@ them; the probe runs once), then each cell writes its RunConfig, starts
 collects. A cell whose workers fail is recorded as failed (with the failing
 rank's log tail) and the sweep goes on; the caller turns failures into a
 non-zero exit code.
+
+Launchers: `netns` (network namespaces with shaped links, needs root) and
+`local` (unshaped processes on loopback); `auto` picks netns where it works. A
+Docker launcher (one container per host) is future work: it is not offered.
+
+A link that the probe finds host-limited (bench.probe.rate_verdict: the
+machine cannot carry the scenario's rate even unshaped) does not stop the
+scenario; a loud warning is printed and every cell of it records
+`host_limited` and the lowest achieved rate in meta.json's `cell` block, which
+the table, the report and the figures label.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import itertools
 import os
 import secrets
@@ -31,6 +40,7 @@ from pathlib import Path
 
 import yaml
 
+from bench.probe import host_limited_warning
 from bench.results import (
     SCHEMA_VERSION,
     atomic_write_text,
@@ -44,6 +54,7 @@ from bench.results import (
 from bench.sweep import CellSpec, SweepSpec
 
 __all__ = [
+    "LAUNCHERS",
     "REPO_ROOT",
     "SCENARIO_DIR",
     "UnknownScenarioError",
@@ -68,6 +79,7 @@ SCENARIO_DIR = REPO_ROOT / "scenarios"
 LOG_TAIL_LINES = 40
 FAIL_GRACE_S = 20.0  # after one rank fails, how long the others get to exit
 WORKER_CMD = (sys.executable, "-m", "aqsgd.worker")
+LAUNCHERS = ("auto", "netns", "local")  # the --launcher choices
 
 
 class UnknownScenarioError(ValueError):
@@ -115,7 +127,7 @@ def _link_property(record: dict, key: str) -> float | None:
 class LauncherChoice:
     """Which launcher builds the hosts, and why (printed, and kept in meta)."""
 
-    name: str  # netns | local | docker
+    name: str  # netns | local
     reason: str
     factory: Callable = field(repr=False, compare=False)
 
@@ -141,15 +153,8 @@ def _netns_usable() -> tuple[bool, str]:
 
 def choose_launcher(choice: str = "auto") -> LauncherChoice:
     """auto: netns when root and `ip netns` works, else local (unshaped)."""
-    if choice not in ("auto", "netns", "local", "docker"):
-        raise ValueError(f"launcher must be auto, netns, local or docker, got {choice!r}")
-    if choice == "docker":
-        try:
-            module = importlib.import_module("bench.docker")
-        except ImportError as err:
-            raise ValueError(f"launcher docker requested but bench.docker is not "
-                             f"available: {err}") from None
-        return LauncherChoice("docker", "requested", module.DockerLauncher)
+    if choice not in LAUNCHERS:
+        raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {choice!r}")
     if choice in ("auto", "netns"):
         ok, why = _netns_usable()
         if ok:
@@ -286,9 +291,13 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait(timeout=5)
 
 
-def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice, scn_record: dict) -> dict:
-    """meta.json's `cell` block: what the cell is, in flat columns for the loader."""
+def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice, scn_record: dict,
+                  probe: list | None = None) -> dict:
+    """meta.json's `cell` block: what the cell is, in flat columns for the loader.
+    From the link probe: `host_limited` (a probed link could not reach its rate on
+    this host) and `rate_mbit_achieved` (the lowest achieved rate of a shaped link)."""
     m = cell.mode
+    shaped_links = [r for r in probe or [] if r.get("rate_mbit_configured") is not None]
     return {
         "name": cell.name, "sweep": sweep, "scenario": cell.scenario_name, "mode": m.name,
         "label": m.label, "fw_bits": m.fw_bits, "bw_bits": m.bw_bits,
@@ -298,6 +307,9 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice, scn_record
         "shaped": choice.shaped and _link_property(scn_record, "rate_mbit") is not None,
         "rate_mbit": _link_property(scn_record, "rate_mbit"),
         "delay_ms": _link_property(scn_record, "delay_ms"),
+        "host_limited": any(bool(r.get("host_limited")) for r in shaped_links),
+        "rate_mbit_achieved": min((r["rate_mbit_achieved"] for r in shaped_links),
+                                  default=None),
     }
 
 
@@ -311,7 +323,8 @@ def run_cell(cell: CellSpec, hosts, cell_dir: Path, *, sweep: str, choice: Launc
     (cell_dir / "logs").mkdir(parents=True)
     started = time.time()
     meta = {
-        "schema_version": SCHEMA_VERSION, "cell": cell_identity(cell, sweep, choice, scn_record),
+        "schema_version": SCHEMA_VERSION,
+        "cell": cell_identity(cell, sweep, choice, scn_record, probe),
         "spec": cell.to_dict(), "spec_key": cell.key, "seed": cell.workload.seed,
         "scenario": scn_record, "launcher": {"choice": choice.name, "reason": choice.reason,
                                              **_safe_record(hosts)},
@@ -473,6 +486,9 @@ def _run_group(scenario: str, group: list[CellSpec], sweep_dir: Path, sweep: str
             probe = hosts.probe()
             if hasattr(hosts, "probe_table"):
                 echo(f"link probe, scenario {scenario}:\n{hosts.probe_table()}")
+            warning = host_limited_warning(probe)
+            if warning:
+                echo(f"{scenario}: {warning}")
             for cell in group:
                 bar.describe(f"{cell.name}")
                 outcome = run_cell(cell, hosts, sweep_dir / cell.name, sweep=sweep,

@@ -17,6 +17,9 @@ Definitions (docs/results-schema.md, "Summary"):
   step; final eval loss when the worker evaluated.
 - comm/compute: summed `comm_wait_s` over summed `compute_s`, all ranks,
   measured steps (how much of a step waits on the network per unit of compute).
+- host_limited / rate_mbit_achieved: from the link probe (meta.json `cell`):
+  the machine could not carry the scenario's rate even unshaped, and the
+  lowest rate a shaped link achieved; old cells without them read False/empty.
 - speed-up: throughput over the fp32 cell of the same sweep, scenario,
   stages and replicas; `speedup_vs_unshaped` over the fp32 cell of the
   sweep's unshaped reference scenario when one was run.
@@ -32,11 +35,13 @@ import pandas as pd
 
 from bench.results import BYTE_KINDS, load_metas, load_results
 
-__all__ = ["SUMMARY_COLUMNS", "summarize_cell", "summarize"]
+__all__ = ["MODE_RANK", "SUMMARY_COLUMNS", "host_limited_flags", "summarize_cell",
+           "summarize"]
 
 SUMMARY_COLUMNS = (
     "sweep", "cell", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
-    "stages", "replicas", "launcher", "shaped", "rate_mbit", "delay_ms", "status",
+    "stages", "replicas", "launcher", "shaped", "rate_mbit", "rate_mbit_achieved",
+    "host_limited", "delay_ms", "status",
     "measured_steps", "step_time_s", "step_time_spread_s", "throughput_samples_s",
     "throughput_tokens_s", "throughput_mean_samples_s",
     "speedup_vs_fp32", "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
@@ -46,6 +51,15 @@ SUMMARY_COLUMNS = (
 
 def _num(series: pd.Series) -> pd.Series:
     return pd.to_numeric(series, errors="coerce")
+
+
+def host_limited_flags(frame: pd.DataFrame) -> pd.Series:
+    """Per row: True for a cell whose links were host-limited; False where the column
+    is missing or empty (results written before it existed)."""
+    if "host_limited" not in frame.columns:
+        return pd.Series(False, index=frame.index, dtype=bool)
+    return frame["host_limited"].map(
+        lambda v: isinstance(v, (bool, np.bool_)) and bool(v)).astype(bool)
 
 
 def summarize_cell(frame: pd.DataFrame) -> dict:
@@ -105,14 +119,14 @@ def _add_speedups(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-_MODE_RANK = {"fp32": 0, "directq": 1, "aqsgd": 2, "aqsgd+gc": 3}
+MODE_RANK = {"fp32": 0, "directq": 1, "aqsgd": 2, "aqsgd+gc": 3}  # reading order of modes
 
 
 def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
     """Rows by sweep, scenario (fastest link first), mode, bits, replicas."""
     order = table.assign(
         _rate=table["rate_mbit"].fillna(np.inf),
-        _mode=table["mode"].map(_MODE_RANK).fillna(9),
+        _mode=table["mode"].map(MODE_RANK).fillna(9),
         _fw=table["fw_bits"].fillna(0))
     order = order.sort_values(["sweep", "_rate", "scenario", "_mode", "_fw", "replicas"],
                               ascending=[True, False, True, True, True, True], kind="stable")
@@ -139,6 +153,7 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
     for col in SUMMARY_COLUMNS:
         if col not in table.columns:
             table[col] = np.nan
+    table["host_limited"] = host_limited_flags(table)
     if not table.empty:
         table = _add_speedups(table)
         table = _in_reading_order(table)

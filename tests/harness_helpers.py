@@ -93,9 +93,11 @@ def rank_records(rank: int, stage: int, stages: int, steps: int, warmup_steps: i
 
 def write_cell(sweep_dir: Path, cell: CellSpec, *, rate_mbit: float | None,
                act_bytes: int, step_time_s: float, loss0: float = 5.0,
-               launcher: str = "netns", sweep: str = "synthetic") -> Path:
+               launcher: str = "netns", sweep: str = "synthetic",
+               achieved_mbit: float | None = None, ceiling_mbit: float | None = None) -> Path:
     """A finished cell directory written by the harness's own writers from
-    synthetic worker JSONL (2 stages, 1 replica)."""
+    synthetic worker JSONL (2 stages, 1 replica). The probed link achieved
+    `achieved_mbit` (default: rate_mbit); with `ceiling_mbit` it is host-limited."""
     cell_dir = sweep_dir / cell.name
     w = cell.workload
     for rank in range(cell.world_size):
@@ -107,11 +109,14 @@ def write_cell(sweep_dir: Path, cell: CellSpec, *, rate_mbit: float | None,
     assert collect_metrics(cell, cell_dir) is None
     choice = LauncherChoice(launcher, "test", factory=object)
     scn = {"name": cell.scenario, "link": {"rate_mbit": rate_mbit, "delay_ms": 0.0}}
+    probe = [{"src": 0, "dst": 1, "rate_mbit_configured": rate_mbit,
+              "rate_mbit_achieved": rate_mbit if achieved_mbit is None else achieved_mbit,
+              "rate_mbit_ceiling": ceiling_mbit, "host_limited": ceiling_mbit is not None,
+              "rtt_ms": 0.1}]
     write_json(cell_dir / "meta.json", {
-        "schema_version": 1, "cell": cell_identity(cell, sweep, choice, scn),
+        "schema_version": 1, "cell": cell_identity(cell, sweep, choice, scn, probe),
         "spec": cell.to_dict(), "spec_key": cell.key, "status": "ok", "wall_s": 1.0,
-        "probe": [{"src": 0, "dst": 1, "rate_mbit_configured": rate_mbit,
-                   "rate_mbit_achieved": rate_mbit, "rtt_ms": 0.1}],
+        "probe": probe,
         "provenance": {"git": {"commit": "abc", "dirty": False}, "versions": {},
                        "hardware": {}},
     })

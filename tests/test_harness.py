@@ -5,6 +5,7 @@ tests/test_harness_e2e.py)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from bench.__main__ import main
 from bench.run import (
     UnknownScenarioError,
     build_run_config,
+    choose_launcher,
     resolve_scenario,
     run_sweep,
     wait_for_workers,
@@ -63,6 +65,18 @@ def test_unknown_scenario_lists_the_available_ones(capsys):
 def test_cli_bad_bit_width_exits_2_naming_the_field(capsys):
     assert main(["run", "--scenario", "100mbps", "--modes", "aqsgd:2/12"]) == 2
     assert "bw_bits must be in 1..8, got 12" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["run", "--scenario", "100mbps"], ["paper"]])
+def test_cli_offers_only_launchers_that_exist(capsys, command):
+    with pytest.raises(SystemExit):
+        main([*command, "--launcher", "docker"])
+    # argparse quotes the choices from Python 3.12.8 on
+    assert re.search(r"invalid choice: 'docker' \(choose from '?auto'?, '?netns'?, '?local'?\)",
+                     capsys.readouterr().err)
+    with pytest.raises(ValueError, match="launcher must be one of auto, netns, local"):
+        choose_launcher("docker")
+    assert choose_launcher("local").name == "local"
 
 
 def test_workload_and_cell_validation_name_the_field():

@@ -19,13 +19,17 @@ MODES = {"fp32": ModeSpec("fp32"), "aqsgd": ModeSpec("aqsgd", 2, 4),
          "directq": ModeSpec("directq", 4, 8)}
 
 
-def _sweep(tmp_path):
+def _sweep(tmp_path, host_limited: bool = False):
     for scenario, rate in RATES.items():
+        # with host_limited: the 10 Gbit/s links deliver what this host carries, 4.2 Gbit/s
+        limited = host_limited and rate == 10_000
         for name, mode in MODES.items():
             traffic = 8e6 if name == "fp32" else 1e6  # bits per step
             write_cell(tmp_path, CellSpec(scenario, mode, Workload(steps=4)), rate_mbit=rate,
                        act_bytes=int(traffic / 8), step_time_s=0.2 + traffic / (rate * 1e6),
-                       loss0=5.0 if name != "directq" else 5.3)
+                       loss0=5.0 if name != "directq" else 5.3,
+                       achieved_mbit=4_234.5 if limited else None,
+                       ceiling_mbit=5_012.3 if limited else None)
     return tmp_path
 
 
@@ -86,3 +90,33 @@ def test_claims_file_must_hold_a_list_of_claims(tmp_path):
     bad.write_text("claims: {a: 1}\n")
     with pytest.raises(ValueError, match="claims.yaml"):
         load_claims(bad)
+
+
+def test_report_probe_table_is_formatted_with_the_ratio(sweep_dir):
+    report = write_report(sweep_dir, summarize([sweep_dir]), []).read_text()
+    assert "| achieved/configured |" in report
+    assert "| 10gbps | 0 -> 1 | 10000.0 | 10000.0 | 1.000 | - | no | 0.100 |" in report
+
+
+def test_host_limited_links_are_labelled_in_table_report_and_figures(tmp_path):
+    sweep = _sweep(tmp_path / "sweep", host_limited=True)
+    summary = summarize([sweep])
+    fast = summary[summary["scenario"] == "10gbps"]
+    assert fast["host_limited"].all() and not summary[summary["scenario"] != "10gbps"][
+        "host_limited"].any()
+    assert fast["rate_mbit_achieved"].iloc[0] == pytest.approx(4_234.5)
+    text = format_table(summary)
+    assert text.count("10gbps (host-limited)") == 3 and "100mbps (host-limited)" not in text
+    assert text.splitlines()[-1].startswith("host-limited: 10gbps links delivered 4234.5 "
+                                            "Mbit/s of 10000 Mbit/s configured")
+    figures = make_figures([sweep], sweep / "figures")
+    svg = (sweep / "figures" / "throughput_vs_bandwidth.svg").read_text()
+    assert "host-limited link (achieved &lt; configured)" in svg
+    assert "4234 of 10000 Mbit/s" in svg
+    report = write_report(sweep, summary, figures).read_text()
+    assert "| 10gbps (host-limited) | fp32 |" in report
+    assert "**host-limited: 10gbps links delivered 4234.5 Mbit/s" in report
+    assert "| 10gbps | 0 -> 1 | 10000.0 | 4234.5 | 0.423 | 5012.3 | **yes** | 0.100 |" in report
+    paper = draw_paper_figures(sweep, tmp_path / "paper")
+    svg = next(p for p in paper if p.name == "paper_speedup.svg").read_text()
+    assert "host-limited link (achieved &lt; configured)" in svg
