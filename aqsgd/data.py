@@ -179,25 +179,33 @@ def _columnar_rows(path: Path, text_field: str) -> list[str | None]:
     try:
         if path.suffix.lower() == ".parquet":
             schema = pyarrow.parquet.read_schema(path)
-            read = functools.partial(pyarrow.parquet.read_table, path, columns=[text_field])
+            _check_text_column(path, schema, text_field)
+            table = pyarrow.parquet.read_table(path, columns=[text_field])
         else:
             with open(path, "rb") as handle:
                 # The Arrow file format starts with this magic; `datasets` writes streams.
                 is_file_format = handle.read(6) == b"ARROW1"
-            source = pa.memory_map(str(path))
             opener = pyarrow.ipc.open_file if is_file_format else pyarrow.ipc.open_stream
-            reader = opener(source)
-            schema, read = reader.schema, reader.read_all
-        if text_field not in schema.names:
-            raise ValueError(
-                f"{path}: no column {text_field!r} (text_field); the columns are {schema.names}"
-            )
-        kind = schema.field(text_field).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise ValueError(f"{path}: column {text_field!r} holds {kind}, not strings")
-        return read().column(text_field).to_pylist()
+            with pa.memory_map(str(path)) as source:
+                reader = opener(source)
+                _check_text_column(path, reader.schema, text_field)
+                table = reader.read_all()
+        return table.column(text_field).to_pylist()
     except pa.ArrowException as err:  # not parquet / not Arrow IPC, truncated, ...
         raise ValueError(f"{path}: not a readable {path.suffix} file ({err})") from err
+
+
+def _check_text_column(path: Path, schema, text_field: str) -> None:
+    import pyarrow as pa
+
+    if text_field not in schema.names:
+        raise ValueError(
+            f"{path}: no column {text_field!r} (text_field); the columns are {schema.names}"
+        )
+    kind = schema.field(text_field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or pa.types.is_string_view(kind)):  # fmt: skip
+        raise ValueError(f"{path}: column {text_field!r} holds {kind}, not strings")
 
 
 def _data_files(directory: Path) -> list[Path]:
@@ -210,7 +218,8 @@ def _is_data_file(path: Path) -> bool:
     known = _TEXT_SUFFIXES | _JSON_SUFFIXES | _ARROW_SUFFIXES
     if not path.is_file() or path.name.startswith(".") or suffix not in known:
         return False
-    return path.name not in _METADATA_FILES
+    # `datasets` builds into "<hash>.incomplete" and renames it when done.
+    return path.name not in _METADATA_FILES and not path.parent.name.endswith(".incomplete")
 
 
 def _words(name: str) -> list[str]:
@@ -269,8 +278,8 @@ def _hub_snapshot(hub_cache: Path, repo: str) -> Path | None:
     revisions = sorted({r.read_text().strip() for r in named} & present) or sorted(present)
     if len(revisions) > 1:
         raise ValueError(
-            f"{root}: {len(revisions)} snapshots {revisions} and no refs/main; set the data "
-            f"path to one of them"
+            f"{root}: {len(revisions)} snapshots {revisions} and no ref names one; set the "
+            f"data path to one of them"
         )
     return snapshots / revisions[0] if revisions else None
 

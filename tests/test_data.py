@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers import GPT2Tokenizer
 
+from aqsgd.config import config_from_dict
 from aqsgd.data import (
     EVAL_STRIDE,
     Sampler,
@@ -297,9 +298,14 @@ def test_wikitext_parquet_in_hub_cache_through_load_windows(tmp_path, monkeypatc
     assert resolve_text_source("Salesforce/wikitext/wikitext-2-raw-v1") == (
         snapshot / "wikitext-2-raw-v1"
     )
-    model = PRESETS["tiny"].replace(vocab_size=VOCAB, seq_len=16)
-    # No path: `wikitext` finds wikitext-2-raw-v1 in the hub cache.
-    data = SimpleNamespace(name="wikitext", path=None, max_samples=None, eval_samples=5)
+    # A run config's data section, as the worker passes it. No path: `wikitext` finds
+    # wikitext-2-raw-v1 in the hub cache.
+    sections = {
+        "data": {"name": "wikitext", "eval_samples": 5},
+        "model": {"preset": "tiny", "vocab_size": VOCAB, "seq_len": 16},
+    }
+    run = config_from_dict(sections)
+    data, model = run.data, run.model
     train, ev = load_windows(data, model, seed=0, tokenizer=tok)
     # The rows are the lines of one document per split; "" rows are blank lines.
     text = "".join(row or "\n" for row in WIKI_ROWS["train"])
@@ -308,6 +314,7 @@ def test_wikitext_parquet_in_hub_cache_through_load_windows(tmp_path, monkeypatc
     assert train.flatten().tolist() == stream[: train.numel()]
     assert tok.decode(ev[0].tolist()).startswith("\n = Tower Building")  # validation
     # Stable sample ids: another seed, an explicit id, a cap keep row i the same.
+    # (DataConfig has no text_field yet; load_windows reads it when a config has one.)
     capped = SimpleNamespace(name="wikitext", path="Salesforce/wikitext/wikitext-2-raw-v1",
                              max_samples=7, eval_samples=5, text_field="text")  # fmt: skip
     train7, ev2 = load_windows(capped, model, seed=9, tokenizer=tok)
@@ -336,6 +343,9 @@ def test_datasets_cache_arrow_streams(tmp_path, monkeypatch, tok):
         ids = list(range(len(rows)))
         _write_arrow_stream(leaf / f"tiny-docs-{split}.arrow", {"id": ids, "text": rows})
     (leaf / "dataset_info.json").write_text('{"description": "metadata, not data"}')
+    # An interrupted build beside it: `datasets` never renamed it, so it is not data.
+    _write_arrow_stream(leaf.with_name(leaf.name + ".incomplete") / "tiny-docs-train.arrow",
+                        {"text": ["half written"]})  # fmt: skip
     monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     assert resolve_text_source("someone/tiny-docs") == cache / "someone___tiny-docs"
