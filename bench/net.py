@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bench.executor import Executor
 from bench.netns import DEFAULT_STATE_DIR, NetnsLauncher, teardown_recorded
-from bench.probe import LinkProbeError, check_links
+from bench.probe import LinkProbeError, check_links, host_limited_warning
 from bench.scenario import load_scenario, with_link
 
 __all__ = ["calibrate", "cleanup", "main"]
@@ -52,6 +52,9 @@ def _probe(args) -> int:
           f"data plane {record['data_plane']}, payload correction "
           f"x{record['payload_correction_factor']:.4f}")
     print(hosts.probe_table())
+    warning = host_limited_warning(results)
+    if warning:
+        print(warning, file=sys.stderr)
     print(f"bring-up {record['timing']['up_s']:.2f} s, tear-down "
           f"{record['timing']['down_s']:.2f} s")
     if args.json:

@@ -98,7 +98,8 @@ def mark_host_limited(ax, rows: pd.DataFrame, y: str) -> None:
     ax.scatter(limited["rate_mbit"], limited[y], s=170, facecolors="none", edgecolors="red",
                linewidths=1.5, zorder=5, label="host-limited link (achieved < configured)")
     for rate, at in limited.groupby("rate_mbit"):
-        ax.annotate(f"host-limited:\n{at['rate_mbit_achieved'].min():.0f} of {rate:g} Mbit/s",
+        achieved = at["rate_mbit_achieved"].min()
+        ax.annotate(f"host-limited:\n{achieved:.0f} of {rate:g} Mbit/s achieved",
                     xy=(rate, at[y].max()), xytext=(0, 14), textcoords="offset points",
                     ha="center", fontsize=7, color="red")
 

@@ -313,6 +313,15 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice, scn_record
     }
 
 
+def _meta_head(cell: CellSpec, sweep: str, choice: LauncherChoice, scn_record: dict,
+               probe: list | None, prov: dict) -> dict:
+    """The keys every meta.json starts with, whatever became of the cell."""
+    return {"schema_version": SCHEMA_VERSION,
+            "cell": cell_identity(cell, sweep, choice, scn_record, probe),
+            "spec": cell.to_dict(), "spec_key": cell.key, "seed": cell.workload.seed,
+            "provenance": prov}
+
+
 def run_cell(cell: CellSpec, hosts, cell_dir: Path, *, sweep: str, choice: LauncherChoice,
              scn_record: dict, probe: list, prov: dict,
              worker_cmd: tuple[str, ...] = WORKER_CMD) -> CellOutcome:
@@ -323,12 +332,10 @@ def run_cell(cell: CellSpec, hosts, cell_dir: Path, *, sweep: str, choice: Launc
     (cell_dir / "logs").mkdir(parents=True)
     started = time.time()
     meta = {
-        "schema_version": SCHEMA_VERSION,
-        "cell": cell_identity(cell, sweep, choice, scn_record, probe),
-        "spec": cell.to_dict(), "spec_key": cell.key, "seed": cell.workload.seed,
+        **_meta_head(cell, sweep, choice, scn_record, probe, prov),
         "scenario": scn_record, "launcher": {"choice": choice.name, "reason": choice.reason,
                                              **_safe_record(hosts)},
-        "probe": probe, "provenance": prov,
+        "probe": probe,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     failure = None
@@ -398,9 +405,7 @@ def _fail_group(cells: list[CellSpec], sweep_dir: Path, sweep: str, choice: Laun
         if cell_dir.exists():
             shutil.rmtree(cell_dir)
         write_json(cell_dir / "meta.json", {
-            "schema_version": SCHEMA_VERSION, "cell": cell_identity(cell, sweep, choice, {}),
-            "spec": cell.to_dict(), "spec_key": cell.key, "seed": cell.workload.seed,
-            "provenance": prov, "status": "failed",
+            **_meta_head(cell, sweep, choice, {}, None, prov), "status": "failed",
             "failure": {"rank": None, "returncode": None, "reason": reason},
         })
         outcomes.append(CellOutcome(cell.name, "failed", 0.0, reason))
