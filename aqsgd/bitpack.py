@@ -10,12 +10,13 @@ padding bits are zero.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
 
-__all__ = ["pack", "pack_codes", "pack_plan", "packed_nbytes", "padded_bytes", "unpack",
-           "unpack_codes"]
+__all__ = ["BYTE_WIDTHS", "byte_table", "pack", "pack_codes", "pack_into", "pack_plan",
+           "packed_nbytes", "padded_bytes", "unpack", "unpack_codes"]
 
 
 def packed_nbytes(n: int, bits: int) -> int:
@@ -93,6 +94,65 @@ def pack_codes(codes: torch.Tensor, n: int, bits: int) -> torch.Tensor:
     if field != lane:  # lanes hold field/8 stream bytes each: copy them out
         stream = stream.view(-1, lane // 8)[:, : field // 8].reshape(-1)
     return stream[:nbytes]
+
+
+# Widths whose codes never straddle a byte: a byte holds 8 / b codes, so 8 / b codes in
+# one (8 / b)-byte lane pack into one byte by log2(8 / b) shift-or steps, and a byte
+# unpacks into such a lane by one table lookup.
+BYTE_WIDTHS = {1: torch.int64, 2: torch.int32, 4: torch.int16}
+
+
+def pack_into(codes: torch.Tensor, n: int, bits: int, out: torch.Tensor,
+              scratch: torch.Tensor | None = None) -> None:
+    """out (uint8, packed_nbytes(n, bits)) <- the stream of the first n codes of `codes`,
+    an owned uint8 buffer of padded_bytes(n) codes < 2**bits whose tail beyond n is 0; it
+    is overwritten. `scratch`: optional uint8 buffer of at least padded_bytes(n) bytes."""
+    if bits == 8:
+        out.copy_(codes[:n])
+        return
+    lane_dtype = BYTE_WIDTHS.get(bits)
+    if lane_dtype is None:
+        out.copy_(pack_codes(codes, n, bits))
+        return
+    _check_little_endian()
+    # lane j (8 / b bytes, code k in byte k) -> byte 0 of the lane holds all its codes:
+    # step s ors in the lane shifted right by (8 - b) * 2**s, moving the field of 2**s
+    # codes at byte 2**s down next to the one at byte 0. Fields never overlap (codes are
+    # clean), nothing useful is shifted out of a lane, and lanes' top bytes are < 128, so
+    # the arithmetic shift brings in zeros; the final narrowing keeps byte 0 (mod 256).
+    nbytes = padded_bytes(n)
+    a = codes[:nbytes].view(lane_dtype)
+    b = (torch.empty(nbytes, dtype=torch.uint8, device=codes.device) if scratch is None
+         else scratch[:nbytes]).view(lane_dtype)
+    shift = 8 - bits
+    steps = (8 // bits).bit_length() - 1  # log2 of codes per lane
+    for _ in range(steps):
+        torch.bitwise_right_shift(a, shift, out=b)
+        b.bitwise_or_(a)
+        a, b = b, a
+        shift *= 2
+    out.copy_(a[: out.numel()])
+
+
+def byte_table(bits: int, offset: int, device: torch.device | str) -> torch.Tensor:
+    """(256,) lanes of BYTE_WIDTHS[bits]: lane v's byte k is ((v >> k*b) & mask) - offset
+    (mod 256), i.e. the codes of byte v minus `offset`, as uint8 (offset 0) or as the int8
+    two's complement of c - offset."""
+    return _byte_table(bits, offset, str(device))
+
+
+@functools.lru_cache(maxsize=32)
+def _byte_table(bits: int, offset: int, device: str) -> torch.Tensor:
+    per, mask = 8 // bits, (1 << bits) - 1
+    lanes = []
+    for v in range(256):
+        word = 0
+        for k in range(per):
+            word |= ((((v >> (k * bits)) & mask) - offset) % 256) << (8 * k)
+        if word >> (8 * per - 1):  # two's complement of the lane dtype
+            word -= 1 << (8 * per)
+        lanes.append(word)
+    return torch.tensor(lanes, dtype=BYTE_WIDTHS[bits], device=device)
 
 
 def unpack_codes(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:

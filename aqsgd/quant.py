@@ -22,14 +22,22 @@ a 256-entry table.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from aqsgd.bitpack import pack, pack_codes, packed_nbytes, padded_bytes, unpack, unpack_codes
+from aqsgd.bitpack import (
+    BYTE_WIDTHS,
+    byte_table,
+    pack,
+    pack_into,
+    packed_nbytes,
+    padded_bytes,
+    unpack,
+    unpack_codes,
+)
 
 __all__ = [
     "BACKENDS",
@@ -301,7 +309,7 @@ def _uniform(seed: int, start: int, count: int, device) -> torch.Tensor:
 
 
 def _levels_(work: torch.Tensor, inv: torch.Tensor | None, cfg: QuantConfig, seed: int,
-             start: int) -> torch.Tensor:
+             start: int, clamp: bool = True) -> torch.Tensor:
     """In place on fp32 `work` (rows, C) holding v, or v * inv when `inv` is None: -> the
     integer levels as floats, c - Q in [-Q, Q-1] (reference grid) or c in [0, L]
     (symmetric). `start` is the flat index of work[0, 0] (stochastic rounding keys on it)."""
@@ -314,6 +322,8 @@ def _levels_(work: torch.Tensor, inv: torch.Tensor | None, cfg: QuantConfig, see
     else:
         work.add_(0.5)
     work.floor_()
+    if not clamp:
+        return work
     low = 0 if cfg.symmetric else -(1 << (cfg.bits - 1))
     return work.clamp_(low, low + cfg.code_max)
 
@@ -388,47 +398,87 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig,
 # ---------------------------------------------------------------------------
 
 
+def _levels_fit(stat: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig) -> bool:
+    """Can the unclamped levels go to integers unchecked? With max-abs scales, a scale at
+    least its group's max |v| (or zero) bounds |v * inv| by Q (or h) up to two ulps, so
+    floor(t + 0.5) or floor(t + u) stays within one of the grid's ends: [-Q-1, Q+1] or
+    [-1, L+1]. It fails where stat saturated at 65504 or an fp16-subnormal scale rounded
+    below stat (and on NaN): those calls clamp in fp32."""
+    if cfg.scale_method != "maxabs" or not _int8_levels(cfg):
+        return False
+    s = scales.reshape(-1).float()
+    return bool(((s >= stat.reshape(-1)) | (s == 0)).all())
+
+
+def _int8_levels(cfg: QuantConfig) -> bool:
+    """Do all unclamped levels (see _levels_fit) fit int8? Reference grid up to 7 bits
+    ([-65, 65]), symmetric up to 6 ([-1, 64])."""
+    return cfg.bits <= (6 if cfg.symmetric else 7)
+
+
+def _store_int_codes(levels: torch.Tensor, codes: torch.Tensor, cfg: QuantConfig) -> None:
+    """uint8 `codes` (flat, levels.numel()) <- the codes of fp32 unclamped integer
+    `levels` (bounded as _levels_fit says): converted exactly to int8, clamped there and
+    offset by Q in byte arithmetic, two cheap byte passes instead of an fp32 clamp."""
+    low = 0 if cfg.symmetric else -(1 << (cfg.bits - 1))
+    ints = codes.view(torch.int8).view(levels.shape)
+    ints.copy_(levels).clamp_(low, low + cfg.code_max)
+    if low:
+        codes.sub_(low)  # uint8: two's complement byte of the level + Q
+
+
 def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg: QuantConfig,
-                        seed: int, m_rows: torch.Tensor | None = None) -> torch.Tensor:
+                        seed: int, m_rows: torch.Tensor | None = None,
+                        int_levels: bool = False) -> torch.Tensor:
     """The packed stream of the (R, C) view `rows`, chunk by chunk: each chunk's codes are
     packed while still in cache, into their own bytes of the stream (chunks hold whole
     octets of codes). With `m_rows`, `rows` is an owned fp32 delta, worked on in place,
-    and m_rows += deQ(codes) chunk by chunk (the AQ-SGD sender)."""
-    n, width = rows.numel(), rows.shape[1]
+    and m_rows += deQ(codes) chunk by chunk (the AQ-SGD sender). `int_levels`: the
+    levels are bounded (_levels_fit), so they are clamped as integers."""
+    n, width, bits = rows.numel(), rows.shape[1], cfg.bits
     inv, step = _factors(scales, cfg, dim)
-    packed = torch.empty(packed_nbytes(n, cfg.bits), dtype=torch.uint8, device=rows.device)
-    per = _rows_per_chunk(rows)
-    codes = torch.empty(padded_bytes(min(per, rows.shape[0]) * width), dtype=torch.uint8,
-                        device=rows.device)
-    work = None if m_rows is not None else torch.empty(
-        (min(per, rows.shape[0]), width), device=rows.device)
+    device = rows.device
+    packed = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
+    chunk_rows = min(_rows_per_chunk(rows), rows.shape[0])
+    cap = padded_bytes(chunk_rows * width)
+    # 8-bit codes are the stream: written straight into it
+    codes = None if bits == 8 else torch.empty(cap, dtype=torch.uint8, device=device)
+    scratch = torch.empty(cap, dtype=torch.uint8, device=device) if bits in BYTE_WIDTHS else None
+    work = None if m_rows is not None else torch.empty((chunk_rows, width), device=device)
     for r0, r1 in _row_ranges(rows):
         count, start = (r1 - r0) * width, r0 * width  # start % 8 == 0 (_rows_per_chunk)
         inv_k, step_k = (inv, step) if dim == 0 else (inv[r0:r1], step[r0:r1])
         if m_rows is None:
             w = torch.mul(rows[r0:r1], inv_k, out=work[: r1 - r0])  # fp32 v * inv
-            _levels_(w, None, cfg, seed, start)
+            _levels_(w, None, cfg, seed, start, clamp=not int_levels)
         else:
             w = _levels_(rows[r0:r1], inv_k, cfg, seed, start)
-        chunk = codes[: padded_bytes(count)]
-        _store_codes(w, chunk[:count], cfg)
-        if count % 8:  # only the last chunk has padding codes
-            chunk[count:] = 0
+        first = start * bits // 8
+        chunk = packed[start: start + count] if codes is None else codes[: padded_bytes(count)]
+        if int_levels and m_rows is None:
+            _store_int_codes(w, chunk[:count], cfg)
+        else:
+            _store_codes(w, chunk[:count], cfg)
         if m_rows is not None:  # deQ = (c - center) * step in fp32, then m + deQ
             if cfg.symmetric:
                 w.sub_(cfg.center)
             m_rows[r0:r1].add_(w.mul_(step_k))
-        stream = pack_codes(chunk, count, cfg.bits)
-        first = start * cfg.bits // 8
-        packed[first: first + stream.numel()] = stream
+        if codes is None:
+            continue
+        if count % 8:  # only the last chunk has padding codes
+            chunk[count:] = 0
+        pack_into(chunk, count, bits, packed[first: first + packed_nbytes(count, bits)],
+                  scratch)
     return packed
 
 
 def torch_quantize_packed(x: torch.Tensor, cfg: QuantConfig,
                           seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     rows, dim = _rows(x, cfg)
-    scales = _scales_from_stat(_statistic(rows, dim, cfg))
-    packed = _quantize_pack_rows(rows, scales, dim, cfg, seed)
+    stat = _statistic(rows, dim, cfg)
+    scales = _scales_from_stat(stat.clone())
+    packed = _quantize_pack_rows(rows, scales, dim, cfg, seed,
+                                 int_levels=_levels_fit(stat, scales, cfg))
     return packed, scales.reshape(scale_shape(x.shape, cfg))
 
 
@@ -437,56 +487,54 @@ def _levels_of(packed: torch.Tensor, n: int, cfg: QuantConfig) -> torch.Tensor:
     return _signed_levels(unpack_codes(packed, cfg.bits, n), cfg)[:n]
 
 
-LUT_BITS = (1, 2)  # widths whose bytes expand to 8 or 4 values through a table
-
-
-@functools.lru_cache(maxsize=32)
-def _byte_table(bits: int, symmetric: bool, device: torch.device) -> torch.Tensor:
-    """(256, 8 // bits) fp32: the values c - center of the codes in every byte value."""
-    cfg = QuantConfig(bits=bits, grid="symmetric" if symmetric else "reference")
-    shifts = torch.arange(0, 8, bits, device=device)
-    codes = (torch.arange(256, device=device).unsqueeze(1) >> shifts) & cfg.code_max
-    return codes.float() - cfg.center  # exact: small integers and halves
-
-
-def _level_floats(packed: torch.Tensor, n: int, cfg: QuantConfig) -> torch.Tensor | None:
-    """(n,) fp32 c - center straight from the bytes by a table lookup, for LUT_BITS (one
-    gather instead of several unpack passes plus a conversion); None for other widths."""
-    if cfg.bits not in LUT_BITS:
-        return None
-    table = _byte_table(cfg.bits, cfg.symmetric, packed.device)
-    return torch.index_select(table, 0, packed.int()).view(-1)[:n]
+def _chunk_levels(packed: torch.Tensor, n: int, cfg: QuantConfig, chunk_rows: int, width: int):
+    """(r0, r1, levels of rows r0:r1 as (r1 - r0, width) int8 c - Q (reference) or uint8 c
+    (symmetric)) over the row chunks, for widths whose chunks start on whole bytes of
+    the stream (1, 2, 4: one table lookup per byte; 8: the bytes are the codes)."""
+    bits, device = cfg.bits, packed.device
+    offset = 0 if cfg.symmetric else 1 << (bits - 1)
+    level_dtype = torch.uint8 if cfg.symmetric else torch.int8
+    cap = padded_bytes(chunk_rows * width)
+    if bits == 8:
+        shifted = torch.empty(cap, dtype=torch.uint8, device=device) if offset else None
+    else:
+        table = byte_table(bits, offset, device)
+        index = torch.empty(cap * bits // 8, dtype=torch.int32, device=device)
+        lanes = torch.empty(cap * bits // 8, dtype=table.dtype, device=device)
+    rows = n // width
+    for r0 in range(0, rows, chunk_rows):
+        r1 = min(r0 + chunk_rows, rows)
+        start, count = r0 * width, (r1 - r0) * width
+        src = packed[start * bits // 8: start * bits // 8 + packed_nbytes(count, bits)]
+        if bits == 8:
+            codes = src if shifted is None else torch.sub(src, offset, out=shifted[:count])
+        else:
+            k = src.numel()
+            index[:k].copy_(src)
+            codes = torch.index_select(table, 0, index[:k], out=lanes[:k]).view(torch.uint8)
+        yield r0, r1, codes[:count].view(level_dtype).view(r1 - r0, width)
 
 
 def _value_chunks(packed: torch.Tensor, scales: torch.Tensor, rows_shape, cfg: QuantConfig,
                   dim: int, dest: torch.Tensor | None = None):
     """(r0, r1, fp32 values (c - center) * step of rows r0:r1 of the (R, C) view), written
-    into the fp32 (R, C) `dest` when given, else into the lookup buffer or a work chunk."""
+    into the fp32 (R, C) `dest` when given, else into a work chunk."""
     _, step = _factors(scales, cfg, dim)
-    n = math.prod(rows_shape)
-    floats = _level_floats(packed, n, cfg)
-    if floats is not None:
-        floats = floats.view(rows_shape)
-        for r0, r1 in _row_ranges(floats):
-            out = floats[r0:r1] if dest is None else dest[r0:r1]
-            yield r0, r1, torch.mul(floats[r0:r1], step if dim == 0 else step[r0:r1], out=out)
-        return
-    levels = _levels_of(packed, n, cfg).view(rows_shape)
-    for r0, r1, work in _chunks(levels):
-        out = work if dest is None else dest[r0:r1]
-        yield r0, r1, _values_into(levels[r0:r1], step if dim == 0 else step[r0:r1], cfg, out)
+    n, width = math.prod(rows_shape), rows_shape[1]
+    chunk_rows = min(_rows_per_chunk_of(rows_shape, packed.device), rows_shape[0])
+    work = torch.empty((chunk_rows, width), device=packed.device) if dest is None else None
+    if cfg.bits in BYTE_WIDTHS or cfg.bits == 8:
+        chunks = _chunk_levels(packed, n, cfg, chunk_rows, width)
+    else:
+        levels = _levels_of(packed, n, cfg).view(rows_shape)
+        chunks = ((r0, r1, levels[r0:r1]) for r0, r1 in _row_ranges_of(rows_shape, packed.device))
+    for r0, r1, lv in chunks:
+        out = work[: r1 - r0] if dest is None else dest[r0:r1]
+        yield r0, r1, _values_into(lv, step if dim == 0 else step[r0:r1], cfg, out)
 
 
 def torch_dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape, cfg: QuantConfig,
                             dtype: torch.dtype) -> torch.Tensor:
-    if dtype == torch.float32 and cfg.bits in LUT_BITS:
-        # the lookup's own fp32 buffer becomes the output, scaled in place
-        floats = _level_floats(packed, math.prod(shape), cfg).view(shape)
-        rows, dim = _rows(floats, cfg)
-        _, step = _factors(scales, cfg, dim)
-        for r0, r1 in _row_ranges(rows):
-            rows[r0:r1].mul_(step if dim == 0 else step[r0:r1])
-        return floats
     out = torch.empty(shape, dtype=dtype, device=packed.device)
     rows, dim = _rows(out, cfg)
     dest = rows if dtype == torch.float32 else None
@@ -496,21 +544,29 @@ def torch_dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape, c
     return out
 
 
-def _rows_per_chunk(rows: torch.Tensor) -> int:
-    """Rows per chunk: about CHUNK_ELEMENTS elements, a multiple of 8, on CPU; everything
-    at once on a GPU, where chunks would only add kernel launches."""
-    if rows.device.type != "cpu":
-        return max(1, rows.shape[0])
-    align = 8 // math.gcd(rows.shape[1], 8)  # chunks of whole octets of elements
-    per = max(1, CHUNK_ELEMENTS // max(1, rows.shape[1]))
+def _rows_per_chunk_of(shape: tuple[int, int], device: torch.device) -> int:
+    """Rows per chunk of a (R, C) view: about CHUNK_ELEMENTS elements, a multiple of 8,
+    on CPU; everything at once on a GPU, where chunks would only add kernel launches."""
+    if device.type != "cpu":
+        return max(1, shape[0])
+    align = 8 // math.gcd(shape[1], 8)  # chunks of whole octets of elements
+    per = max(1, CHUNK_ELEMENTS // max(1, shape[1]))
     return max(align, per - per % align)
 
 
-def _row_ranges(rows: torch.Tensor):
+def _rows_per_chunk(rows: torch.Tensor) -> int:
+    return _rows_per_chunk_of(tuple(rows.shape), rows.device)
+
+
+def _row_ranges_of(shape: tuple[int, int], device: torch.device):
     """(r0, r1) over the row chunks of a (R, C) view."""
-    per = _rows_per_chunk(rows)
-    for r0 in range(0, rows.shape[0], per):
-        yield r0, min(r0 + per, rows.shape[0])
+    per = _rows_per_chunk_of(shape, device)
+    for r0 in range(0, shape[0], per):
+        yield r0, min(r0 + per, shape[0])
+
+
+def _row_ranges(rows: torch.Tensor):
+    return _row_ranges_of(tuple(rows.shape), rows.device)
 
 
 def _chunks(rows: torch.Tensor):
