@@ -8,6 +8,14 @@ Triton interpreter, so a netns or Triton test that skips there proves nothing.
 import os
 
 import pytest
+import torch
+
+# Triton decides once, when it is first imported, whether kernels are compiled
+# or interpreted; transformers and torch import it early, so the choice has to
+# be made here, before any test module is collected. Without a CUDA device the
+# only way to run the kernels is the interpreter.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 _ALLOWED_SKIP_MARKERS = {"gpu"}
 
