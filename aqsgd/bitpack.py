@@ -126,8 +126,11 @@ def pack_into(codes: torch.Tensor, n: int, bits: int, out: torch.Tensor,
          else scratch[:nbytes]).view(lane_dtype)
     shift = 8 - bits
     steps = (8 // bits).bit_length() - 1  # log2 of codes per lane
-    for _ in range(steps):
+    for step in range(steps):
         torch.bitwise_right_shift(a, shift, out=b)
+        if step == steps - 1 and b.numel() == out.numel():
+            torch.bitwise_or(b, a, out=out)  # narrowed to bytes on the way out
+            return
         b.bitwise_or_(a)
         a, b = b, a
         shift *= 2

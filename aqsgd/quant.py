@@ -22,6 +22,7 @@ a 256-entry table.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -225,21 +226,31 @@ def _rows(x: torch.Tensor, cfg: QuantConfig) -> tuple[torch.Tensor, int]:
     return x.reshape(-1, span), 1
 
 
-def _statistic(rows: torch.Tensor, dim: int, cfg: QuantConfig) -> torch.Tensor:
-    """fp32 max |v| or 2 * sqrt(mean(v * v)) over `dim` of the (R, C) view."""
+def _statistic(rows: torch.Tensor, dim: int, cfg: QuantConfig, chunk_of=None) -> torch.Tensor:
+    """fp32 max |v| or 2 * sqrt(mean(v * v)) over `dim` of the (R, C) view; `chunk_of(r0,
+    r1)`, when given, computes rows r0:r1 of the values (max-abs only)."""
     if cfg.scale_method == "l2":
         v = rows.float()
         return (v * v).mean(dim).sqrt_().mul_(2.0)
     # max and -min in the input dtype are exact and cheaper than abs() then max; chunks of
     # rows keep the second reduction's reads in cache
-    stat = rows.new_empty(rows.shape[0]) if dim == 1 else None
-    for r0, r1 in _row_ranges(rows):
-        part = torch.maximum(rows[r0:r1].amax(dim), rows[r0:r1].amin(dim).neg_())
-        if dim == 1:
-            stat[r0:r1] = part
-        else:
-            stat = part if stat is None else torch.maximum(stat, part, out=stat)
-    return stat.float().abs_()  # max(0, -0) may be -0: the contract's max |v| is +0
+    ranges = list(_row_ranges(rows))
+    dtype = rows.dtype if chunk_of is None else torch.float32
+    if dim == 1:  # one (max, min) per row
+        high = torch.empty(rows.shape[0], dtype=dtype, device=rows.device)
+        low = torch.empty_like(high)
+    else:  # one (max, min) row per chunk, reduced at the end
+        high = torch.empty((len(ranges), rows.shape[1]), dtype=dtype, device=rows.device)
+        low = torch.empty_like(high)
+    for i, (r0, r1) in enumerate(ranges):
+        chunk = rows[r0:r1] if chunk_of is None else chunk_of(r0, r1)
+        span = slice(r0, r1) if dim == 1 else i
+        torch.amax(chunk, dim, out=high[span])
+        torch.amin(chunk, dim, out=low[span])
+    if dim == 0:
+        high, low = high.amax(0), low.amin(0)
+    # max(0, -0) may be -0: the contract's max |v| is +0
+    return torch.maximum(high, low.neg_()).float().abs_()
 
 
 def _scales_from_stat(stat: torch.Tensor) -> torch.Tensor:
@@ -429,12 +440,13 @@ def _store_int_codes(levels: torch.Tensor, codes: torch.Tensor, cfg: QuantConfig
 
 def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg: QuantConfig,
                         seed: int, m_rows: torch.Tensor | None = None,
-                        int_levels: bool = False) -> torch.Tensor:
+                        int_levels: bool = False, chunk_of=None) -> torch.Tensor:
     """The packed stream of the (R, C) view `rows`, chunk by chunk: each chunk's codes are
     packed while still in cache, into their own bytes of the stream (chunks hold whole
     octets of codes). With `m_rows`, `rows` is an owned fp32 delta, worked on in place,
-    and m_rows += deQ(codes) chunk by chunk (the AQ-SGD sender). `int_levels`: the
-    levels are bounded (_levels_fit), so they are clamped as integers."""
+    and m_rows += deQ(codes) chunk by chunk (the AQ-SGD sender); `chunk_of(r0, r1)`,
+    when given, computes that delta's rows r0:r1 into an fp32 work chunk instead.
+    `int_levels`: the levels are bounded (_levels_fit), so they are clamped as integers."""
     n, width, bits = rows.numel(), rows.shape[1], cfg.bits
     inv, step = _factors(scales, cfg, dim)
     device = rows.device
@@ -452,7 +464,8 @@ def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg:
             w = torch.mul(rows[r0:r1], inv_k, out=work[: r1 - r0])  # fp32 v * inv
             _levels_(w, None, cfg, seed, start, clamp=not int_levels)
         else:
-            w = _levels_(rows[r0:r1], inv_k, cfg, seed, start)
+            delta = rows[r0:r1] if chunk_of is None else chunk_of(r0, r1)
+            w = _levels_(delta, inv_k, cfg, seed, start)
         first = start * bits // 8
         chunk = packed[start: start + count] if codes is None else codes[: padded_bytes(count)]
         if int_levels and m_rows is None:
@@ -515,6 +528,40 @@ def _chunk_levels(packed: torch.Tensor, n: int, cfg: QuantConfig, chunk_rows: in
         yield r0, r1, codes[:count].view(level_dtype).view(r1 - r0, width)
 
 
+@functools.lru_cache(maxsize=16)
+def _pair_table(symmetric: bool, device: str) -> torch.Tensor:
+    """(256,) int64 whose bytes are the two fp32 values c - center of a 4-bit byte's codes
+    (low nibble first): one 8-byte gather per byte writes both values, no conversion."""
+    cfg = QuantConfig(bits=4, grid="symmetric" if symmetric else "reference")
+    v = torch.arange(256, device=device)
+    codes = torch.stack([v & 15, v >> 4], 1)
+    return (codes.float() - cfg.center).view(torch.int64).view(256)  # exact: small numbers
+
+
+def _pair_values(packed: torch.Tensor, n: int, cfg: QuantConfig, chunk_rows: int, width: int,
+                 dest: torch.Tensor | None):
+    """(r0, r1, fp32 (r1 - r0, width) c - center) over the row chunks of a 4-bit stream,
+    gathered straight into rows r0:r1 of `dest`, or into a work chunk."""
+    table = _pair_table(cfg.symmetric, str(packed.device))
+    cap = padded_bytes(chunk_rows * width)
+    index = torch.empty(cap // 2, dtype=torch.int32, device=packed.device)
+    work = torch.empty(cap, device=packed.device)
+    rows = n // width
+    for r0 in range(0, rows, chunk_rows):
+        r1 = min(r0 + chunk_rows, rows)
+        start, count = r0 * width, (r1 - r0) * width
+        src = packed[start // 2: start // 2 + packed_nbytes(count, 4)]
+        k = src.numel()
+        index[:k].copy_(src)
+        out = work[:count] if dest is None else dest[r0:r1].view(-1)
+        if count % 2 == 0:  # out starts on a multiple of 8 elements
+            torch.index_select(table, 0, index[:k], out=out.view(torch.int64))
+        else:  # the last chunk of an odd count: its final byte holds one code
+            pairs = torch.index_select(table, 0, index[:k]).view(torch.float32)
+            out.copy_(pairs[:count])
+        yield r0, r1, out.view(r1 - r0, width)
+
+
 def _value_chunks(packed: torch.Tensor, scales: torch.Tensor, rows_shape, cfg: QuantConfig,
                   dim: int, dest: torch.Tensor | None = None):
     """(r0, r1, fp32 values (c - center) * step of rows r0:r1 of the (R, C) view), written
@@ -522,6 +569,10 @@ def _value_chunks(packed: torch.Tensor, scales: torch.Tensor, rows_shape, cfg: Q
     _, step = _factors(scales, cfg, dim)
     n, width = math.prod(rows_shape), rows_shape[1]
     chunk_rows = min(_rows_per_chunk_of(rows_shape, packed.device), rows_shape[0])
+    if cfg.bits == 4:
+        for r0, r1, floats in _pair_values(packed, n, cfg, chunk_rows, width, dest):
+            yield r0, r1, floats.mul_(step if dim == 0 else step[r0:r1])
+        return
     work = torch.empty((chunk_rows, width), device=packed.device) if dest is None else None
     if cfg.bits in BYTE_WIDTHS or cfg.bits == 8:
         chunks = _chunk_levels(packed, n, cfg, chunk_rows, width)
@@ -577,8 +628,30 @@ def _chunks(rows: torch.Tensor):
         yield r0, r1, work[: r1 - r0]
 
 
+def _delta_into(x_rows: torch.Tensor, m_rows: torch.Tensor, r0: int, r1: int,
+                out: torch.Tensor) -> torch.Tensor:
+    """fp32 `out` <- x.float() - m.float() on rows r0:r1 (one fp32 subtraction)."""
+    if torch.float32 in (x_rows.dtype, m_rows.dtype):  # fp32 by promotion
+        return torch.sub(x_rows[r0:r1], m_rows[r0:r1], out=out)
+    return out.copy_(x_rows[r0:r1]).sub_(m_rows[r0:r1])
+
+
 def torch_aqsgd_encode(x: torch.Tensor, m: torch.Tensor, cfg: QuantConfig,
                        seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if cfg.scale_method == "maxabs":
+        # x - m chunk by chunk, twice (statistics, then codes), instead of a whole
+        # delta tensor: the same reads, no large allocation and its page faults
+        x_rows, dim = _rows(x, cfg)
+        m_rows = m.view(x_rows.shape)
+        work = torch.empty((min(_rows_per_chunk(x_rows), x_rows.shape[0]), x_rows.shape[1]),
+                           device=x.device)
+
+        def delta_of(r0: int, r1: int) -> torch.Tensor:
+            return _delta_into(x_rows, m_rows, r0, r1, work[: r1 - r0])
+
+        scales = _scales_from_stat(_statistic(x_rows, dim, cfg, delta_of))
+        packed = _quantize_pack_rows(x_rows, scales, dim, cfg, seed, m_rows, chunk_of=delta_of)
+        return packed, scales.reshape(scale_shape(x.shape, cfg))
     if torch.float32 in (x.dtype, m.dtype):
         delta = torch.sub(x, m)  # fp32 by promotion: x.float() - m.float()
     else:
