@@ -51,6 +51,7 @@ from aqsgd.filecache import default_cache_dir
 from aqsgd.tokenizer import Tokenizer, stdlib_sources, tokenizer_for
 
 __all__ = [
+    "CHUNK_CHARS",
     "DATASETS",
     "EVAL_STRIDE",
     "FILE_SPLITS",
@@ -73,6 +74,8 @@ DATASETS = ("pydoc", "stdlib", "text", "wikitext")
 SPLITS = ("train", "eval")
 EVAL_STRIDE = 20  # window i is held out when i % EVAL_STRIDE == EVAL_STRIDE - 1 (5%)
 STDLIB_CHARS = 4_000_000  # pre-training text: about 2.2M tokens at a 384-token BPE
+CHUNK_CHARS = 1 << 16  # longer documents are encoded in pieces of about this size
+_SAFE_CUT = re.compile(r"(?<=\S) (?=\S)")  # a pre-token boundary of GPT-2's pattern
 
 _TEXT_SUFFIXES = {".txt", ".raw", ".tokens", ""}
 _JSON_SUFFIXES = {".jsonl", ".json"}
@@ -322,11 +325,35 @@ def resolve_text_source(
 # ---------------------------------------------------------------- windows
 
 
-def _stream(docs: Sequence[str], tokenizer: Tokenizer) -> torch.Tensor:
+def _pieces(doc: str, chunk_chars: int) -> list[str]:
+    """`doc` cut about every `chunk_chars` characters, each cut just before a space that
+    sits between two non-space characters. The byte-level BPE's pre-tokenizer (GPT-2's
+    pattern, no prefix space) splits there anyway, so the pieces' ids, concatenated,
+    are the ids of `doc`; the pieces encode in parallel where one long text would not."""
+    pieces, start = [], 0
+    while len(doc) - start > chunk_chars:
+        cut = _SAFE_CUT.search(doc, start + chunk_chars)
+        if cut is None:
+            break
+        pieces.append(doc[start : cut.start()])
+        start = cut.start()
+    pieces.append(doc[start:])
+    return pieces
+
+
+def _stream(
+    docs: Sequence[str], tokenizer: Tokenizer, chunk_chars: int = CHUNK_CHARS
+) -> torch.Tensor:
+    pieces: list[str] = []
+    doc_ends = set()  # index of each document's last piece
+    for doc in docs:
+        pieces.extend(_pieces(doc, chunk_chars))
+        doc_ends.add(len(pieces) - 1)
     stream: list[int] = []
-    for ids in tokenizer.encode_batch(docs):
+    for index, ids in enumerate(tokenizer.encode_batch(pieces)):
         stream.extend(ids)
-        stream.append(tokenizer.eos_id)
+        if index in doc_ends:
+            stream.append(tokenizer.eos_id)
     return torch.tensor(stream, dtype=torch.long)  # (T,)
 
 

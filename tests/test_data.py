@@ -18,6 +18,7 @@ from aqsgd.config import config_from_dict
 from aqsgd.data import (
     EVAL_STRIDE,
     Sampler,
+    _stream,
     batch_ids,
     build_dataset,
     hf_cache_dirs,
@@ -393,3 +394,18 @@ def test_columnar_errors(tmp_path, tok):
     (tmp_path / "e" / "bad-test.arrow").write_bytes(b"not arrow at all")
     with pytest.raises(ValueError, match="bad-test.arrow: not a readable .arrow file"):
         read_documents(tmp_path / "e" / "bad-test.arrow")
+
+
+def test_long_documents_encode_in_pieces_with_the_same_ids(tok):
+    """Cut into pieces of a few characters, real text (pydoc topics, WikiText-like lines
+    ending " \\n" with blank lines, digits, contractions, runs of spaces, non-ASCII)
+    keeps its exact ids."""
+    wiki = "".join((row[:-1] + " \n") if row else "\n" for row in WIKI_ROWS["train"])
+    odd = "It's 1,234 o'clock  ,  two  spaces\t\ttabs \u00e9t\u00e9 \u6226\u5834 x=1;y=22 \n" * 30
+    docs = [*pydoc_documents()[:10], wiki, odd, "", "short"]
+    whole = _stream(docs, tok, chunk_chars=10**9)
+    pieces = _stream(docs, tok, chunk_chars=5)
+    expected = [i for doc in docs for i in tok.encode(doc) + [tok.eos_id]]
+    assert whole.tolist() == expected
+    assert torch.equal(pieces, whole)
+    assert (pieces == tok.eos_id).sum() == len(docs)  # one EOS per document, not per piece
