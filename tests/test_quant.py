@@ -201,6 +201,49 @@ def test_extreme_values_scale_saturates_and_tiny_scales():
         assert torch.isfinite(values).all()
 
 
+@pytest.mark.parametrize("bits", [2, 4, 6, 7, 8])
+def test_integer_clamp_path_matches_oracle_at_its_edges(bits):
+    """Max-abs scales that bound the levels take the integer-clamp path; underflowed (zero)
+    and fp16-subnormal scales keep it or fall back, and both sides agree with the oracle,
+    under both roundings (floor(t + u) may reach Q + 1 before the clamp)."""
+    x = sample(SMALL, seed=20 + bits)
+    x[..., 4] *= 1e-9  # scale underflows to 0: inv = 0
+    x[..., 6] = x[..., 6].abs()  # max |v| positive: t reaches Q, clipped to Q - 1
+    subnormal = x.clone()
+    subnormal[..., 5] *= 1e-5  # fp16-subnormal scale, may round below max |v|: fallback
+    calls = []
+    store = quant._store_int_codes
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(quant, "_store_int_codes", lambda *a: calls.append(1) or store(*a))
+        for grid, rounding in itertools.product(quant.GRIDS, quant.ROUNDINGS):
+            cfg = QuantConfig(bits=bits, grid=grid, rounding=rounding)
+            check_against_oracle(x, cfg)
+            check_against_oracle(subnormal, cfg)
+    assert calls, "the integer-clamp path was never taken"
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_chunk_packing_and_byte_tables_match_pack(bits):
+    """bitpack.pack_into (the CPU path's per-chunk packer) and byte_table (its unpacker)
+    against pack/unpack, including tails that end mid-byte."""
+    from aqsgd import bitpack
+
+    g = torch.Generator().manual_seed(40 + bits)
+    for n in (1, 7, 8, 9, 100, 4099):
+        codes = torch.randint(0, 2**bits, (n,), generator=g, dtype=torch.uint8)
+        buf = torch.zeros(bitpack.padded_bytes(n), dtype=torch.uint8)
+        buf[:n] = codes
+        out = torch.empty(bitpack.packed_nbytes(n, bits), dtype=torch.uint8)
+        bitpack.pack_into(buf, n, bits, out)
+        packed = quant.pack(codes, bits)
+        assert torch.equal(out, packed)
+        if bits in bitpack.BYTE_WIDTHS:
+            for offset in (0, 2 ** (bits - 1)):
+                table = bitpack.byte_table(bits, offset, "cpu")
+                lanes = torch.index_select(table, 0, packed.int()).view(torch.uint8)[:n]
+                assert torch.equal(lanes, codes - offset)  # uint8: mod 256
+
+
 def test_zero_group_encodes_zero_code_and_decodes_to_zero():
     x = torch.zeros(4, 16)
     for grid, bits in itertools.product(quant.GRIDS, (1, 4, 8)):
