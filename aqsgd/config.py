@@ -116,6 +116,7 @@ class DataConfig:
     path: str | None = None  # local file or directory for file-backed data sets
     max_samples: int | None = None  # cap on training windows (None: all)
     eval_samples: int = 64  # windows held out for evaluation
+    text_field: str = "text"  # column of parquet/arrow/JSON records that holds the text
 
     def __post_init__(self):
         names = (*DATASETS, "synthetic")
@@ -123,6 +124,8 @@ class DataConfig:
         _require(self.max_samples is None or self.max_samples >= 1, "max_samples",
                  "None or >= 1", self.max_samples)  # fmt: skip
         _require(self.eval_samples >= 0, "eval_samples", ">= 0", self.eval_samples)
+        _require(isinstance(self.text_field, str) and self.text_field != "", "text_field",
+                 "a non-empty column name", self.text_field)  # fmt: skip
 
 
 @dataclass(frozen=True)

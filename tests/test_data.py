@@ -409,3 +409,23 @@ def test_long_documents_encode_in_pieces_with_the_same_ids(tok):
     assert whole.tolist() == expected
     assert torch.equal(pieces, whole)
     assert (pieces == tok.eos_id).sum() == len(docs)  # one EOS per document, not per piece
+
+
+def test_run_config_text_field_picks_the_column(tmp_path, cache_dir):
+    """`data.text_field` in a run config reaches the columnar reader."""
+    folder = tmp_path / "wikitext-2-raw-v1"
+    folder.mkdir()
+    lines = [x for i in range(20) for x in (f" = Heading {i} = ", "", f"Sentence {i} . " * 20)]
+    for split in ("train", "validation"):
+        pq.write_table(pa.table({"body": lines}), folder / f"{split}-00000-of-00001.parquet")
+    base = {"model": {"preset": "tiny"},
+            "data": {"name": "wikitext", "path": str(tmp_path), "eval_samples": 4}}
+    with pytest.raises(ValueError, match=r"no column 'text'.*\['body'\]"):
+        cfg = config_from_dict(base)
+        load_windows(cfg.data, cfg.model, cache_dir=cache_dir)
+    cfg = config_from_dict({**base, "data": {**base["data"], "text_field": "body"}})
+    train, evals = load_windows(cfg.data, cfg.model, cache_dir=cache_dir)
+    assert train.shape[1] == cfg.model.seq_len and train.shape[0] > 10
+    assert evals.shape == (4, cfg.model.seq_len)
+    with pytest.raises(ValueError, match="text_field"):
+        config_from_dict({**base, "data": {**base["data"], "text_field": ""}})
