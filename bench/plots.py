@@ -156,7 +156,11 @@ def plot_speedup(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.bar(x + (i - (len(labels) - 1) / 2) * width, rows["speedup_vs_fp32"], width,
                label=label, color=colors[label])
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(x, scenarios)
+    limited = set(ok.loc[host_limited_flags(ok), "scenario"])
+    ax.set_xticks(x, [f"{s}\n(HOST-LIMITED)" if s in limited else s for s in scenarios])
+    for tick in ax.get_xticklabels():
+        if "HOST-LIMITED" in tick.get_text():
+            tick.set_color("red")
     ax.set_xlabel("scenario")
     ax.set_ylabel("speed-up over fp32 (x, same link)")
     ax.set_title("Throughput relative to uncompressed fp32")

@@ -113,6 +113,7 @@ def test_host_limited_links_are_labelled_in_table_report_and_figures(tmp_path):
     svg = (sweep / "figures" / "throughput_vs_bandwidth.svg").read_text()
     assert "host-limited link (achieved &lt; configured)" in svg
     assert "4234 of 10000 Mbit/s" in svg
+    assert "(HOST-LIMITED)" in (sweep / "figures" / "speedup.svg").read_text()
     report = write_report(sweep, summary, figures).read_text()
     assert "| 10gbps (host-limited) | fp32 |" in report
     assert "**host-limited: 10gbps links delivered 4234.5 Mbit/s" in report
