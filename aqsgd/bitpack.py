@@ -15,8 +15,8 @@ import sys
 
 import torch
 
-__all__ = ["BYTE_WIDTHS", "byte_table", "pack", "pack_codes", "pack_into", "pack_plan",
-           "packed_nbytes", "padded_bytes", "unpack", "unpack_codes"]
+__all__ = ["BYTE_WIDTHS", "byte_table", "lane_views", "pack", "pack_codes", "pack_into",
+           "pack_lanes", "pack_plan", "packed_nbytes", "padded_bytes", "unpack", "unpack_codes"]
 
 
 def packed_nbytes(n: int, bits: int) -> int:
@@ -110,20 +110,35 @@ def pack_into(codes: torch.Tensor, n: int, bits: int, out: torch.Tensor,
     if bits == 8:
         out.copy_(codes[:n])
         return
-    lane_dtype = BYTE_WIDTHS.get(bits)
-    if lane_dtype is None:
+    if bits not in BYTE_WIDTHS:
         out.copy_(pack_codes(codes, n, bits))
         return
-    _check_little_endian()
-    # lane j (8 / b bytes, code k in byte k) -> byte 0 of the lane holds all its codes:
-    # step s ors in the lane shifted right by (8 - b) * 2**s, moving the field of 2**s
-    # codes at byte 2**s down next to the one at byte 0. Fields never overlap (codes are
-    # clean), nothing useful is shifted out of a lane, and lanes' top bytes are < 128, so
-    # the arithmetic shift brings in zeros; the final narrowing keeps byte 0 (mod 256).
     nbytes = padded_bytes(n)
-    a = codes[:nbytes].view(lane_dtype)
-    b = (torch.empty(nbytes, dtype=torch.uint8, device=codes.device) if scratch is None
-         else scratch[:nbytes]).view(lane_dtype)
+    if scratch is None:
+        scratch = torch.empty(nbytes, dtype=torch.uint8, device=codes.device)
+    a, b = lane_views(codes, scratch, n, bits)
+    pack_lanes(a, b, bits, out)
+
+
+def lane_views(codes: torch.Tensor, scratch: torch.Tensor, n: int,
+               bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (8 / b)-byte lane views of the first padded_bytes(n) bytes of an owned code
+    buffer and of a scratch buffer, for pack_lanes (b in BYTE_WIDTHS)."""
+    _check_little_endian()
+    nbytes = padded_bytes(n)
+    lane_dtype = BYTE_WIDTHS[bits]
+    return codes[:nbytes].view(lane_dtype), scratch[:nbytes].view(lane_dtype)
+
+
+def pack_lanes(a: torch.Tensor, b: torch.Tensor, bits: int, out: torch.Tensor) -> None:
+    """out (uint8) <- byte 0 of every lane of `a` after merging its 8 / b codes there;
+    `a` (clean codes, one per byte) and `b` are overwritten.
+
+    Lane j (8 / b bytes, code k in byte k): step s ors in the lane shifted right by
+    (8 - b) * 2**s, moving the field of 2**s codes at byte 2**s down next to the one at
+    byte 0. Fields never overlap (codes are clean), nothing useful is shifted out of a
+    lane, and lanes' top bytes are < 128, so the arithmetic shift brings in zeros; the
+    final narrowing keeps byte 0 (mod 256)."""
     shift = 8 - bits
     steps = (8 // bits).bit_length() - 1  # log2 of codes per lane
     for step in range(steps):

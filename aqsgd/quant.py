@@ -32,8 +32,10 @@ import torch
 from aqsgd.bitpack import (
     BYTE_WIDTHS,
     byte_table,
+    lane_views,
     pack,
     pack_into,
+    pack_lanes,
     packed_nbytes,
     padded_bytes,
     unpack,
@@ -242,11 +244,13 @@ def _statistic(rows: torch.Tensor, dim: int, cfg: QuantConfig, chunk_of=None) ->
     else:  # one (max, min) row per chunk, reduced at the end
         high = torch.empty((len(ranges), rows.shape[1]), dtype=dtype, device=rows.device)
         low = torch.empty_like(high)
-    for i, (r0, r1) in enumerate(ranges):
-        chunk = rows[r0:r1] if chunk_of is None else chunk_of(r0, r1)
-        span = slice(r0, r1) if dim == 1 else i
-        torch.amax(chunk, dim, out=high[span])
-        torch.amin(chunk, dim, out=low[span])
+    per = ranges[0][1]
+    # views made in one call each, not sliced per chunk
+    highs, lows = (high.split(per), low.split(per)) if dim == 1 else (high.unbind(), low.unbind())
+    chunks = rows.split(per) if chunk_of is None else (chunk_of(r0, r1) for r0, r1 in ranges)
+    for chunk, high_k, low_k in zip(chunks, highs, lows, strict=True):
+        torch.amax(chunk, dim, out=high_k)
+        torch.amin(chunk, dim, out=low_k)
     if dim == 0:
         high, low = high.amax(0), low.amin(0)
     # max(0, -0) may be -0: the contract's max |v| is +0
@@ -459,40 +463,64 @@ def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg:
     inv, step = _factors(scales, cfg, dim)
     device = rows.device
     packed = torch.empty(packed_nbytes(n, bits), dtype=torch.uint8, device=device)
-    chunk_rows = min(_rows_per_chunk(rows), rows.shape[0])
-    cap = padded_bytes(chunk_rows * width)
+    per = min(_rows_per_chunk(rows), rows.shape[0])
+    cap = padded_bytes(per * width)
     # 8-bit codes are the stream: written straight into it
     codes = None if bits == 8 else torch.empty(cap, dtype=torch.uint8, device=device)
     scratch = torch.empty(cap, dtype=torch.uint8, device=device) if bits in BYTE_WIDTHS else None
-    work = None if m_rows is not None else torch.empty((chunk_rows, width), device=device)
+    work = None if m_rows is not None else torch.empty((per, width), device=device)
     wide = None
     if int_levels and _level_dtype(cfg) == torch.int16:
-        wide = torch.empty(chunk_rows * width, dtype=torch.int16, device=device)
-    for r0, r1 in _row_ranges(rows):
-        count, start = (r1 - r0) * width, r0 * width  # start % 8 == 0 (_rows_per_chunk)
-        inv_k, step_k = (inv, step) if dim == 0 else (inv[r0:r1], step[r0:r1])
+        wide = torch.empty(per * width, dtype=torch.int16, device=device)
+    views = {}  # rows in a chunk -> its buffers' views: the full size and the last one
+
+    def views_of(r: int):
+        if r not in views:
+            count = r * width
+            chunk = None if codes is None else codes[: padded_bytes(count)]
+            lanes = None if scratch is None else lane_views(codes, scratch, count, bits)
+            views[r] = (None if work is None else work[:r], chunk,
+                        None if chunk is None else chunk[:count], lanes)
+        return views[r]
+
+    # chunk views made in one call each (per-chunk Python slicing is a large part of the
+    # time at this size)
+    row_chunks = rows.split(per)
+    # all chunks but the last hold whole octets of codes (per * width % 8 == 0)
+    stream_chunks = packed.split(packed_nbytes(per * width, bits))
+    m_chunks = m_rows.split(per) if m_rows is not None else row_chunks
+    inv_chunks = inv.split(per) if dim == 1 else None
+    step_chunks = step.split(per) if dim == 1 else None
+    for i, src in enumerate(row_chunks):
+        r = src.shape[0]
+        r0, count = i * per, r * width
+        start = r0 * width  # start % 8 == 0 (_rows_per_chunk)
+        inv_k = inv if inv_chunks is None else inv_chunks[i]
+        work_k, chunk, chunk_codes, lanes = views_of(r)
         if m_rows is None:
-            w = torch.mul(rows[r0:r1], inv_k, out=work[: r1 - r0])  # fp32 v * inv
+            w = torch.mul(src, inv_k, out=work_k)  # fp32 v * inv
             _levels_(w, None, cfg, seed, start, clamp=not int_levels)
         else:
-            delta = rows[r0:r1] if chunk_of is None else chunk_of(r0, r1)
+            delta = src if chunk_of is None else chunk_of(r0, r0 + r)
             w = _levels_(delta, inv_k, cfg, seed, start)
-        first = start * bits // 8
-        chunk = packed[start: start + count] if codes is None else codes[: padded_bytes(count)]
+        if chunk is None:
+            chunk_codes = stream_chunks[i]
         if int_levels and m_rows is None:
-            _store_int_codes(w, chunk[:count], cfg, wide)
+            _store_int_codes(w, chunk_codes, cfg, wide)
         else:
-            _store_codes(w, chunk[:count], cfg)
+            _store_codes(w, chunk_codes, cfg)
         if m_rows is not None:  # deQ = (c - center) * step in fp32, then m + deQ
             if cfg.symmetric:
                 w.sub_(cfg.center)
-            m_rows[r0:r1].add_(w.mul_(step_k))
-        if codes is None:
+            m_chunks[i].add_(w.mul_(step if step_chunks is None else step_chunks[i]))
+        if chunk is None:
             continue
         if count % 8:  # only the last chunk has padding codes
             chunk[count:] = 0
-        pack_into(chunk, count, bits, packed[first: first + packed_nbytes(count, bits)],
-                  scratch)
+        if lanes is None:
+            pack_into(chunk, count, bits, stream_chunks[i])
+        else:
+            pack_lanes(*lanes, bits, stream_chunks[i])
     return packed
 
 
