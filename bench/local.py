@@ -33,7 +33,9 @@ KILL_GRACE_S = 2.0
 
 class LocalLauncher:
     def __init__(self, scenario: NetworkScenario | None = None, n_hosts: int | None = None, *,
-                 run_id: str | None = None, warn=sys.stderr, **_ignored_netns_options):
+                 run_id: str | None = None, warn=True, **_ignored_netns_options):
+        # warn: True = the sys.stderr of the moment the launcher is entered, a file, or
+        # None to stay quiet (resolved late so a replaced sys.stderr is not captured).
         if n_hosts is None and scenario is None:
             raise ValueError("LocalLauncher: give n_hosts or a scenario (its layout's hosts)")
         self.scenario = scenario
@@ -48,7 +50,8 @@ class LocalLauncher:
 
     def __enter__(self) -> LocalLauncher:
         if self._warn is not None:
-            print(f"WARNING: {UNSHAPED_WARNING}", file=self._warn, flush=True)
+            stream = sys.stderr if self._warn is True else self._warn
+            print(f"WARNING: {UNSHAPED_WARNING}", file=stream, flush=True)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.results import BYTE_KINDS, atomic_write_text, load_metas, provenance, write_json
+from bench.run import LAUNCHERS
 from bench.summary import summarize
 
 __all__ = [
@@ -192,7 +193,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "regress")
     p.add_argument("--compare-only", type=Path, metavar="RESULTS",
                    help="compare existing results instead of running the sweep")
-    p.add_argument("--launcher", default="auto", choices=("auto", "netns", "local", "docker"))
+    p.add_argument("--launcher", default="auto", choices=LAUNCHERS)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run_regress)
 
