@@ -419,35 +419,28 @@ def _levels_fit(stat: torch.Tensor, scales: torch.Tensor, cfg: QuantConfig) -> b
     floor(t + 0.5) or floor(t + u) stays within one of the grid's ends: [-Q-1, Q+1] or
     [-1, L+1]. It fails where stat saturated at 65504 or an fp16-subnormal scale rounded
     below stat (and on NaN): those calls clamp in fp32."""
-    if cfg.scale_method != "maxabs":
+    if cfg.scale_method != "maxabs" or not _int8_levels(cfg):
         return False
     s = scales.reshape(-1).float()
     return bool(((s >= stat.reshape(-1)) | (s == 0)).all())
 
 
-def _level_dtype(cfg: QuantConfig) -> torch.dtype:
-    """Narrowest signed integer holding every unclamped level (see _levels_fit): int8 for
-    the reference grid up to 7 bits ([-65, 65]) and the symmetric one up to 6 ([-1, 64]),
-    else int16."""
-    return torch.int8 if cfg.bits <= (6 if cfg.symmetric else 7) else torch.int16
+def _int8_levels(cfg: QuantConfig) -> bool:
+    """Do all unclamped levels (see _levels_fit) fit int8? The reference grid up to 7 bits
+    ([-65, 65]), the symmetric one up to 6 ([-1, 64]). (Wider ones through int16 measured
+    no faster than the fp32 clamp: its conversions do not vectorise as well.)"""
+    return cfg.bits <= (6 if cfg.symmetric else 7)
 
 
-def _store_int_codes(levels: torch.Tensor, codes: torch.Tensor, cfg: QuantConfig,
-                     wide: torch.Tensor | None) -> None:
+def _store_int_codes(levels: torch.Tensor, codes: torch.Tensor, cfg: QuantConfig) -> None:
     """uint8 `codes` (flat, levels.numel()) <- the codes of fp32 unclamped integer
-    `levels` (bounded as _levels_fit says): converted exactly to int8 (or to the int16
-    buffer `wide`), clamped there and offset by Q in integer arithmetic: cheap integer
-    passes instead of an fp32 clamp."""
+    `levels` (bounded as _levels_fit says): converted exactly to int8, clamped there and
+    offset by Q in byte arithmetic, two cheap byte passes instead of an fp32 clamp."""
     low = 0 if cfg.symmetric else -(1 << (cfg.bits - 1))
-    if wide is None:
-        ints = codes.view(torch.int8).view(levels.shape)
-        ints.copy_(levels).clamp_(low, low + cfg.code_max)
-        if low:
-            codes.sub_(low)  # uint8: two's complement byte of the level + Q
-        return
-    ints = wide[: levels.numel()].view(levels.shape)
+    ints = codes.view(torch.int8).view(levels.shape)
     ints.copy_(levels).clamp_(low, low + cfg.code_max)
-    torch.sub(ints, low, out=codes.view(levels.shape))  # narrowed to bytes on the way out
+    if low:
+        codes.sub_(low)  # uint8: two's complement byte of the level + Q
 
 
 def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg: QuantConfig,
@@ -469,9 +462,6 @@ def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg:
     codes = None if bits == 8 else torch.empty(cap, dtype=torch.uint8, device=device)
     scratch = torch.empty(cap, dtype=torch.uint8, device=device) if bits in BYTE_WIDTHS else None
     work = None if m_rows is not None else torch.empty((per, width), device=device)
-    wide = None
-    if int_levels and _level_dtype(cfg) == torch.int16:
-        wide = torch.empty(per * width, dtype=torch.int16, device=device)
     views = {}  # rows in a chunk -> its buffers' views: the full size and the last one
 
     def views_of(r: int):
@@ -491,7 +481,9 @@ def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg:
     m_chunks = m_rows.split(per) if m_rows is not None else row_chunks
     inv_chunks = inv.split(per) if dim == 1 else None
     step_chunks = step.split(per) if dim == 1 else None
-    for i, src in enumerate(row_chunks):
+    # backwards: the statistics pass just read the last chunks, which are still in cache
+    for i in reversed(range(len(row_chunks))):
+        src = row_chunks[i]
         r = src.shape[0]
         r0, count = i * per, r * width
         start = r0 * width  # start % 8 == 0 (_rows_per_chunk)
@@ -506,7 +498,7 @@ def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg:
         if chunk is None:
             chunk_codes = stream_chunks[i]
         if int_levels and m_rows is None:
-            _store_int_codes(w, chunk_codes, cfg, wide)
+            _store_int_codes(w, chunk_codes, cfg)
         else:
             _store_codes(w, chunk_codes, cfg)
         if m_rows is not None:  # deQ = (c - center) * step in fp32, then m + deQ
