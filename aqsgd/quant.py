@@ -14,10 +14,13 @@ sit under the fused single calls. The public calls validate their arguments, dra
 the stochastic-rounding seed once from the caller's generator, then dispatch to
 torch (CPU, or CUDA without Triton) or to `aqsgd.kernels` (imported lazily).
 
-Speed on CPU (see bench/kernels.py): x is read twice (statistics, then codes), every
-other pass is an in-place op on a cache-sized chunk of rows, each chunk's codes are
-packed (aqsgd/bitpack.py) while still in cache, and 1- and 2-bit streams decode through
-a 256-entry table.
+Speed on CPU (see bench/kernels.py): x is read twice (statistics forwards, then codes
+backwards, so the first chunks coded are still in cache), every other pass is an in-place
+op on a cache-sized chunk of rows whose views are made once per call; max-abs levels,
+which the scale bounds, are clamped as int8 rather than fp32; 1-, 2- and 4-bit codes
+pack by a shift-or per doubling on 2/4/8-byte lanes and unpack by one table gather per
+byte (4 bits: straight to fp32 pairs); the AQ-SGD sender recomputes x - m per chunk
+instead of allocating a whole delta.
 """
 
 from __future__ import annotations
