@@ -80,6 +80,7 @@ SCALE_MARGIN = 1.0 + 2.0**-10  # fp16 rounding of stat * margin is never below s
 SEED_HIGH = 2**31 - 1
 GOLDEN32 = 0x9E3779B9
 CHUNK_ELEMENTS = 1 << 17  # 512 KiB of fp32 per chunk: a chain of in-place passes stays in L2
+INT_CLAMP_MIN_ELEMENTS = 1 << 15  # smaller tensors clamp levels in fp32 (_levels_fit)
 
 
 def _check_choice(field: str, value, choices: Sequence[str]) -> None:
@@ -249,13 +250,20 @@ def _statistic(rows: torch.Tensor, dim: int, cfg: QuantConfig, chunk_of=None) ->
         low = torch.empty_like(high)
     per = ranges[0][1]
     # views made in one call each, not sliced per chunk
-    highs, lows = (high.split(per), low.split(per)) if dim == 1 else (high.unbind(), low.unbind())
-    chunks = rows.split(per) if chunk_of is None else (chunk_of(r0, r1) for r0, r1 in ranges)
+    if len(ranges) == 1:
+        highs, lows = (high,), (low,)
+        if dim == 0:
+            highs, lows = (high[0],), (low[0],)
+        chunks = (rows,) if chunk_of is None else (chunk_of(0, rows.shape[0]),)
+    else:
+        highs, lows = (high.split(per), low.split(per)) if dim == 1 else (high.unbind(),
+                                                                          low.unbind())
+        chunks = rows.split(per) if chunk_of is None else (chunk_of(r0, r1) for r0, r1 in ranges)
     for chunk, high_k, low_k in zip(chunks, highs, lows, strict=True):
         torch.amax(chunk, dim, out=high_k)
         torch.amin(chunk, dim, out=low_k)
     if dim == 0:
-        high, low = high.amax(0), low.amin(0)
+        high, low = (high[0], low[0]) if len(ranges) == 1 else (high.amax(0), low.amin(0))
     # max(0, -0) may be -0: the contract's max |v| is +0
     return torch.maximum(high, low.neg_()).float().abs_()
 
@@ -283,7 +291,7 @@ def _factors(scales: torch.Tensor, cfg: QuantConfig, dim: int) -> tuple[torch.Te
     """
     s = scales.reshape(-1).float()
     center = torch.full_like(s, cfg.center)
-    inv = torch.where(s == 0, torch.zeros_like(s), center / s)
+    inv = torch.where(s == 0, 0.0, center / s)
     step = s / center
     shape = (1, -1) if dim == 0 else (-1, 1)
     return inv.view(shape), step.view(shape)
@@ -478,12 +486,13 @@ def _quantize_pack_rows(rows: torch.Tensor, scales: torch.Tensor, dim: int, cfg:
 
     # chunk views made in one call each (per-chunk Python slicing is a large part of the
     # time at this size)
-    row_chunks = rows.split(per)
+    one = per >= rows.shape[0]  # a single chunk (small tensors): no splitting overhead
+    row_chunks = (rows,) if one else rows.split(per)
     # all chunks but the last hold whole octets of codes (per * width % 8 == 0)
-    stream_chunks = packed.split(packed_nbytes(per * width, bits))
-    m_chunks = m_rows.split(per) if m_rows is not None else row_chunks
-    inv_chunks = inv.split(per) if dim == 1 else None
-    step_chunks = step.split(per) if dim == 1 else None
+    stream_chunks = (packed,) if one else packed.split(packed_nbytes(per * width, bits))
+    m_chunks = row_chunks if m_rows is None else (m_rows,) if one else m_rows.split(per)
+    inv_chunks = None if dim == 0 else (inv,) if one else inv.split(per)
+    step_chunks = None if dim == 0 else (step,) if one else step.split(per)
     # backwards: the statistics pass just read the last chunks, which are still in cache
     for i in reversed(range(len(row_chunks))):
         src = row_chunks[i]
@@ -524,8 +533,9 @@ def torch_quantize_packed(x: torch.Tensor, cfg: QuantConfig,
     rows, dim = _rows(x, cfg)
     stat = _statistic(rows, dim, cfg)
     scales = _scales_from_stat(stat.clone())
-    packed = _quantize_pack_rows(rows, scales, dim, cfg, seed,
-                                 int_levels=_levels_fit(stat, scales, cfg))
+    # the bound check costs a few small ops and a sync: worth it on large tensors only
+    int_levels = x.numel() >= INT_CLAMP_MIN_ELEMENTS and _levels_fit(stat, scales, cfg)
+    packed = _quantize_pack_rows(rows, scales, dim, cfg, seed, int_levels=int_levels)
     return packed, scales.reshape(scale_shape(x.shape, cfg))
 
 

@@ -214,6 +214,7 @@ def test_integer_clamp_path_matches_oracle_at_its_edges(bits):
     calls = []
     store = quant._store_int_codes
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(quant, "INT_CLAMP_MIN_ELEMENTS", 0)  # SMALL is below the size that uses it
         mp.setattr(quant, "_store_int_codes", lambda *a: calls.append(1) or store(*a))
         for grid, rounding in itertools.product(quant.GRIDS, quant.ROUNDINGS):
             cfg = QuantConfig(bits=bits, grid=grid, rounding=rounding)
