@@ -7,8 +7,9 @@
 GB/s = (bytes read + bytes written) / time of one call; median, p20 and p80 over
 `--repeats` calls. Paths: `naive` (the paper code's way in plain torch ops: separate
 abs-max, divide, multiply, round, clip, offset, then pack), `torch` (aqsgd.quant's torch
-path) and, on CUDA with Triton, `triton`. Calls of the paths are interleaved, so load on
-the machine hits them alike; `x naive` is the naive median time over the path's.
+path) and, on CUDA with Triton, `triton`. Calls of the paths are interleaved in a
+rotating order, so load on the machine and cold caches hit them alike; `x naive` is the
+naive median time over the path's.
 Default config: per-channel max-abs scales, reference grid, round to nearest; one CPU
 thread (`--threads`), wall clock (`--clock cpu` for process CPU time on a busy machine).
 """
@@ -201,8 +202,10 @@ def run(shapes: Sequence[tuple[int, ...]], bits_list: Sequence[int], repeats: in
                 times = {p: [] for p in paths}
                 for call, _ in calls.values():
                     call()  # warm-up (and Triton compilation)
-                for _ in range(repeats):
-                    for p in paths:
+                for i in range(repeats):
+                    # rotate the order, so each path runs equally often right after
+                    # another one has pushed x out of the cache
+                    for p in paths[i % len(paths):] + paths[:i % len(paths)]:
                         times[p].append(timer(calls[p][0]))
                 naive_ms = statistics.median(times["naive"]) * 1e3
                 for p in paths:
