@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -44,8 +45,8 @@ from aqsgd.p2p import P2P
 from aqsgd.pipeline import PipelineRunner, Topology, linear_warmup_decay, make_groups
 from aqsgd.schedule import make_schedule
 
-__all__ = ["main", "cli", "run_worker", "run_local", "launch_local", "wait_local", "load_tokens",
-           "free_port"]
+__all__ = ["main", "cli", "run_worker", "run_local", "local_summary", "launch_local",
+           "wait_local", "load_tokens", "free_port"]
 
 
 # ------------------------------------------------------------------- data
@@ -247,6 +248,27 @@ def run_local(config_path: str | Path, world_size: int, grace_s: float | None = 
     return next((c for c in codes if c != 0), 0)
 
 
+def local_summary(config_path: str | Path) -> str:
+    """A few lines on a finished job, read back from the last stage's metrics file."""
+    cfg = load_config(config_path)
+    out = Path(cfg.output.dir)
+    last = out / "metrics" / f"rank{cfg.pipeline.stages - 1}.jsonl"
+    records = [json.loads(line) for line in last.read_text(encoding="utf-8").splitlines()]
+    train = [r for r in records if r.get("kind") == "train"]
+    evals = [r for r in records if r.get("kind") == "eval"]
+    if not train:
+        return f"no training steps recorded in {last}"
+    step_ms = statistics.median(r["step_time_s"] for r in train) * 1e3
+    lines = [f"{len(train)} steps: train loss {train[0]['loss']:.4f} -> {train[-1]['loss']:.4f}, "
+             f"median step {step_ms:.1f} ms, activation bytes received in the last step "
+             f"{train[-1]['bytes_recv']['activation']}"]
+    if evals:
+        lines.append(f"eval loss {evals[-1]['eval_loss']:.4f} "
+                     f"(perplexity {evals[-1]['perplexity']:.2f}) at step {evals[-1]['step']}")
+    lines.append(f"metrics: {out / 'metrics'}")
+    return "\n".join(lines)
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="aqsgd-worker", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="run config, .yaml or .json")
@@ -272,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.local is not None:
         try:
-            return run_local(args.config, args.local)
+            status = run_local(args.config, args.local)
+            if status == 0:
+                print(local_summary(args.config))
+            return status
         except ConfigError as e:
             print(f"aqsgd.worker: {e}", file=sys.stderr)
             return 2

@@ -115,3 +115,32 @@ def test_rendezvous_from_torchrun_environment(monkeypatch):
     monkeypatch.delenv("MASTER_PORT")
     with pytest.raises(SystemExit):
         _parse(["--config", "run.yaml"])
+
+
+@pytest.mark.timeout(180)
+def test_local_command_runs_a_job_and_prints_its_summary(tmp_path, capsys):
+    """`python -m aqsgd.worker --config F --local 2`: the one-command loopback fine-tune."""
+    from aqsgd.worker import main
+
+    cfg = {
+        "model": {"preset": "tiny", "n_embd": 32, "vocab_size": 64, "seq_len": 8},
+        "pipeline": {"stages": 2, "micro_batch_size": 2, "num_micro_batches": 2},
+        "forward": {"mode": "aqsgd", "bits": 2, "warmup_epochs": 1},
+        "train": {"steps": 6, "eval_every": 6, "eval_batches": 1},
+        "data": {"name": "synthetic", "max_samples": 8, "eval_samples": 4},
+        "output": {"dir": str(tmp_path / "out")},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["--config", str(path), "--local", "2"]) == 0
+    out = capsys.readouterr().out
+    records = [json.loads(line) for line in
+               (tmp_path / "out" / "metrics" / "rank1.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert len(train) == 6
+    assert f"6 steps: train loss {train[0]['loss']:.4f} -> {train[-1]['loss']:.4f}" in out
+    # after the warm-up epoch (2 steps of 2x2 samples), 2-bit deltas: far fewer bytes
+    assert train[-1]["bytes_recv"]["activation"] < train[0]["bytes_recv"]["activation"] / 4
+    assert f"activation bytes received in the last step {train[-1]['bytes_recv']['activation']}" \
+        in out
+    assert "eval loss" in out and str(tmp_path / "out" / "metrics") in out
