@@ -174,13 +174,14 @@ def format_checks(checks: list[Check], only_failures: bool = False) -> str:
 
 def _write_baseline(baseline_dir: Path, rows: pd.DataFrame, results_dir: Path) -> None:
     metas = load_metas([results_dir])
+    prov = provenance(REPO_ROOT)  # before writing: the rewrite itself would make the tree dirty
     atomic_write_text(baseline_dir / "regress.csv", rows.to_csv(index=False))
     write_json(baseline_dir / "regress.json", {
         "sweep_file": str(SWEEP_FILE.relative_to(REPO_ROOT)),
         "tolerances": {"loss_abs": LOSS_ABS_TOL, "loss_rel": LOSS_REL_TOL,
                        "speedup_floor": SPEEDUP_FLOOR, "slow_scenario": SLOW_SCENARIO,
                        "headline": HEADLINE_LABEL},
-        "provenance": provenance(REPO_ROOT),
+        "provenance": prov,
         "launchers": sorted({m["cell"]["launcher"] for m in metas}),
     })
 
