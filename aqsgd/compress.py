@@ -210,9 +210,16 @@ class Compressor:
             self._generator = torch.Generator(device=self.device)
             self._generator.manual_seed(seed)
         self.cache = None
+        # dtype of the working copy of m for delta rows. On CPU an fp16 cache is widened
+        # to fp32 first: quant's contract is m <- (m.float() + deQ).to(m.dtype) either way,
+        # and writing the fp32 result back to the fp16 store is that same single rounding,
+        # but torch's mixed fp16/fp32 in-place ops on CPU take about twice as long.
+        self._m_dtype = None
         if cfg.uses_cache:
             spec = cfg.cache_spec(self.sample_shape, num_samples)
             self.cache = ActivationCache(spec, self.device)
+            if self.device.type == "cpu":
+                self._m_dtype = torch.float32
 
     # --- bookkeeping shared by both sides -------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -220,9 +227,12 @@ class Compressor:
             raise ValueError(f"set_epoch: epoch must be an int >= 0, got {epoch!r}")
         self.epoch = epoch
 
-    def _layout(self, batch_size: int, sample_ids, training: bool) -> _Layout:
+    def _layout(self, batch_size: int | None, sample_ids, training: bool) -> _Layout:
+        """``batch_size=None``: the micro-batch is as long as the ids (receiver side)."""
         cached = training and self.cache is not None
         ids = check_sample_ids(sample_ids, self.cache.num_samples if cached else None)
+        if batch_size is None:
+            batch_size = ids.numel()
         if ids.numel() != batch_size:
             raise ValueError(
                 f"got {ids.numel()} sample ids for a micro-batch of {batch_size} rows"
@@ -238,6 +248,8 @@ class Compressor:
         if self.cfg.first_visit == "zero":
             return _Layout(FMT_DELTA, ids, none, every, True)
         fresh = ~self.cache.initialised[ids]  # (B,) rows never written: send raw
+        if not bool(fresh.any()):  # the usual case after the first epoch: no masking
+            return _Layout(FMT_DELTA, ids, none, every, True)
         return _Layout(FMT_DELTA, ids, every[fresh], every[~fresh], True)
 
     def wire_spec(self, batch_shape, sample_ids, training: bool = True):
@@ -279,14 +291,14 @@ class Compressor:
             raw = _take(x, lay.raw_rows).to(self._transport).contiguous()  # (n_raw, *S)
             out.append(raw)
             if lay.cached:
-                self.cache.scatter(lay.ids[lay.raw_rows], raw.float())
+                self.cache.scatter_checked(_take(lay.ids, lay.raw_rows), raw.float())
         if lay.q_rows.numel():
             rows = _take(x, lay.q_rows).float()  # (n_q, *S); no copy when x is fp32 and whole
             if lay.fmt == FMT_DELTA:
-                q_ids = lay.ids[lay.q_rows]
-                m = self.cache.gather(q_ids, keep_dtype=True)  # fresh copy, updated in place
+                q_ids = _take(lay.ids, lay.q_rows)
+                m = self.cache.gather_checked(q_ids, self._m_dtype)  # fresh copy, updated in place
                 packed, scales = quant.aqsgd_encode(rows, m, self._qcfg, self._generator)
-                self.cache.scatter(q_ids, m)
+                self.cache.scatter_checked(q_ids, m)  # rounds to the stored dtype once
             else:
                 packed, scales = quant.quantize_packed(rows, self._qcfg, self._generator)
             out += [packed.contiguous(), scales.contiguous()]
@@ -298,8 +310,8 @@ class Compressor:
         if self.role != "recv":
             raise RuntimeError("decode() called on a 'send' compressor")
         tensors = list(tensors)
-        ids = check_sample_ids(sample_ids)
-        lay = self._layout(ids.numel(), ids, training)
+        lay = self._layout(None, sample_ids, training)
+        ids = lay.ids
         self._check_header(tensors[0], lay)
         parts = []  # (positions in the batch, fp32 rows)
         part = 1
@@ -308,15 +320,18 @@ class Compressor:
             part += 1
             parts.append((lay.raw_rows, raw))
             if lay.cached:
-                self.cache.scatter(lay.ids[lay.raw_rows], raw)
+                self.cache.scatter_checked(_take(lay.ids, lay.raw_rows), raw)
         if lay.q_rows.numel():
             packed, scales = tensors[part].to(self.device), tensors[part + 1].to(self.device)
             q_shape = (lay.q_rows.numel(), *self.sample_shape)
             if lay.fmt == FMT_DELTA:
-                q_ids = lay.ids[lay.q_rows]
-                rows = self.cache.gather(q_ids, keep_dtype=True)  # (n_q, *S)
+                q_ids = _take(lay.ids, lay.q_rows)
+                rows = self.cache.gather_checked(q_ids, self._m_dtype)  # (n_q, *S)
                 quant.aqsgd_decode(packed, scales, rows, self._qcfg)  # m += deQ, in place
-                self.cache.scatter(q_ids, rows)
+                stored = self.cache.stored_dtype
+                if stored is not None:  # aqsgd: the stage input is the stored row m[i]
+                    rows = rows.to(stored)
+                self.cache.scatter_checked(q_ids, rows)
                 rows = rows.float()
             else:
                 rows = quant.dequantize_packed(packed, scales, q_shape, self._qcfg)
@@ -351,7 +366,8 @@ class Compressor:
 
 
 def _take(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Rows ``positions`` of x; x itself when they are all rows (positions are sorted)."""
+    """Rows ``positions`` of x (or entries of the ids); x itself when they are all rows
+    (positions are sorted and distinct)."""
     if positions.numel() == x.shape[0]:
         return x
     return x.index_select(0, positions.to(x.device))

@@ -217,3 +217,26 @@ def test_bad_setup_fails_before_any_step():
         send.wire_spec((2, L, D), [3, 4])
     with pytest.raises(ValueError, match="sample_shape"):
         send.encode(torch.zeros(1, L, D + 1), [0])
+
+
+@pytest.mark.parametrize("cache_dtype", ["fp16", "fp32"])
+def test_delta_messages_match_quant_on_a_cache_of_the_stored_dtype(cache_dtype):
+    # The compressor may work on a wider copy of m; the wire, the stage input and both
+    # caches must still equal quant.aqsgd_encode/decode run on m in the stored dtype.
+    cfg = CompressionConfig(mode="aqsgd", bits=2, cache_dtype=cache_dtype)
+    send, recv = _pair(cfg)
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.tensor([7, 2, 9, 4])
+    x0, x1 = (torch.randn(4, L, D, generator=gen) for _ in range(2))
+    _transfer(send, recv, x0, ids)  # epoch 0 is warm-up: the caches hold x0
+    send.set_epoch(1)
+    recv.set_epoch(1)
+    out, msg = _transfer(send, recv, x1, ids)
+    stored = {"fp16": torch.float16, "fp32": torch.float32}[cache_dtype]
+    m_send, m_recv = x0.to(stored).clone(), x0.to(stored).clone()
+    packed, scales = quant.aqsgd_encode(x1, m_send, cfg.quant_config())
+    quant.aqsgd_decode(packed, scales, m_recv, cfg.quant_config())
+    assert torch.equal(msg[1], packed) and torch.equal(msg[2], scales)
+    assert torch.equal(out, m_recv.float())
+    assert torch.equal(send.cache._values[ids], m_send)
+    assert torch.equal(recv.cache._values[ids], m_recv)
