@@ -102,13 +102,19 @@ def read_meta(cell_dir: str | Path) -> dict | None:
         return json.load(f)
 
 
-def is_finished(cell_dir: str | Path, spec_key: str | None = None) -> bool:
+def is_finished(cell_dir: str | Path, spec_key: str | None = None,
+                git_commit: str | None = None) -> bool:
     """A cell is finished when its meta.json exists with status ok (and, when
-    `spec_key` is given, was produced by the same cell specification)."""
+    `spec_key` is given, was produced by the same cell specification; when
+    `git_commit` is given, by the same commit of the suite, so a rerun after a
+    code change measures the new code instead of reusing old figures)."""
     meta = read_meta(cell_dir)
     if meta is None or meta.get("status") != "ok":
         return False
-    return spec_key is None or meta.get("spec_key") == spec_key
+    if spec_key is not None and meta.get("spec_key") != spec_key:
+        return False
+    recorded = (meta.get("provenance") or {}).get("git", {}).get("commit")
+    return git_commit is None or recorded == git_commit
 
 
 # ------------------------------------------------------------------ provenance

@@ -460,13 +460,15 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     sweep_dir.mkdir(parents=True, exist_ok=True)
     write_json(sweep_dir / "sweep.json", {"spec": dataclasses.asdict(spec),
                                           "cells": [c.name for c in cells]})
-    todo = [c for c in cells if fresh or not is_finished(sweep_dir / c.name, c.key)]
+    prov = provenance(REPO_ROOT)
+    commit = prov["git"]["commit"]
+    todo = [c for c in cells
+            if fresh or not is_finished(sweep_dir / c.name, c.key, git_commit=commit)]
     outcomes = [CellOutcome(c.name, "skipped", reason="finished earlier")
                 for c in cells if c not in todo]
     for o in outcomes:
-        echo(f"skip {o.name} (finished earlier)")
+        echo(f"skip {o.name} (finished earlier by this commit)")
     prepare_checkpoints(todo, echo)
-    prov = provenance(REPO_ROOT)
     with _Progress(len(todo), quiet) as bar:
         for scenario, group_iter in itertools.groupby(todo, key=lambda c: c.scenario):
             group = list(group_iter)

@@ -15,9 +15,10 @@ A sweep file (YAML, unknown keys rejected):
     reference: loopback               # optional: fp32 on an unshaped link too
     gc_reference: true                # fp32 with aqsgd+gc's replicas too (default)
 
-A cell is finished when its meta.json exists with status ok and the same
-spec key; a rerun skips those and reruns the rest (including failed cells),
-so a killed sweep resumes where it stopped.
+A cell is finished when its meta.json exists with status ok, the same spec
+key and the same git commit of the suite; a rerun skips those and reruns the
+rest (including failed cells), so a killed sweep resumes where it stopped,
+and a rerun after a commit measures the new code.
 """
 
 from __future__ import annotations

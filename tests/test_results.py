@@ -118,6 +118,9 @@ def test_finished_means_meta_ok_and_same_spec(tmp_path):
     other = _cell("100mbps", ModeSpec("fp32"), seed=1)
     assert not is_finished(cell_dir, other.key)
     assert not is_finished(tmp_path / "missing")
+    # a cell measured by another commit of the suite is not reused
+    assert is_finished(cell_dir, cell.key, git_commit="abc")
+    assert not is_finished(cell_dir, cell.key, git_commit="def")
 
 
 def test_failed_cells_are_left_out_unless_asked(tmp_path):
