@@ -308,6 +308,20 @@ def _encode_rows_kernel(
 
 
 @triton.jit
+def _accumulate_stat(acc, x_ptr, m_ptr, idx, mask, L2: tl.constexpr, HAS_M: tl.constexpr,
+                     X_BF16: tl.constexpr, M_BF16: tl.constexpr):
+    """acc folded with one tile of v = x (- m) in fp32: max|v| or, for L2, sum v*v."""
+    v = _load_f32(x_ptr + idx, mask, X_BF16)
+    if HAS_M:
+        v = v - _load_f32(m_ptr + idx, mask, M_BF16)
+    if L2:
+        acc += v * v
+    else:
+        acc = tl.maximum(acc, tl.abs(v))
+    return acc
+
+
+@triton.jit
 def _row_scales_kernel(
     x_ptr, m_ptr, scale_ptr, inv_ptr, step_ptr, n_rows, span,
     BITS: tl.constexpr, SYMMETRIC: tl.constexpr, L2: tl.constexpr,
@@ -324,13 +338,7 @@ def _row_scales_kernel(
         col = c0 + tl.arange(0, COLS)[None, :]
         mask = (row[:, None] < n_rows) & (col < span)
         idx = row[:, None] * span + col
-        v = _load_f32(x_ptr + idx, mask, X_BF16)
-        if HAS_M:
-            v = v - _load_f32(m_ptr + idx, mask, M_BF16)
-        if L2:
-            acc += v * v
-        else:
-            acc = tl.maximum(acc, tl.abs(v))
+        acc = _accumulate_stat(acc, x_ptr, m_ptr, idx, mask, L2, HAS_M, X_BF16, M_BF16)
     if L2:
         sq = tl.sum(acc, axis=1)
         stat = 2.0 * tl.sqrt_rn(tl.math.div_rn(sq, tl.full(sq.shape, span, tl.float32)))
@@ -362,13 +370,7 @@ def _col_partial_kernel(
         row = r0 + tl.arange(0, BLOCK_R)[:, None]
         mask = (row < r_end) & (col[None, :] < n_cols)
         idx = row * n_cols + col[None, :]
-        v = _load_f32(x_ptr + idx, mask, X_BF16)
-        if HAS_M:
-            v = v - _load_f32(m_ptr + idx, mask, M_BF16)
-        if L2:
-            acc += v * v
-        else:
-            acc = tl.maximum(acc, tl.abs(v))
+        acc = _accumulate_stat(acc, x_ptr, m_ptr, idx, mask, L2, HAS_M, X_BF16, M_BF16)
     if L2:
         part = tl.sum(acc, axis=0)
     else:
