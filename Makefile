@@ -37,28 +37,28 @@ paper: setup
 
 # A 2-stage fine-tune on loopback (no shaping) that writes metrics under runs/.
 finetune: setup
-	$(PY) -m aqsgd.worker --config examples/tiny-2stage.yaml --local 2
+	$(PY) -m aqsgd.train.worker --config examples/tiny-2stage.yaml --local 2
 
 # Pre-train the tiny preset's starting checkpoint once (cached under .cache/).
 pretrain: setup
-	$(PY) -m aqsgd.pretrain --preset tiny
+	$(PY) -m aqsgd.model.pretrain --preset tiny
 
 # Bring SCENARIO up in network namespaces, print the achieved link table, tear down.
 probe: setup
-	$(PY) -m bench.net probe $(SCENARIO)
+	$(PY) -m bench.launch probe $(SCENARIO)
 
 # Remove what a killed run left behind, by the names it recorded.
 net-cleanup: setup
-	$(PY) -m bench.net cleanup --all-recorded
+	$(PY) -m bench.launch cleanup --all-recorded
 
 bench-compressors: setup
-	$(PY) -m bench.compressors
+	$(PY) -m bench.micro.compressors
 
 bench-kernels: setup
-	$(PY) -m bench.kernels
+	$(PY) -m bench.micro.kernels
 
 gpu-check: setup
-	$(PY) -m bench.gpu_check --out results/gpu
+	$(PY) -m bench.micro.gpu_check --out results/gpu
 
 clean-venv:
 	rm -rf $(VENV)

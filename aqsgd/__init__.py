@@ -1,8 +1,8 @@
 """AQ-SGD benchmarking suite: the library.
 
-Importable with no GPU and no Triton: `aqsgd.kernels` (Triton) is imported lazily by
+Importable with no GPU and no Triton: `aqsgd.quant.triton_kernels` (Triton) is imported lazily by
 `aqsgd.quant` only when it dispatches to it. The quantizer's public calls are re-exported
-here; the other modules are imported by name (`from aqsgd import compress`).
+here; the other modules are imported by name (`from aqsgd.compress import activation`).
 """
 
 from aqsgd.quant import (

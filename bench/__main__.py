@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.sweep import DEFAULT_GRID, SweepSpec, Workload, load_sweep, parse_mode
+from bench.harness.sweep import DEFAULT_GRID, SweepSpec, Workload, load_sweep, parse_mode
 
 __all__ = ["main", "build_parser", "finish_sweep"]
 
@@ -34,7 +34,7 @@ def _split_modes(values: list[str]) -> list[str]:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    from bench.run import LAUNCHERS
+    from bench.harness.run import LAUNCHERS
 
     p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
                    help="auto: netns when root and `ip netns` works, else local (unshaped)")
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="table, figures and report.md from results")
     report.add_argument("paths", nargs="+", type=Path)
 
-    from bench import paper, regress
+    from bench.harness import paper, regress
 
     paper.add_arguments(sub.add_parser("paper", help="paper-style figures with the "
                                                      "published claims beside them"))
@@ -90,9 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def finish_sweep(sweep_dir: Path, outcomes=None, title: str | None = None) -> int:
     """Summary table, figures and report of a sweep directory; the exit code."""
-    from bench.plots import make_figures, print_figure_paths
-    from bench.report import print_table, write_report
-    from bench.summary import summarize
+    from bench.report.plots import make_figures, print_figure_paths
+    from bench.report.summary import summarize
+    from bench.report.tables import print_table, write_report
 
     summary = summarize([sweep_dir])
     print_table(summary)
@@ -110,7 +110,7 @@ def finish_sweep(sweep_dir: Path, outcomes=None, title: str | None = None) -> in
 def _run_and_finish(spec: SweepSpec, out: Path | None, args, title: str) -> int:
     """Run (resume) a sweep into `out` (default results/<sweep name>), then print its
     table, figures and report; the exit code."""
-    from bench.run import REPO_ROOT, run_sweep
+    from bench.harness.run import REPO_ROOT, run_sweep
 
     out = out or REPO_ROOT / "results" / spec.name
     started = time.monotonic()
@@ -149,7 +149,7 @@ def _cmd_report(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from bench.run import UnknownScenarioError
+    from bench.harness.run import UnknownScenarioError
 
     try:
         if args.command == "run":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from aqsgd.worker import run_local
+from aqsgd.train.worker import run_local
 
 EXAMPLE = Path(__file__).resolve().parent / "tiny-2stage.yaml"
 MODES = {

@@ -1,7 +1,7 @@
 """Helpers for the harness tests: a stand-in worker and synthetic result cells.
 
 The stand-in worker (`FAKE_WORKER`) is a test double for `python -m
-aqsgd.worker` used only to test the harness's own logic (resume, failure
+aqsgd.train.worker` used only to test the harness's own logic (resume, failure
 handling, collection) quickly; the real worker runs in the end-to-end tests.
 It reads the RunConfig the harness wrote and emits records in the worker's
 JSONL schema (docs/ARCHITECTURE.md), with byte counts that depend on the
@@ -16,9 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from bench.results import write_json
-from bench.run import LauncherChoice, cell_identity, collect_metrics
-from bench.sweep import CellSpec
+from bench.harness.run import LauncherChoice, cell_identity, collect_metrics
+from bench.harness.sweep import CellSpec
+from bench.results.files import write_json
 
 FAKE_WORKER = r'''
 import argparse, json, os, sys, time

@@ -2,7 +2,7 @@
 
 import json
 
-from bench import compressors
+from bench.micro import compressors
 
 
 def test_smoke_run_reports_every_case(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""bench.kernels --smoke: the benchmark runs, its table is sane, the naive baseline is
+"""bench.micro.kernels --smoke: the benchmark runs, its table is sane, the naive baseline is
 a real quantizer (its codes agree with aqsgd.quant's except at rounding ties)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from aqsgd import quant
-from bench import kernels
+from bench.micro import kernels
 
 
 @pytest.mark.timeout(60)

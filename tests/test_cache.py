@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aqsgd import quant
-from aqsgd.cache import ActivationCache, CacheSpec, check_sample_ids
+from aqsgd.compress.cache import ActivationCache, CacheSpec, check_sample_ids
 
 
 @pytest.mark.parametrize("storage", ["memory", "mmap"])

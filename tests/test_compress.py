@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aqsgd import quant
-from aqsgd.compress import (
+from aqsgd.compress.activation import (
     CompressionConfig,
     make_compressor,
     message_nbytes,

@@ -14,8 +14,14 @@ import pytest
 import torch
 from transformers import GPT2Tokenizer
 
-from aqsgd.config import config_from_dict
-from aqsgd.data import (
+from aqsgd.data.tokenizer import (
+    EOS_TOKEN,
+    bpe_tokenizer,
+    cached_gpt2_files,
+    gpt2_tokenizer,
+    tokenizer_for,
+)
+from aqsgd.data.windows import (
     EVAL_STRIDE,
     Sampler,
     _stream,
@@ -27,14 +33,8 @@ from aqsgd.data import (
     read_documents,
     resolve_text_source,
 )
-from aqsgd.model import PRESETS
-from aqsgd.tokenizer import (
-    EOS_TOKEN,
-    bpe_tokenizer,
-    cached_gpt2_files,
-    gpt2_tokenizer,
-    tokenizer_for,
-)
+from aqsgd.model.gpt2 import PRESETS
+from aqsgd.train.config import config_from_dict
 
 VOCAB = 300  # small BPE: trains in well under a second
 
@@ -212,7 +212,7 @@ def test_sampler_epochs_cover_every_sample_once():
 
 _RANK_SCRIPT = """
 import sys, json
-from aqsgd.data import Sampler
+from aqsgd.data.windows import Sampler
 s = Sampler(num_samples=1000, micro_batch_size=4, num_micro_batches=3, seed=11, num_replicas=2)
 print(json.dumps([s.step_ids(t, r).tolist() for t in (0, 1, 83, 84, 500) for r in (0, 1)]))
 """

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from aqsgd import quant
-from aqsgd.gradcomp import (
+from aqsgd.compress.gradient import (
     GradCompressionConfig,
     _QuantCodec,
     make_data_parallel,

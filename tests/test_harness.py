@@ -14,7 +14,7 @@ import pytest
 from harness_helpers import fake_worker_cmd
 
 from bench.__main__ import main
-from bench.run import (
+from bench.harness.run import (
     UnknownScenarioError,
     build_run_config,
     choose_launcher,
@@ -23,7 +23,7 @@ from bench.run import (
     wait_for_workers,
     write_run_config,
 )
-from bench.sweep import (
+from bench.harness.sweep import (
     DEFAULT_GRID,
     CellSpec,
     SweepSpec,
@@ -77,7 +77,7 @@ def test_cli_offers_only_launchers_that_exist(capsys, command):
 
 
 def test_choose_launcher_refuses_docker():
-    # not under capsys: bench.local binds sys.stderr when first imported
+    # not under capsys: bench.launch.local binds sys.stderr when first imported
     with pytest.raises(ValueError, match="launcher must be one of auto, netns, local"):
         choose_launcher("docker")
     assert choose_launcher("local").name == "local"
@@ -137,7 +137,7 @@ def test_run_config_is_accepted_by_the_worker_config_loader(tmp_path):
         cell = CellSpec("100mbps", parse_mode(mode), Workload(steps=2))
         config = build_run_config(cell, tmp_path)
         assert config["train"]["steps"] == cell.workload.warmup_steps + 2
-        write_run_config(config, tmp_path / "config.yaml")  # validates via aqsgd.config
+        write_run_config(config, tmp_path / "config.yaml")  # validates via aqsgd.train.config
     cell = CellSpec("100mbps", parse_mode("aqsgd"),
                     Workload(overrides={"train.lrr": 1.0}))
     with pytest.raises(ValueError, match="train.lrr"):

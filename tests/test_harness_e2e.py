@@ -1,4 +1,4 @@
-"""End to end with the real worker (`python -m aqsgd.worker`): one smoke cell on
+"""End to end with the real worker (`python -m aqsgd.train.worker`): one smoke cell on
 the local launcher, one through network namespaces, and a real worker failure."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from bench.__main__ import finish_sweep
-from bench.run import run_sweep
-from bench.sweep import SweepSpec, Workload, parse_mode
+from bench.harness.run import run_sweep
+from bench.harness.sweep import SweepSpec, Workload, parse_mode
 
 # 2 stages of the tiny preset; one warm-up step (64 samples), then 2 measured steps.
 # Random init: a fresh clone has no cached starting checkpoint (minutes to build).

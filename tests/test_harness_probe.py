@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.probe import (
+from bench.net.probe import (
     LinkProbeError,
     check_links,
     format_table,

@@ -37,11 +37,13 @@ if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
 else:
     pytest.importorskip("triton")
 
-from aqsgd import kernels, quant  # noqa: E402
-from bench import gpu_check  # noqa: E402
+from aqsgd import quant  # noqa: E402
+from aqsgd.quant import triton_kernels as kernels  # noqa: E402
+from bench.micro import gpu_check  # noqa: E402
 
 if not kernels._interpreted():
-    raise RuntimeError("aqsgd.kernels was built compiled (triton imported before this module "
+    raise RuntimeError("aqsgd.quant.triton_kernels was built compiled (triton imported before "
+                       "this module "
                        "set TRITON_INTERPRET=1): run tests/test_kernels_triton.py in its own "
                        "pytest process, or set TRITON_INTERPRET=1")  # fmt: skip
 
@@ -377,7 +379,7 @@ def test_gpu_check_cases_match_torch_backend(case):
 def test_gpu_check_cpu_dry_run(tmp_path):
     # Every stage of the GPU script except the PTX audit, on CPU through the interpreter.
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # a fresh process: set before its import
-    proc = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--cpu-dry-run",
+    proc = subprocess.run([sys.executable, "-m", "bench.micro.gpu_check", "--cpu-dry-run",
                            "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=230, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -393,7 +395,7 @@ def test_gpu_check_cpu_dry_run(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_gpu_check_without_cuda_exits_2(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "bench.micro.gpu_check", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=110, cwd=REPO)
     assert proc.returncode == gpu_check.NO_CUDA_EXIT, proc.stderr
     assert "no CUDA device" in proc.stderr
@@ -405,7 +407,7 @@ def test_ptx_audit_for_sm90(tmp_path):
     # Real compilation to PTX and cubin for an H100/H200 on this CPU-only host: every
     # kernel variant builds, and none has an FMA or an approximate division or sqrt.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--ptx-audit",
+    proc = subprocess.run([sys.executable, "-m", "bench.micro.gpu_check", "--ptx-audit",
                            "--arch", "90", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=290, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import GPT2LMHeadModel
 
-from aqsgd.model import (
+from aqsgd.model.gpt2 import (
     PRESETS,
     TINY_PIPELINE,
     GPT2Stage,

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.netns import NetnsLauncher
-from bench.probe import LinkProbeError, check_links
-from bench.scenario import load_scenario, parse_scenario, with_link
+from bench.launch.netns import NetnsLauncher
+from bench.net.probe import LinkProbeError, check_links
+from bench.net.scenario import load_scenario, parse_scenario, with_link
 
 pytestmark = pytest.mark.netns
 REPO = Path(__file__).resolve().parent.parent
@@ -256,8 +256,8 @@ LAUNCH_AND_WAIT = """
 import signal, sys, time
 # as when started from a terminal, even if this test runs where SIGINT is ignored
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from bench.netns import NetnsLauncher
-from bench.scenario import load_scenario, parse_scenario, with_link
+from bench.launch.netns import NetnsLauncher
+from bench.net.scenario import load_scenario, parse_scenario, with_link
 scenario = with_link(load_scenario("10mbps"), delay_ms=1.0)
 with NetnsLauncher(scenario, 2, state_dir=sys.argv[1]) as hosts:
     worker = hosts.spawn(1, ["sleep", "300"])
@@ -297,7 +297,7 @@ def test_cleanup_command_after_sigkill(tmp_path, which):
     assert _leftovers(prefix) and state_path.exists()
     select = [which, str(state_path)] if which == "--state" else [which, "--state-dir",
                                                                     str(tmp_path)]
-    out = subprocess.run([sys.executable, "-m", "bench.net", "cleanup", *select],
+    out = subprocess.run([sys.executable, "-m", "bench.launch", "cleanup", *select],
                          capture_output=True, text=True, cwd=REPO, timeout=30)
     assert out.returncode == 0, out.stderr
     assert f"namespace {prefix}-h1" in out.stdout
@@ -311,7 +311,7 @@ def test_cleanup_command_after_sigkill(tmp_path, which):
 
 @pytest.mark.timeout(60)
 def test_name_clash_never_adopts_another_runs_namespace(tmp_path, monkeypatch):
-    import bench.netns as netns_module
+    import bench.launch.netns as netns_module
 
     prefixes = iter(["aqclsh0", "aqclsh1"])
     monkeypatch.setattr(netns_module, "_new_prefix", lambda run_id: next(prefixes))

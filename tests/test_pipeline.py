@@ -14,12 +14,12 @@ import pytest
 import torch
 import yaml
 
-from aqsgd.config import config_from_dict
-from aqsgd.data import Sampler
-from aqsgd.metrics import MetricsWriter, StepMeter
-from aqsgd.model import init_stage, lm_loss
-from aqsgd.pipeline import Topology, linear_warmup_decay
-from aqsgd.worker import launch_local, load_tokens, wait_local
+from aqsgd.data.windows import Sampler
+from aqsgd.model.gpt2 import init_stage, lm_loss
+from aqsgd.train.config import config_from_dict
+from aqsgd.train.metrics import MetricsWriter, StepMeter
+from aqsgd.train.pipeline import Topology, linear_warmup_decay
+from aqsgd.train.worker import launch_local, load_tokens, wait_local
 
 TOL = 1e-5
 

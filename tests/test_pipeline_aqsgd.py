@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aqsgd.worker import launch_local, wait_local
+from aqsgd.train.worker import launch_local, wait_local
 
 STEPS = 24
 M, B, L, D = 2, 4, 16, 64

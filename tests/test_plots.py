@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from harness_helpers import write_cell
 
-from bench.paper import claims_table, draw_paper_figures, load_claims, relative_throughput
-from bench.plots import make_figures, mode_order
-from bench.report import format_table, write_report
-from bench.summary import summarize
-from bench.sweep import CellSpec, ModeSpec, Workload
+from bench.harness.paper import claims_table, draw_paper_figures, load_claims, relative_throughput
+from bench.harness.sweep import CellSpec, ModeSpec, Workload
+from bench.report.plots import make_figures, mode_order
+from bench.report.summary import summarize
+from bench.report.tables import format_table, write_report
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -7,15 +7,15 @@ import sys
 import pytest
 import torch
 
-from aqsgd.model import PRESETS, ModelConfig, build_full_model, init_stage, lm_loss
-from aqsgd.pretrain import (
+from aqsgd.data.tokenizer import bpe_tokenizer
+from aqsgd.model.gpt2 import PRESETS, ModelConfig, build_full_model, init_stage, lm_loss
+from aqsgd.model.pretrain import (
     PretrainConfig,
     checkpoint_path,
     main,
     starting_checkpoint,
     starting_checkpoint_path,
 )
-from aqsgd.tokenizer import bpe_tokenizer
 
 SMALL = ModelConfig(n_layer=2, n_embd=32, n_head=2, vocab_size=300, seq_len=16, dropout=0.0)
 QUICK = PretrainConfig(steps=6, batch_size=4, warmup_steps=1, eval_batches=1, corpus_chars=100_000)
@@ -75,8 +75,8 @@ def test_large_presets_are_not_pretrained_here(cache_dir):
 
 _RACE_SCRIPT = """
 import sys
-from aqsgd.model import ModelConfig
-from aqsgd.pretrain import PretrainConfig, starting_checkpoint_path
+from aqsgd.model.gpt2 import ModelConfig
+from aqsgd.model.pretrain import PretrainConfig, starting_checkpoint_path
 cfg = ModelConfig(n_layer=2, n_embd=32, n_head=2, vocab_size=300, seq_len=16, dropout=0.0)
 path, built = starting_checkpoint_path(cfg, sys.argv[1], pretrain_cfg=PretrainConfig(
     steps=5, batch_size=4, warmup_steps=1, eval_batches=0, corpus_chars=100_000))

@@ -227,7 +227,7 @@ def test_integer_clamp_path_matches_oracle_at_its_edges(bits):
 def test_chunk_packing_and_byte_tables_match_pack(bits):
     """bitpack.pack_into (the CPU path's per-chunk packer) and byte_table (its unpacker)
     against pack/unpack, including tails that end mid-byte."""
-    from aqsgd import bitpack
+    from aqsgd.quant import bitpack
 
     g = torch.Generator().manual_seed(40 + bits)
     for n in (1, 7, 8, 9, 100, 4099):
@@ -487,7 +487,7 @@ def test_bad_call_arguments_name_argument_and_value():
 
 def test_import_and_run_without_triton():
     """`import aqsgd` and the torch path must work where Triton cannot be imported; on CPU
-    `auto` never touches aqsgd.kernels; forcing Triton then fails with ImportError."""
+    `auto` never touches aqsgd.quant.triton_kernels; forcing Triton then fails with ImportError."""
     code = textwrap.dedent("""
         import sys
         sys.modules["triton"] = None  # any `import triton` now raises ImportError
@@ -496,7 +496,7 @@ def test_import_and_run_without_triton():
         x = torch.randn(4, 8, 16)
         for backend in ("auto", "torch"):
             p, s = aqsgd.quantize_packed(x, aqsgd.QuantConfig(bits=3), backend=backend)
-        assert "aqsgd.kernels" not in sys.modules
+        assert "aqsgd.quant.triton_kernels" not in sys.modules
         try:
             quant.quantize_packed(x, quant.QuantConfig(), backend="triton")
         except ImportError:
@@ -510,18 +510,16 @@ def test_import_and_run_without_triton():
 
 def test_dispatch_passes_one_seed_to_the_triton_side(monkeypatch):
     """Dispatch logic only (a stand-in records the calls; the real kernels are tested in
-    tests/test_kernels_triton.py): backend="triton" goes to aqsgd.kernels with the seed
+    tests/test_kernels_triton.py): backend="triton" goes to aqsgd.quant.triton_kernels with the seed
     drawn once from the generator, "auto" on CPU and "torch" never do."""
     calls = []
-    fake = type(sys)("aqsgd.kernels")
+    fake = type(sys)("aqsgd.quant.triton_kernels")
     fake.quantize_packed = lambda x, cfg, seed: calls.append(("q", seed)) or ("p", "s")
     fake.aqsgd_encode = lambda x, m, cfg, seed: calls.append(("e", seed)) or ("p", "s")
     fake.dequantize_packed = lambda p, s, shape, cfg, dtype: calls.append(("d", dtype)) or "v"
     fake.aqsgd_decode = lambda p, s, m, cfg: calls.append(("D", None)) or m
-    monkeypatch.setitem(sys.modules, "aqsgd.kernels", fake)
-    import aqsgd
-
-    monkeypatch.setattr(aqsgd, "kernels", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "aqsgd.quant.triton_kernels", fake)
+    monkeypatch.setattr(quant, "triton_kernels", fake, raising=False)
     x, cfg = sample(SMALL), QuantConfig(rounding="stochastic")
     want = seed_of(9)
     assert quant.quantize_packed(x, cfg, torch.Generator().manual_seed(9), "triton") == ("p", "s")

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from harness_helpers import write_cell
 
-from bench import regress
-from bench.regress import Check, baseline_rows, compare, format_checks
-from bench.summary import summarize
-from bench.sweep import CellSpec, ModeSpec, Workload, load_sweep
+from bench.harness import regress
+from bench.harness.regress import Check, baseline_rows, compare, format_checks
+from bench.harness.sweep import CellSpec, ModeSpec, Workload, load_sweep
+from bench.report.summary import summarize
 
 pytestmark = pytest.mark.timeout(60)
 

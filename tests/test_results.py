@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 from harness_helpers import rank_records, write_cell
 
-from bench import results
-from bench.results import (
+from bench.harness.sweep import CellSpec, ModeSpec, Workload
+from bench.report.summary import summarize
+from bench.results.files import (
     METRIC_COLUMNS,
     atomic_write_text,
     is_finished,
@@ -19,8 +20,7 @@ from bench.results import (
     provenance,
     read_rank_jsonl,
 )
-from bench.summary import summarize
-from bench.sweep import CellSpec, ModeSpec, Workload
+from bench.results import files as results
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.scenario import (
+from bench.net.scenario import (
     Layout,
     LinkSpec,
     ScenarioError,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from aqsgd.schedule import (
+from aqsgd.train.schedule import (
     Action,
     Op,
     Schedule,

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from bench.executor import CommandError, Executor, RecordingExecutor
-from bench.local import LocalLauncher
-from bench.multihost import plan_hosts
-from bench.probe import LinkProbeError, check_links
-from bench.scenario import LinkSpec, load_scenario
-from bench.tc import (
+from bench.launch.local import LocalLauncher
+from bench.launch.multihost import plan_hosts
+from bench.net.executor import CommandError, Executor, RecordingExecutor
+from bench.net.probe import LinkProbeError, check_links
+from bench.net.scenario import LinkSpec, load_scenario
+from bench.net.tc import (
     Capabilities,
     EgressLink,
     ShapingError,
@@ -142,7 +142,7 @@ def test_multihost_plan():
     assert mech["delay"] == "netem"
     assert plans[1].launch[:8] == ("torchrun", "--nnodes", "4", "--nproc-per-node", "1",
                                    "--node-rank", "1", "--master-addr")
-    assert plans[1].launch[-3:] == ("aqsgd.worker", "--config", "run.yaml")
+    assert plans[1].launch[-3:] == ("aqsgd.train.worker", "--config", "run.yaml")
     # host 1 -> host 2 (10.0.0.3) has the 10 ms delay; host 3 has an ifb for its downlink
     assert any(a[-3:] == ("netem", "limit", "1000") or "10ms" in a for a in plans[1].setup)
     assert any("ifb" in a for a in plans[3].setup)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aqsgd.config import ConfigError, RunConfig, config_from_dict, load_config
-from aqsgd.worker import launch_local, wait_local
+from aqsgd.train.config import ConfigError, RunConfig, config_from_dict, load_config
+from aqsgd.train.worker import launch_local, wait_local
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,9 +89,9 @@ def test_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
     finished = time.monotonic()
     logs = {r: (tmp_path / "logs" / f"rank{r}.log").read_text() for r in range(4)}
     assert codes == [1, 1, 1, 1], (codes, logs)
-    assert "aqsgd.worker: rank 1 (stage 1, replica 0) failed: InjectedFailure: " in logs[1]
+    assert "aqsgd.train.worker: rank 1 (stage 1, replica 0) failed: InjectedFailure: " in logs[1]
     for r in (0, 2, 3):
-        assert f"aqsgd.worker: rank {r} (stage {r % 2}, replica {r // 2}) failed:" in logs[r]
+        assert f"aqsgd.train.worker: rank {r} (stage {r % 2}, replica {r // 2}) failed:" in logs[r]
         assert "Traceback" in logs[r]
     # Step 0 completed everywhere before the failure: metrics were flushed.
     first = (tmp_path / "out" / "metrics" / "rank3.jsonl").read_text().splitlines()[0]
@@ -103,7 +103,7 @@ def test_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
 
 
 def test_rendezvous_from_torchrun_environment(monkeypatch):
-    from aqsgd.worker import _parse
+    from aqsgd.train.worker import _parse
 
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
@@ -119,8 +119,8 @@ def test_rendezvous_from_torchrun_environment(monkeypatch):
 
 @pytest.mark.timeout(180)
 def test_local_command_runs_a_job_and_prints_its_summary(tmp_path, capsys):
-    """`python -m aqsgd.worker --config F --local 2`: the one-command loopback fine-tune."""
-    from aqsgd.worker import main
+    """`python -m aqsgd.train.worker --config F --local 2`: the one-command loopback fine-tune."""
+    from aqsgd.train.worker import main
 
     cfg = {
         "model": {"preset": "tiny", "n_embd": 32, "vocab_size": 64, "seq_len": 8},

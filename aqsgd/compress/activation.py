@@ -1,0 +1,393 @@
+"""Compressors that sit on every pipeline send and receive (activations and gradients).
+
+One sender object and one receiver object per stage boundary and direction:
+
+    fwd_send = make_compressor(cfg, "send", (L, D), num_samples, device, seed)
+    fwd_send.set_epoch(epoch)
+    tensors = fwd_send.encode(x, sample_ids)           # list of tensors, as wire_spec says
+    # receiver: posts irecvs from fwd_recv.wire_spec((B, L, D), sample_ids), then
+    x_hat = fwd_recv.decode(tensors, sample_ids)
+
+Modes (REFERENCE.md, "Baselines"):
+- ``none``: the activation in the transport dtype (fp32, fp16 or bf16).
+- ``directq``: quantize the activation itself (bits, granularity, rounding, grid).
+- ``aqsgd``: quantize the change since the sample's last visit, delta = x - m[i], against
+  a per-sample cache m held by both sides (aqsgd/cache.py, dtype fp16 or fp32).
+- ``aqsgd-lowbits``: as ``aqsgd`` with the cache stored quantized (``cache_bits`` 1..8,
+  per-token scales); both sides re-quantize m[i] after each update with round-to-nearest,
+  so the copies stay identical.
+
+Note on warm-up and first visits (the "layout"):
+- While ``epoch < warmup_epochs`` (training messages, every mode except ``none``), rows are
+  sent in the transport dtype and, for the aqsgd modes, written to both caches.
+- After warm-up, a sample whose cache row was never written is sent raw by default
+  (``first_visit="raw"``) and fills the cache, so its later visits are true deltas. With
+  ``first_visit="zero"`` (the reference's behaviour) it is delta-coded against a zero row,
+  which is in effect a direct quantization of its first activation.
+- A micro-batch may mix both kinds of rows. The rows of a message are split into raw rows
+  (in batch order) and quantized rows (in batch order); both sides derive the split from
+  the sample ids and their own copy of the "initialised" flags, which stay equal because
+  both sides apply the same updates. So ``wire_spec`` can size the receives in advance.
+- Evaluation messages (``training=False``) are sent raw and never touch the cache.
+
+Wire format, in order (empty parts are left out; ``message_nbytes`` counts everything):
+  header  int64 (3 + B,) = [format, epoch, n_raw, sample ids...], checked by the receiver
+  raw     (n_raw, *S) transport dtype
+  codes   (packed_nbytes(n_q * prod(S), bits),) uint8
+  scales  scale_shape((n_q, *S)) fp16
+Delta rows go through quant.aqsgd_encode / aqsgd_decode (one fused pass on CUDA) with m in
+the cache's dtype: for ``aqsgd`` the receiver's stage input is the updated cache row m[i]
+itself (fp16 or fp32), as in the reference; for ``aqsgd-lowbits`` it is m[i] + deQ(q) in
+fp32, before the cache re-quantizes it, so the cache's own coarse grid adds no error to
+the stage input.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from aqsgd import quant
+from aqsgd.compress.cache import ActivationCache, CacheSpec, check_sample_ids
+
+__all__ = [
+    "MODES",
+    "TRANSPORT_DTYPES",
+    "CompressionConfig",
+    "Compressor",
+    "make_compressor",
+    "message_nbytes",
+]
+
+MODES = ("none", "directq", "aqsgd", "aqsgd-lowbits")
+TRANSPORT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_CACHE_MODES = ("aqsgd", "aqsgd-lowbits")
+_GRADIENT_MODES = ("none", "directq")
+
+# header[0]: how the rows of a message are coded.
+FMT_RAW, FMT_WARMUP, FMT_DIRECTQ, FMT_DELTA = 0, 1, 2, 3
+HEADER_FIELDS = 3  # format, epoch, n_raw; then the B sample ids
+
+
+def _check_bits(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 8:
+        raise ValueError(f"CompressionConfig.{name} must be an int in 1..8, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CompressionConfig:
+    """One direction of one stage boundary. See the module docstring for the modes."""
+
+    mode: str = "none"
+    dtype: str = "fp32"
+    bits: int = 4
+    granularity: str = "channel"
+    group_size: int = 128
+    rounding: str = "nearest"
+    grid: str = "reference"
+    scale_method: str = "maxabs"
+    warmup_epochs: int = 1
+    first_visit: str = "raw"
+    cache_dtype: str = "fp16"
+    cache_bits: int = 4
+    cache_storage: str = "memory"
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"CompressionConfig.mode must be one of {MODES}, got {self.mode!r}")
+        if self.dtype not in TRANSPORT_DTYPES:
+            raise ValueError(
+                f"CompressionConfig.dtype must be one of {tuple(TRANSPORT_DTYPES)}, "
+                f"got {self.dtype!r}"
+            )
+        _check_bits("bits", self.bits)
+        _check_bits("cache_bits", self.cache_bits)
+        w = self.warmup_epochs
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+            raise ValueError(f"CompressionConfig.warmup_epochs must be an int >= 0, got {w!r}")
+        if self.first_visit not in ("raw", "zero"):
+            raise ValueError(
+                f"CompressionConfig.first_visit must be 'raw' or 'zero', got {self.first_visit!r}"
+            )
+        if self.cache_dtype not in ("fp16", "fp32"):
+            raise ValueError(
+                f"CompressionConfig.cache_dtype must be 'fp16' or 'fp32' (aqsgd-lowbits stores "
+                f"cache_bits codes instead), got {self.cache_dtype!r}"
+            )
+        if self.cache_storage not in ("memory", "mmap"):
+            raise ValueError(
+                f"CompressionConfig.cache_storage must be 'memory' or 'mmap', "
+                f"got {self.cache_storage!r}"
+            )
+        if self.uses_cache and self.cache_storage == "mmap" and not self.cache_dir:
+            raise ValueError("CompressionConfig.cache_dir is required when cache_storage='mmap'")
+        self.quant_config()  # validates granularity, group_size, rounding, grid, scale_method
+
+    @property
+    def uses_cache(self) -> bool:
+        return self.mode in _CACHE_MODES
+
+    def quant_config(self) -> quant.QuantConfig:
+        """The quantizer applied to activations (directq) or deltas (aqsgd modes)."""
+        return quant.QuantConfig(
+            bits=self.bits, granularity=self.granularity, group_size=self.group_size,
+            scale_method=self.scale_method, rounding=self.rounding, grid=self.grid,
+        )
+
+    def cache_spec(self, sample_shape, num_samples: int) -> CacheSpec:
+        lowbits = self.mode == "aqsgd-lowbits"
+        return CacheSpec(
+            num_samples=num_samples, sample_shape=tuple(sample_shape),
+            dtype="quant" if lowbits else self.cache_dtype, bits=self.cache_bits,
+            grid=self.grid, storage=self.cache_storage, directory=self.cache_dir,
+        )
+
+
+def message_nbytes(tensors) -> int:
+    """Exact bytes a message puts on the wire: every tensor's payload, header included."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How one message is coded; derived identically by sender and receiver."""
+
+    fmt: int
+    ids: torch.Tensor  # (B,) int64 CPU
+    raw_rows: torch.Tensor  # positions in the batch sent raw, (n_raw,)
+    q_rows: torch.Tensor  # positions sent quantized, (n_q,)
+    cached: bool  # whether this message reads/writes the cache
+
+    def header(self, epoch: int) -> torch.Tensor:
+        head = torch.tensor([self.fmt, epoch, self.raw_rows.numel()], dtype=torch.int64)
+        return torch.cat([head, self.ids])  # (3 + B,)
+
+
+class Compressor:
+    """Encoder (role ``send``) or decoder (role ``recv``) of one boundary and direction."""
+
+    def __init__(
+        self,
+        cfg: CompressionConfig,
+        role: str,
+        sample_shape,
+        num_samples: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        kind: str = "activation",
+        out_dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if role not in ("send", "recv"):
+            raise ValueError(f"make_compressor: role must be 'send' or 'recv', got {role!r}")
+        if kind not in ("activation", "gradient"):
+            raise ValueError(
+                f"make_compressor: kind must be 'activation' or 'gradient', got {kind!r}"
+            )
+        if kind == "gradient" and cfg.mode not in _GRADIENT_MODES:
+            raise ValueError(
+                f"gradient compressors support modes {_GRADIENT_MODES}, got mode={cfg.mode!r} "
+                "(AQ-SGD delta-codes activations only)"
+            )
+        self.cfg, self.role, self.kind = cfg, role, kind
+        self.sample_shape = tuple(int(n) for n in sample_shape)
+        self.device = torch.device(device)
+        self.out_dtype = out_dtype
+        self.epoch = 0
+        self._qcfg = cfg.quant_config()
+        self._transport = TRANSPORT_DTYPES[cfg.dtype]
+        if cfg.mode != "none" and cfg.granularity == "group":
+            numel = math.prod(self.sample_shape)
+            if numel % cfg.group_size:
+                raise ValueError(
+                    f"CompressionConfig.group_size={cfg.group_size} must divide the per-sample "
+                    f"element count {numel} (sample_shape {self.sample_shape})"
+                )
+        self._generator = None
+        if cfg.rounding == "stochastic":
+            self._generator = torch.Generator(device=self.device)
+            self._generator.manual_seed(seed)
+        self.cache = None
+        # dtype of the working copy of m for delta rows. On CPU an fp16 cache is widened
+        # to fp32 first: quant's contract is m <- (m.float() + deQ).to(m.dtype) either way,
+        # and writing the fp32 result back to the fp16 store is that same single rounding,
+        # but torch's mixed fp16/fp32 in-place ops on CPU take about twice as long.
+        self._m_dtype = None
+        if cfg.uses_cache:
+            spec = cfg.cache_spec(self.sample_shape, num_samples)
+            self.cache = ActivationCache(spec, self.device)
+            if self.device.type == "cpu":
+                self._m_dtype = torch.float32
+
+    # --- bookkeeping shared by both sides -------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"set_epoch: epoch must be an int >= 0, got {epoch!r}")
+        self.epoch = epoch
+
+    def _layout(self, batch_size: int | None, sample_ids, training: bool) -> _Layout:
+        """``batch_size=None``: the micro-batch is as long as the ids (receiver side)."""
+        cached = training and self.cache is not None
+        ids = check_sample_ids(sample_ids, self.cache.num_samples if cached else None)
+        if batch_size is None:
+            batch_size = ids.numel()
+        if ids.numel() != batch_size:
+            raise ValueError(
+                f"got {ids.numel()} sample ids for a micro-batch of {batch_size} rows"
+            )
+        every = torch.arange(batch_size)
+        none = every[:0]
+        if not training or self.cfg.mode == "none":
+            return _Layout(FMT_RAW, ids, every, none, False)
+        if self.epoch < self.cfg.warmup_epochs:
+            return _Layout(FMT_WARMUP, ids, every, none, cached)
+        if self.cfg.mode == "directq":
+            return _Layout(FMT_DIRECTQ, ids, none, every, False)
+        if self.cfg.first_visit == "zero":
+            return _Layout(FMT_DELTA, ids, none, every, True)
+        fresh = ~self.cache.initialised[ids]  # (B,) rows never written: send raw
+        if not bool(fresh.any()):  # the usual case after the first epoch: no masking
+            return _Layout(FMT_DELTA, ids, none, every, True)
+        return _Layout(FMT_DELTA, ids, every[fresh], every[~fresh], True)
+
+    def wire_spec(self, batch_shape, sample_ids, training: bool = True):
+        """[(shape, dtype)] of the message for this micro-batch, in wire order."""
+        batch_shape = tuple(int(n) for n in batch_shape)
+        self._check_shape(batch_shape)
+        lay = self._layout(batch_shape[0], sample_ids, training)
+        row_shape = batch_shape[1:]
+        spec = [((HEADER_FIELDS + batch_shape[0],), torch.int64)]
+        n_raw, n_q = lay.raw_rows.numel(), lay.q_rows.numel()
+        if n_raw:
+            spec.append(((n_raw, *row_shape), self._transport))
+        if n_q:
+            q_shape = (n_q, *row_shape)
+            spec.append(((quant.packed_nbytes(math.prod(q_shape), self.cfg.bits),), torch.uint8))
+            spec.append((tuple(quant.scale_shape(q_shape, self._qcfg)), torch.float16))
+        return spec
+
+    def _check_shape(self, batch_shape) -> None:
+        if tuple(batch_shape[1:]) != self.sample_shape:
+            raise ValueError(
+                f"micro-batch shape {tuple(batch_shape)} does not match the compressor's "
+                f"sample_shape {self.sample_shape}"
+            )
+
+    # --- sender ---------------------------------------------------------------------------
+    def encode(self, x: torch.Tensor, sample_ids, training: bool = True) -> list[torch.Tensor]:
+        """Code a micro-batch (B, *S) into the tensors that ``wire_spec`` describes.
+
+        A raw message in x's own dtype may hold x itself (no copy): do not modify x in
+        place before the send has completed.
+        """
+        if self.role != "send":
+            raise RuntimeError("encode() called on a 'recv' compressor")
+        self._check_shape(tuple(x.shape))
+        lay = self._layout(x.shape[0], sample_ids, training)
+        out = [lay.header(self.epoch).to(x.device)]
+        if lay.raw_rows.numel():
+            raw = _take(x, lay.raw_rows).to(self._transport).contiguous()  # (n_raw, *S)
+            out.append(raw)
+            if lay.cached:
+                self.cache.scatter_checked(_take(lay.ids, lay.raw_rows), raw.float())
+        if lay.q_rows.numel():
+            rows = _take(x, lay.q_rows).float()  # (n_q, *S); no copy when x is fp32 and whole
+            if lay.fmt == FMT_DELTA:
+                q_ids = _take(lay.ids, lay.q_rows)
+                m = self.cache.gather_checked(q_ids, self._m_dtype)  # fresh copy, updated in place
+                packed, scales = quant.aqsgd_encode(rows, m, self._qcfg, self._generator)
+                self.cache.scatter_checked(q_ids, m)  # rounds to the stored dtype once
+            else:
+                packed, scales = quant.quantize_packed(rows, self._qcfg, self._generator)
+            out += [packed.contiguous(), scales.contiguous()]
+        return out
+
+    # --- receiver -------------------------------------------------------------------------
+    def decode(self, tensors, sample_ids, training: bool = True) -> torch.Tensor:
+        """Rebuild the micro-batch (B, *S) in ``out_dtype`` from a message."""
+        if self.role != "recv":
+            raise RuntimeError("decode() called on a 'send' compressor")
+        tensors = list(tensors)
+        lay = self._layout(None, sample_ids, training)
+        ids = lay.ids
+        self._check_header(tensors[0], lay)
+        parts = []  # (positions in the batch, fp32 rows)
+        part = 1
+        if lay.raw_rows.numel():
+            raw = tensors[part].to(self.device).float()  # (n_raw, *S)
+            part += 1
+            parts.append((lay.raw_rows, raw))
+            if lay.cached:
+                self.cache.scatter_checked(_take(lay.ids, lay.raw_rows), raw)
+        if lay.q_rows.numel():
+            packed, scales = tensors[part].to(self.device), tensors[part + 1].to(self.device)
+            q_shape = (lay.q_rows.numel(), *self.sample_shape)
+            if lay.fmt == FMT_DELTA:
+                q_ids = _take(lay.ids, lay.q_rows)
+                rows = self.cache.gather_checked(q_ids, self._m_dtype)  # (n_q, *S)
+                quant.aqsgd_decode(packed, scales, rows, self._qcfg)  # m += deQ, in place
+                stored = self.cache.stored_dtype
+                if stored is not None:  # aqsgd: the stage input is the stored row m[i]
+                    rows = rows.to(stored)
+                self.cache.scatter_checked(q_ids, rows)
+                rows = rows.float()
+            else:
+                rows = quant.dequantize_packed(packed, scales, q_shape, self._qcfg)
+            parts.append((lay.q_rows, rows))
+        if len(parts) == 1:  # every row coded the same way, already in batch order
+            return parts[0][1].to(self.out_dtype)
+        out = torch.empty((ids.numel(), *self.sample_shape), dtype=self.out_dtype,
+                          device=self.device)  # fmt: skip
+        for positions, rows in parts:
+            out.index_copy_(0, positions.to(self.device), rows.to(self.out_dtype))
+        return out
+
+    def _check_header(self, header: torch.Tensor, lay: _Layout) -> None:
+        expected = lay.header(self.epoch)
+        got = header.to("cpu", torch.int64).reshape(-1)
+        if got.shape != expected.shape or not torch.equal(got, expected):
+            raise RuntimeError(
+                "activation message header disagrees with the receiver: expected "
+                f"[format, epoch, n_raw, ids...] = {expected.tolist()}, got {got.tolist()} "
+                "(sender and receiver differ in epoch, sample ids or cache state)"
+            )
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+    def __enter__(self) -> Compressor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _take(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rows ``positions`` of x (or entries of the ids); x itself when they are all rows
+    (positions are sorted and distinct)."""
+    if positions.numel() == x.shape[0]:
+        return x
+    return x.index_select(0, positions.to(x.device))
+
+
+def make_compressor(
+    cfg: CompressionConfig,
+    role: str,
+    sample_shape,
+    num_samples: int,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    kind: str = "activation",
+    out_dtype: torch.dtype = torch.float32,
+) -> Compressor:
+    """Build the sender or receiver for one boundary and direction.
+
+    ``sample_shape`` is one sample's activation shape (L, D); ``num_samples`` the data set
+    size (cache capacity); ``kind="gradient"`` restricts modes to none/directq.
+    """
+    if not isinstance(cfg, CompressionConfig):
+        raise TypeError(f"make_compressor: cfg must be a CompressionConfig, got {type(cfg)}")
+    return Compressor(cfg, role, sample_shape, num_samples, device, seed, kind, out_dtype)

@@ -1,0 +1,702 @@
+"""Triton kernels for the AQ-SGD quantizer: the GPU path of `aqsgd.quant`.
+
+`aqsgd.quant` imports this module only when it dispatches to Triton (CUDA tensors,
+or `backend="triton"`); nothing else imports Triton. Every kernel reproduces the
+bit-exact contract of docs/ARCHITECTURE.md ("Quantizer") that the torch reference
+in `aqsgd/quant.py` implements: fp32 arithmetic, fp16 scales, `inv = Q / s` by one
+IEEE division per scale (`tl.math.div_rn`, never the approximate `/`), codes
+`floor(t + 0.5)` or `floor(t + u)` with u from the lowbias32 hash of the flat
+index, and a dense little-endian bit stream. Kernels are launched with
+`enable_fp_fusion=False`: a fused multiply-add would round `v * inv + 0.5` once
+instead of twice and break bit-exactness with torch. floor is not tl.floor (on
+NVIDIA a flush-to-zero instruction; see `_floor_clamp`). bf16 conversions are
+written out by hand because the interpreter truncates fp32 -> bf16: loads are a
+16-bit shift, stores round to nearest even on the bits, as torch does; the same
+code runs on the GPU. `python -m bench.micro.gpu_check --ptx-audit` compiles every
+kernel variant for sm_90 on a CPU-only host and checks the PTX for all of this.
+
+Design
+------
+Packing. Eight codes of `bits` bits fill exactly `bits` whole bytes, so the
+stream is cut into "octets" of 8 consecutive codes: octet g holds codes
+[8g, 8g + 8) and owns bytes [g * bits, (g + 1) * bits). A program works on whole
+octets and writes whole bytes; no two programs touch the same byte. In a tile
+the octet is the last axis (size 8): the codes are shifted into one uint64 word
+(`sum(c_k << k * bits)`, bits <= 8 so 64 bits suffice), whose low `bits` bytes
+are stored. Unpacking reverses it. Padding bits are zero because masked lanes
+hold code 0.
+
+Scale index of element i (flat, row-major): channel i % D, token i // D,
+group i // G. Token and group are the same thing on a (rows, span) view with
+span = D or G; channel is a column reduction on the (rows, D) view.
+
+Passes over memory (N elements; "read x" means N elements of x's dtype):
+- token / group, span * bits % 8 == 0 and the padded row fits a tile (the
+  usual case: D = 1600, G = 128): ONE pass, `_encode_rows_kernel`. A program
+  holds ROWS whole rows as a (ROWS, octets, 8) tile, takes the row statistic,
+  stores the fp16 scales, quantizes and packs. Each row's packed bytes start on
+  a byte boundary (span * bits % 8 == 0), so octets are counted from the start
+  of each row and the last one of a row is partial (its code count times bits
+  is still a multiple of 8): the bytes come out exactly as the global stream.
+  Fused encode: reads x and m once, writes codes, scales and m once.
+- token / group otherwise (span * bits not byte-aligned, or huge rows): TWO
+  passes. `_row_scales_kernel` reads x (and m) and writes scale, inv and step
+  per row; `_encode_flat_kernel` reads x (and m) again and packs octets of the
+  flat stream, gathering each element's inv/step (a few KB, cache-resident).
+- channel: TWO passes plus a tiny one. Each column max (or sum of squares for
+  l2) runs over every row, so many programs must share a column: a 2-D grid of
+  (row block, column block) programs writes partial statistics to a small
+  (row blocks, D) fp32 buffer (`_col_partial_kernel`); `_col_finalize_kernel`
+  reduces that buffer in a fixed order (deterministic: no atomics) into the
+  fp16 scales and the fp32 inv/step per column. The quantize+pack pass is then
+  `_encode_rows_kernel` with COL_SCALES (when D * bits % 8 == 0: inv/step of
+  the program's columns loaded once, no integer division per element), else
+  `_encode_flat_kernel` (inv/step gathered by i % D). The fused AQ-SGD encode
+  with channel scales reads x and m in the statistics pass and again in the
+  pack pass (2 reads of x and m, 1 write of codes and m).
+- dequantize and the fused AQ-SGD decode: ONE pass: read packed bytes and the
+  scales, write the values (or read m, write m). `_decode_rows_kernel` on whole
+  byte-aligned rows (a step per row, or per column loaded once per program);
+  `_decode_flat_kernel` otherwise (scale gathered per element by i % D or i // span).
+
+Tiles: few, large programs. The interpreter costs milliseconds per program, so
+on CPU tensors (TRITON_INTERPRET=1) the tiles hold up to 64K elements; on CUDA
+they hold a few thousand elements per program, enough programs to fill the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["quantize_packed", "dequantize_packed", "aqsgd_encode", "aqsgd_decode"]
+
+_GOLDEN32 = 0x9E3779B9
+_INT32_LIMIT = 2**31 - 2**20  # int32 index headroom: larger tensors use int64 indices
+
+
+@dataclass(frozen=True)
+class _Tiles:
+    """Launch geometry for one kind of device (all sizes are powers of two)."""
+
+    flat_octets: int  # octets (8 codes) per program in the flat kernels
+    rows_elems: int  # target padded elements per program in the one-pass rows kernel
+    max_row_elems: int  # longest padded row the one-pass kernel takes
+    stat_cols: int  # column block of the statistics kernels
+    stat_elems: int  # elements per loop step of the statistics kernels
+    target_programs: int  # programs the channel statistics pass aims for
+    elems_per_thread: int  # sets num_warps per launch (registers: see _launch)
+    idx64_from: int = _INT32_LIMIT  # element count from which indices are int64
+
+    def __post_init__(self) -> None:
+        for name in ("flat_octets", "rows_elems", "max_row_elems", "stat_cols", "stat_elems",
+                     "elems_per_thread"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"_Tiles.{name} must be a power of two, got {value}")
+
+
+_TILES = {
+    "cuda": _Tiles(
+        flat_octets=128,
+        rows_elems=2048,
+        max_row_elems=8192,
+        stat_cols=128,
+        stat_elems=2048,
+        target_programs=1024,
+        elems_per_thread=4,
+    ),
+    "interpreter": _Tiles(
+        flat_octets=8192,
+        rows_elems=65536,
+        max_row_elems=65536,
+        stat_cols=4096,
+        stat_elems=65536,
+        target_programs=1,
+        elems_per_thread=65536,
+    ),
+}
+
+
+# ---------------------------------------------------------------------------
+# Device helpers
+# ---------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_f32(ptrs, mask, IS_BF16: tl.constexpr):
+    # bf16 tensors arrive as int16 views: widen the bits by hand (exact).
+    raw = tl.load(ptrs, mask=mask, other=0)
+    if IS_BF16:
+        return (raw.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    else:
+        return raw.to(tl.float32)
+
+
+@triton.jit
+def _store_f32(ptrs, value, mask, IS_BF16: tl.constexpr):
+    # fp32 -> the pointer's dtype with round-to-nearest-even, as torch's .to().
+    if IS_BF16:
+        b = value.to(tl.uint32, bitcast=True)
+        rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+        rounded = tl.where(value != value, 0x7FC0, rounded)  # NaN stays a quiet NaN
+        tl.store(ptrs, rounded.to(tl.uint16).to(tl.int16, bitcast=True), mask=mask)
+    else:
+        tl.store(ptrs, value.to(ptrs.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _uniform(idx, seed_mix):
+    # u in [0, 1) from lowbias32 of (low 32 bits of the flat index) ^ seed_mix.
+    h = idx.to(tl.uint32) ^ seed_mix
+    h ^= h >> 16
+    h *= 0x7FEB352D
+    h ^= h >> 15
+    h *= 0x846CA68B
+    h ^= h >> 16
+    return (h >> 8).to(tl.float32) * 5.9604644775390625e-08  # 2**-24
+
+
+@triton.jit
+def _scale_from_stat(stat, BITS: tl.constexpr, SYMMETRIC: tl.constexpr):
+    """stat (fp32) -> (fp16 scale, fp32 inv, fp32 dequantization step)."""
+    s16 = tl.minimum(stat * 1.0009765625, 65504.0).to(tl.float16)  # 1 + 2**-10
+    s = s16.to(tl.float32)
+    nonzero = s != 0.0
+    safe = tl.where(nonzero, s, 1.0)
+    if SYMMETRIC:
+        half: tl.constexpr = ((1 << BITS) - 1) / 2
+        inv = tl.math.div_rn(tl.full(s.shape, half, tl.float32), safe)
+        step = tl.math.div_rn(s, tl.full(s.shape, half, tl.float32))
+    else:
+        q: tl.constexpr = 1 << (BITS - 1)
+        inv = tl.math.div_rn(tl.full(s.shape, q, tl.float32), safe)
+        step = s * (1.0 / q)  # exact: 1/q is a power of two and s is an fp16 value
+    return s16, tl.where(nonzero, inv, 0.0), step
+
+
+@triton.jit
+def _step_from_scale(s16, BITS: tl.constexpr, SYMMETRIC: tl.constexpr):
+    s = s16.to(tl.float32)
+    if SYMMETRIC:
+        half: tl.constexpr = ((1 << BITS) - 1) / 2
+        return tl.math.div_rn(s, tl.full(s.shape, half, tl.float32))
+    else:
+        q: tl.constexpr = 1 << (BITS - 1)
+        return s * (1.0 / q)
+
+
+@triton.jit
+def _floor_clamp(y, LO: tl.constexpr, HI: tl.constexpr):
+    """clamp(floor(y), LO, HI) as int32, for integers LO < HI.
+
+    Not tl.floor: on NVIDIA it lowers to cvt.rmi.ftz, which flushes a negative
+    subnormal y to -0 (floor 0, where torch gives -1). Clamping first keeps y in
+    [LO, HI + 1], where truncation toward zero and one correction are exact, and
+    floor commutes with clamping to integer bounds.
+    """
+    y = tl.minimum(tl.maximum(y, LO * 1.0), HI + 1.0)
+    i = y.to(tl.int32)  # truncates toward zero
+    i = i - (i.to(tl.float32) > y).to(tl.int32)
+    return tl.minimum(i, HI)
+
+
+@triton.jit
+def _quantize(v, inv, idx, seed_mix, BITS: tl.constexpr, SYMMETRIC: tl.constexpr,
+              STOCHASTIC: tl.constexpr):
+    """fp32 values and their inv -> unsigned codes (int32)."""
+    if SYMMETRIC:
+        half: tl.constexpr = ((1 << BITS) - 1) / 2
+        t = v * inv + half  # two roundings, as torch (the launch disables FMA)
+    else:
+        t = v * inv
+    if STOCHASTIC:
+        y = t + _uniform(idx, seed_mix)
+    else:
+        y = t + 0.5
+    if SYMMETRIC:
+        return _floor_clamp(y, 0, (1 << BITS) - 1)
+    else:
+        return _floor_clamp(y, -(1 << (BITS - 1)), (1 << (BITS - 1)) - 1) + (1 << (BITS - 1))
+
+
+@triton.jit
+def _dequantize(codes, step, BITS: tl.constexpr, SYMMETRIC: tl.constexpr):
+    if SYMMETRIC:
+        half: tl.constexpr = ((1 << BITS) - 1) / 2
+        return (codes.to(tl.float32) - half) * step
+    else:
+        return (codes - (1 << (BITS - 1))).to(tl.float32) * step
+
+
+@triton.jit
+def _octet_words(codes, lane, BITS: tl.constexpr, AXIS: tl.constexpr):
+    # codes (..., 8) int32, lane (..., 8) = 0..7 on axis AXIS -> (...) uint64 stream words
+    return tl.sum(codes.to(tl.uint64) << (lane * BITS).to(tl.uint64), axis=AXIS)
+
+
+@triton.jit
+def _word_bytes(words, lane, AXIS: tl.constexpr):
+    # words (...) uint64 -> (..., 8) uint8 on axis AXIS, little-endian
+    return ((tl.expand_dims(words, AXIS) >> (lane * 8).to(tl.uint64)) & 0xFF).to(tl.uint8)
+
+
+# ---------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------
+
+
+@triton.jit(do_not_specialize=["seed_mix"])
+def _encode_rows_kernel(
+    x_ptr, m_ptr, scale_ptr, inv_ptr, step_ptr, out_ptr, n_rows, span, seed_mix,
+    BITS: tl.constexpr, SYMMETRIC: tl.constexpr, STOCHASTIC: tl.constexpr, L2: tl.constexpr,
+    COL_SCALES: tl.constexpr, HAS_M: tl.constexpr, X_BF16: tl.constexpr, M_BF16: tl.constexpr,
+    ROWS: tl.constexpr, OCTETS: tl.constexpr, IDX64: tl.constexpr,
+):
+    """Whole rows of a (rows, span) view; rows pack to whole bytes (span * BITS % 8 == 0).
+
+    COL_SCALES False (token/group): one pass: row statistic, fp16 scale, quantize, pack,
+    m update. COL_SCALES True (channel, second pass): inv/step per column come from the
+    statistics pass, loaded once per program; no integer division per element.
+    """
+    pid = tl.program_id(0)
+    if IDX64:
+        pid = pid.to(tl.int64)
+    row = (pid * ROWS + tl.arange(0, ROWS))[:, None, None]  # (ROWS, 1, 1)
+    octet = tl.arange(0, OCTETS)[None, :, None]  # (1, OCTETS, 1)
+    lane = tl.arange(0, 8)[None, None, :]  # (1, 1, 8)
+    col = octet * 8 + lane  # (1, OCTETS, 8): position inside the row
+    mask = (row < n_rows) & (col < span)
+    idx = row * span + col  # (ROWS, OCTETS, 8) flat element index
+
+    v = _load_f32(x_ptr + idx, mask, X_BF16)
+    if HAS_M:
+        mv = _load_f32(m_ptr + idx, mask, M_BF16)
+        v = v - mv
+    if COL_SCALES:
+        inv = tl.load(inv_ptr + col, mask=col < span, other=0.0)  # (1, OCTETS, 8)
+        step = tl.load(step_ptr + col, mask=col < span, other=0.0)
+    else:
+        if L2:
+            sq = tl.sum(tl.sum(v * v, axis=2), axis=1)  # (ROWS,)
+            stat = 2.0 * tl.sqrt_rn(tl.math.div_rn(sq, tl.full(sq.shape, span, tl.float32)))
+        else:
+            stat = tl.max(tl.max(tl.abs(v), axis=2), axis=1)  # (ROWS,)
+        s16, inv_r, step_r = _scale_from_stat(stat, BITS, SYMMETRIC)
+        row1 = pid * ROWS + tl.arange(0, ROWS)
+        tl.store(scale_ptr + row1, s16, mask=row1 < n_rows)
+        inv = inv_r[:, None, None]  # (ROWS, 1, 1)
+        step = step_r[:, None, None]
+
+    seed_u = seed_mix.to(tl.uint32, bitcast=True)
+    codes = _quantize(v, inv, idx, seed_u, BITS, SYMMETRIC, STOCHASTIC)
+    codes = tl.where(mask, codes, 0)
+    if HAS_M:
+        deq = _dequantize(codes, step, BITS, SYMMETRIC)
+        _store_f32(m_ptr + idx, mv + deq, mask, M_BF16)
+
+    words = _octet_words(codes, lane, BITS, 2)  # (ROWS, OCTETS)
+    data = _word_bytes(words, lane, 2)  # (ROWS, OCTETS, 8), lane = byte within the octet
+    byte = row * (span * BITS // 8) + octet * BITS + lane
+    # byte `lane` of an octet exists when it holds bits of a code inside the row
+    keep = (row < n_rows) & (lane < BITS) & (octet * (8 * BITS) + lane * 8 < span * BITS)
+    tl.store(out_ptr + byte, data, mask=keep)
+
+
+@triton.jit
+def _accumulate_stat(acc, x_ptr, m_ptr, idx, mask, L2: tl.constexpr, HAS_M: tl.constexpr,
+                     X_BF16: tl.constexpr, M_BF16: tl.constexpr):
+    """acc folded with one tile of v = x (- m) in fp32: max|v| or, for L2, sum v*v."""
+    v = _load_f32(x_ptr + idx, mask, X_BF16)
+    if HAS_M:
+        v = v - _load_f32(m_ptr + idx, mask, M_BF16)
+    if L2:
+        acc += v * v
+    else:
+        acc = tl.maximum(acc, tl.abs(v))
+    return acc
+
+
+@triton.jit
+def _row_scales_kernel(
+    x_ptr, m_ptr, scale_ptr, inv_ptr, step_ptr, n_rows, span,
+    BITS: tl.constexpr, SYMMETRIC: tl.constexpr, L2: tl.constexpr,
+    HAS_M: tl.constexpr, X_BF16: tl.constexpr, M_BF16: tl.constexpr,
+    ROWS: tl.constexpr, COLS: tl.constexpr, IDX64: tl.constexpr,
+):
+    """Token/group scales when the one-pass kernel does not apply: loop over columns."""
+    pid = tl.program_id(0)
+    if IDX64:
+        pid = pid.to(tl.int64)
+    row = pid * ROWS + tl.arange(0, ROWS)  # (ROWS,)
+    acc = tl.zeros((ROWS, COLS), tl.float32)
+    for c0 in range(0, span, COLS):
+        col = c0 + tl.arange(0, COLS)[None, :]
+        mask = (row[:, None] < n_rows) & (col < span)
+        idx = row[:, None] * span + col
+        acc = _accumulate_stat(acc, x_ptr, m_ptr, idx, mask, L2, HAS_M, X_BF16, M_BF16)
+    if L2:
+        sq = tl.sum(acc, axis=1)
+        stat = 2.0 * tl.sqrt_rn(tl.math.div_rn(sq, tl.full(sq.shape, span, tl.float32)))
+    else:
+        stat = tl.max(acc, axis=1)
+    s16, inv, step = _scale_from_stat(stat, BITS, SYMMETRIC)
+    ok = row < n_rows
+    tl.store(scale_ptr + row, s16, mask=ok)
+    tl.store(inv_ptr + row, inv, mask=ok)
+    tl.store(step_ptr + row, step, mask=ok)
+
+
+@triton.jit
+def _col_partial_kernel(
+    x_ptr, m_ptr, part_ptr, n_rows, n_cols, rows_per_prog,
+    L2: tl.constexpr, HAS_M: tl.constexpr, X_BF16: tl.constexpr, M_BF16: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, IDX64: tl.constexpr,
+):
+    """Partial column max|v| (or sum v*v) of one row block -> part[row_block, col]."""
+    rb = tl.program_id(0)
+    cb = tl.program_id(1)
+    if IDX64:
+        rb = rb.to(tl.int64)
+    col = cb * BLOCK_C + tl.arange(0, BLOCK_C)  # (BLOCK_C,)
+    r_start = rb * rows_per_prog
+    r_end = tl.minimum(r_start + rows_per_prog, n_rows)
+    acc = tl.zeros((BLOCK_R, BLOCK_C), tl.float32)
+    for r0 in range(r_start, r_end, BLOCK_R):
+        row = r0 + tl.arange(0, BLOCK_R)[:, None]
+        mask = (row < r_end) & (col[None, :] < n_cols)
+        idx = row * n_cols + col[None, :]
+        acc = _accumulate_stat(acc, x_ptr, m_ptr, idx, mask, L2, HAS_M, X_BF16, M_BF16)
+    if L2:
+        part = tl.sum(acc, axis=0)
+    else:
+        part = tl.max(acc, axis=0)
+    tl.store(part_ptr + rb * n_cols + col, part, mask=col < n_cols)
+
+
+@triton.jit
+def _col_finalize_kernel(
+    part_ptr, scale_ptr, inv_ptr, step_ptr, n_blocks, n_rows, n_cols,
+    BITS: tl.constexpr, SYMMETRIC: tl.constexpr, L2: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Reduce the partial statistics in row-block order (deterministic) -> scales."""
+    col = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    ok = col < n_cols
+    acc = tl.zeros((BLOCK_C,), tl.float32)
+    for b in range(0, n_blocks):
+        part = tl.load(part_ptr + b * n_cols + col, mask=ok, other=0.0)
+        if L2:
+            acc += part
+        else:
+            acc = tl.maximum(acc, part)
+    if L2:
+        stat = 2.0 * tl.sqrt_rn(tl.math.div_rn(acc, tl.full(acc.shape, n_rows, tl.float32)))
+    else:
+        stat = acc
+    s16, inv, step = _scale_from_stat(stat, BITS, SYMMETRIC)
+    tl.store(scale_ptr + col, s16, mask=ok)
+    tl.store(inv_ptr + col, inv, mask=ok)
+    tl.store(step_ptr + col, step, mask=ok)
+
+
+@triton.jit(do_not_specialize=["seed_mix"])
+def _encode_flat_kernel(
+    x_ptr, m_ptr, inv_ptr, step_ptr, out_ptr, n, n_bytes, span, seed_mix,
+    BY_ROW: tl.constexpr, BITS: tl.constexpr, SYMMETRIC: tl.constexpr,
+    STOCHASTIC: tl.constexpr, HAS_M: tl.constexpr, X_BF16: tl.constexpr,
+    M_BF16: tl.constexpr, OCTETS: tl.constexpr, IDX64: tl.constexpr,
+):
+    """Quantize + pack octets of the flat stream with precomputed per-scale inv/step."""
+    pid = tl.program_id(0)
+    if IDX64:
+        pid = pid.to(tl.int64)
+    octet = (pid * OCTETS + tl.arange(0, OCTETS))[:, None]  # (OCTETS, 1)
+    lane = tl.arange(0, 8)[None, :]  # (1, 8)
+    idx = octet * 8 + lane  # (OCTETS, 8)
+    mask = idx < n
+    v = _load_f32(x_ptr + idx, mask, X_BF16)
+    if HAS_M:
+        mv = _load_f32(m_ptr + idx, mask, M_BF16)
+        v = v - mv
+    if BY_ROW:
+        sidx = idx // span
+    else:
+        sidx = idx % span
+    inv = tl.load(inv_ptr + sidx, mask=mask, other=0.0)
+    codes = _quantize(v, inv, idx, seed_mix.to(tl.uint32, bitcast=True), BITS, SYMMETRIC,
+                      STOCHASTIC)
+    codes = tl.where(mask, codes, 0)
+    if HAS_M:
+        step = tl.load(step_ptr + sidx, mask=mask, other=0.0)
+        _store_f32(m_ptr + idx, mv + _dequantize(codes, step, BITS, SYMMETRIC), mask, M_BF16)
+    data = _word_bytes(_octet_words(codes, lane, BITS, 1), lane, 1)  # (OCTETS, 8)
+    byte = octet * BITS + lane
+    tl.store(out_ptr + byte, data, mask=(lane < BITS) & (byte < n_bytes))
+
+
+@triton.jit
+def _decode_rows_kernel(
+    packed_ptr, scale_ptr, out_ptr, n_rows, span,
+    BITS: tl.constexpr, SYMMETRIC: tl.constexpr, COL_SCALES: tl.constexpr,
+    ACCUMULATE: tl.constexpr, OUT_BF16: tl.constexpr,
+    ROWS: tl.constexpr, OCTETS: tl.constexpr, IDX64: tl.constexpr,
+):
+    """Unpack + dequantize whole rows (span * BITS % 8 == 0): the scale and its step are
+    loaded once per row (token/group) or once per program (channel columns)."""
+    pid = tl.program_id(0)
+    if IDX64:
+        pid = pid.to(tl.int64)
+    row1 = pid * ROWS + tl.arange(0, ROWS)  # (ROWS,)
+    row = row1[:, None, None]  # (ROWS, 1, 1)
+    octet = tl.arange(0, OCTETS)[None, :, None]  # (1, OCTETS, 1)
+    lane = tl.arange(0, 8)[None, None, :]  # (1, 1, 8)
+    byte = row * (span * BITS // 8) + octet * BITS + lane
+    keep = (row < n_rows) & (lane < BITS) & (octet * (8 * BITS) + lane * 8 < span * BITS)
+    raw = tl.load(packed_ptr + byte, mask=keep, other=0)  # (ROWS, OCTETS, 8) bytes
+    words = tl.sum(raw.to(tl.uint64) << (lane * 8).to(tl.uint64), axis=2)  # (ROWS, OCTETS)
+    codes = ((tl.expand_dims(words, 2) >> (lane * BITS).to(tl.uint64))
+             & ((1 << BITS) - 1)).to(tl.int32)  # (ROWS, OCTETS, 8), lane = code in octet
+    col = octet * 8 + lane
+    mask = (row < n_rows) & (col < span)
+    idx = row * span + col
+    if COL_SCALES:
+        step = _step_from_scale(tl.load(scale_ptr + col, mask=col < span, other=0.0),
+                                BITS, SYMMETRIC)  # (1, OCTETS, 8)
+    else:
+        s16 = tl.load(scale_ptr + row1, mask=row1 < n_rows, other=0.0)
+        step = _step_from_scale(s16, BITS, SYMMETRIC)[:, None, None]  # (ROWS, 1, 1)
+    value = _dequantize(codes, step, BITS, SYMMETRIC)
+    if ACCUMULATE:
+        value = _load_f32(out_ptr + idx, mask, OUT_BF16) + value
+    _store_f32(out_ptr + idx, value, mask, OUT_BF16)
+
+
+@triton.jit
+def _decode_flat_kernel(
+    packed_ptr, scale_ptr, out_ptr, n, n_bytes, span,
+    BY_ROW: tl.constexpr, BITS: tl.constexpr, SYMMETRIC: tl.constexpr,
+    ACCUMULATE: tl.constexpr, OUT_BF16: tl.constexpr, OCTETS: tl.constexpr,
+    IDX64: tl.constexpr,
+):
+    """Unpack + dequantize: out = deQ (ACCUMULATE: out += deQ, in out's dtype)."""
+    pid = tl.program_id(0)
+    if IDX64:
+        pid = pid.to(tl.int64)
+    octet = (pid * OCTETS + tl.arange(0, OCTETS))[:, None]  # (OCTETS, 1)
+    lane = tl.arange(0, 8)[None, :]  # (1, 8)
+    byte = octet * BITS + lane
+    raw = tl.load(packed_ptr + byte, mask=(lane < BITS) & (byte < n_bytes), other=0)
+    words = tl.sum(raw.to(tl.uint64) << (lane * 8).to(tl.uint64), axis=1)  # (OCTETS,)
+    codes = ((words[:, None] >> (lane * BITS).to(tl.uint64)) & ((1 << BITS) - 1)).to(tl.int32)
+    idx = octet * 8 + lane  # (OCTETS, 8)
+    mask = idx < n
+    if BY_ROW:
+        sidx = idx // span
+    else:
+        sidx = idx % span
+    s16 = tl.load(scale_ptr + sidx, mask=mask, other=0.0)
+    value = _dequantize(codes, _step_from_scale(s16, BITS, SYMMETRIC), BITS, SYMMETRIC)
+    if ACCUMULATE:
+        value = _load_f32(out_ptr + idx, mask, OUT_BF16) + value
+    _store_f32(out_ptr + idx, value, mask, OUT_BF16)
+
+
+# ---------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------
+
+
+def _interpreted() -> bool:
+    """Were the kernels built by the Triton interpreter (TRITON_INTERPRET=1 at import)?"""
+    return not isinstance(_encode_rows_kernel, triton.runtime.JITFunction)
+
+
+def _tiles_for(t: torch.Tensor) -> _Tiles:
+    if _interpreted():
+        return _TILES["interpreter"]
+    if t.device.type == "cuda":
+        return _TILES["cuda"]
+    raise RuntimeError(
+        f"aqsgd.quant.triton_kernels: tensors on device {t.device} need the Triton interpreter "
+        "(TRITON_INTERPRET=1 set before aqsgd.quant.triton_kernels is imported); "
+        "Triton compiles for CUDA"
+    )
+
+
+def _kernel_view(t: torch.Tensor) -> torch.Tensor:
+    # The kernels read and write bf16 through int16 views (see the module docstring).
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+
+
+def _seed_arg(seed: int | None, stochastic: bool) -> int:
+    if not stochastic:
+        return 0
+    if seed is None:
+        raise ValueError("rounding='stochastic' needs a seed, got seed=None")
+    mix = (int(seed) * _GOLDEN32) % 2**32
+    return mix - 2**32 if mix >= 2**31 else mix  # int32 bit pattern of the uint32
+
+
+def _span(shape: torch.Size, cfg) -> int:
+    return cfg.group_size if cfg.granularity == "group" else shape[-1]
+
+
+def _scale_shape(shape: torch.Size, n: int, cfg) -> tuple[int, ...]:
+    if cfg.granularity == "channel":
+        return (shape[-1],)
+    if cfg.granularity == "token":
+        return tuple(shape[:-1])
+    return (n // cfg.group_size,)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
+
+
+def _launch(kernel, grid, tiles: _Tiles, tile_elems: int, *args, **meta) -> None:
+    # About 4 elements per thread keeps these kernels near 32-64 registers on sm_90
+    # (measured with cuobjdump -res-usage: 32 elements per thread took 234-255), so
+    # enough warps stay resident to keep HBM busy.
+    warps = min(32, max(1, tile_elems // (32 * tiles.elems_per_thread)))
+    kernel[grid](*args, **meta, num_warps=warps, enable_fp_fusion=False)
+
+
+def _encode(x: torch.Tensor, m: torch.Tensor | None, cfg, seed: int | None,
+            tiles: _Tiles | None = None):
+    """Shared body of quantize_packed (m None) and aqsgd_encode (m updated in place)."""
+    tiles = tiles or _tiles_for(x)
+    x = x.contiguous()
+    work_m = None if m is None else (m if m.is_contiguous() else m.contiguous())
+    n = x.numel()
+    span = _span(x.shape, cfg)
+    n_rows = n // span
+    n_bytes = (n * cfg.bits + 7) // 8
+    stochastic = cfg.rounding == "stochastic"
+    channel = cfg.granularity == "channel"
+    flags = dict(
+        BITS=cfg.bits,
+        SYMMETRIC=cfg.grid == "symmetric",
+        HAS_M=m is not None,
+        X_BF16=x.dtype == torch.bfloat16,
+        M_BF16=m is not None and m.dtype == torch.bfloat16,
+        IDX64=n >= tiles.idx64_from,
+    )
+    seed_mix = _seed_arg(seed, stochastic)
+    xk = _kernel_view(x)
+    mk = xk if work_m is None else _kernel_view(work_m)  # unread when HAS_M is False
+    packed = torch.empty(n_bytes, dtype=torch.uint8, device=x.device)
+    scales = torch.empty(_scale_shape(x.shape, n, cfg), dtype=torch.float16, device=x.device)
+    if n == 0:
+        return packed, scales
+
+    octets = _pow2((span + 7) // 8)
+    whole_rows = (span * cfg.bits) % 8 == 0 and octets * 8 <= tiles.max_row_elems
+    if channel or not whole_rows:
+        inv = torch.empty(scales.numel(), dtype=torch.float32, device=x.device)
+        step = torch.empty_like(inv)
+        _scales_pass(xk, mk, scales, inv, step, n_rows, span, cfg, tiles, flags)
+    else:
+        inv = step = scales  # unread: the one-pass kernel makes its own
+    if whole_rows:
+        rows = max(1, min(tiles.rows_elems // (octets * 8), _pow2(n_rows)))
+        _launch(_encode_rows_kernel, (triton.cdiv(n_rows, rows),), tiles, rows * octets * 8,
+                xk, mk, scales, inv, step, packed, n_rows, span, seed_mix,
+                STOCHASTIC=stochastic, L2=cfg.scale_method == "l2", COL_SCALES=channel,
+                ROWS=rows, OCTETS=octets, **flags)
+    else:
+        _launch(_encode_flat_kernel, (triton.cdiv(n, 8 * tiles.flat_octets),), tiles,
+                8 * tiles.flat_octets,
+                xk, mk, inv, step, packed, n, n_bytes, span, seed_mix,
+                BY_ROW=not channel, STOCHASTIC=stochastic, OCTETS=tiles.flat_octets, **flags)
+    if work_m is not None and work_m is not m:
+        m.copy_(work_m)
+    return packed, scales
+
+
+def _scales_pass(xk, mk, scales, inv, step, n_rows, span, cfg, tiles: _Tiles, flags) -> None:
+    """First pass of the two-pass encode: fp16 scales plus fp32 inv and step per scale."""
+    l2 = cfg.scale_method == "l2"
+    common = {k: flags[k] for k in ("HAS_M", "X_BF16", "M_BF16", "IDX64")}
+    if cfg.granularity != "channel":
+        cols = min(_pow2(span), tiles.stat_cols)
+        rows = max(1, min(tiles.stat_elems // cols, _pow2(n_rows)))
+        _launch(_row_scales_kernel, (triton.cdiv(n_rows, rows),), tiles, rows * cols,
+                xk, mk, scales, inv, step, n_rows, span,
+                BITS=cfg.bits, SYMMETRIC=flags["SYMMETRIC"], L2=l2, ROWS=rows, COLS=cols,
+                **common)
+        return
+    block_c = min(_pow2(span), tiles.stat_cols)
+    block_r = max(1, min(tiles.stat_elems // block_c, _pow2(n_rows)))
+    n_cb = triton.cdiv(span, block_c)
+    want_rb = max(1, min(triton.cdiv(tiles.target_programs, n_cb), triton.cdiv(n_rows, block_r)))
+    rows_per_prog = triton.cdiv(triton.cdiv(n_rows, want_rb), block_r) * block_r
+    n_rb = triton.cdiv(n_rows, rows_per_prog)
+    part = torch.empty((n_rb, span), dtype=torch.float32, device=scales.device)
+    _launch(_col_partial_kernel, (n_rb, n_cb), tiles, block_r * block_c,
+            xk, mk, part, n_rows, span, rows_per_prog,
+            L2=l2, BLOCK_R=block_r, BLOCK_C=block_c, **common)
+    _launch(_col_finalize_kernel, (n_cb,), tiles, block_c,
+            part, scales, inv, step, n_rb, n_rows, span,
+            BITS=cfg.bits, SYMMETRIC=flags["SYMMETRIC"], L2=l2, BLOCK_C=block_c)
+
+
+def _decode_into(packed: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, cfg,
+                 accumulate: bool, tiles: _Tiles | None = None) -> None:
+    """out = deQ(packed, scales), or out += deQ when accumulating; one pass."""
+    tiles = tiles or _tiles_for(out)
+    n = out.numel()
+    if n == 0:
+        return
+    scales = scales.contiguous()
+    span = _span(out.shape, cfg)
+    n_rows = n // span
+    channel = cfg.granularity == "channel"
+    octets = _pow2((span + 7) // 8)
+    common = dict(BITS=cfg.bits, SYMMETRIC=cfg.grid == "symmetric", ACCUMULATE=accumulate,
+                  OUT_BF16=out.dtype == torch.bfloat16, IDX64=n >= tiles.idx64_from)
+    if (span * cfg.bits) % 8 == 0 and octets * 8 <= tiles.max_row_elems:
+        rows = max(1, min(tiles.rows_elems // (octets * 8), _pow2(n_rows)))
+        _launch(_decode_rows_kernel, (triton.cdiv(n_rows, rows),), tiles, rows * octets * 8,
+                packed, scales, _kernel_view(out), n_rows, span,
+                COL_SCALES=channel, ROWS=rows, OCTETS=octets, **common)
+    else:
+        _launch(_decode_flat_kernel, (triton.cdiv(n, 8 * tiles.flat_octets),), tiles,
+                8 * tiles.flat_octets,
+                packed, scales, _kernel_view(out), n, packed.numel(), span,
+                BY_ROW=not channel, OCTETS=tiles.flat_octets, **common)
+
+
+# ---------------------------------------------------------------------------
+# Public API (arguments already validated by aqsgd.quant)
+# ---------------------------------------------------------------------------
+
+
+def quantize_packed(x: torch.Tensor, cfg, seed: int | None = None):
+    """x (any shape, fp32/fp16/bf16) -> (packed uint8 (ceil(n*bits/8),), scales fp16)."""
+    return _encode(x, None, cfg, seed)
+
+
+def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape, cfg,
+                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Inverse of quantize_packed: a tensor of `shape` and `dtype` (values computed in fp32)."""
+    out = torch.empty(tuple(shape), dtype=dtype, device=packed.device)
+    _decode_into(packed, scales, out, cfg, accumulate=False)
+    return out
+
+
+def aqsgd_encode(x: torch.Tensor, m: torch.Tensor, cfg, seed: int | None = None):
+    """Sender step: quantize x - m, then m += deQ (in m's dtype, in place), one fused call."""
+    return _encode(x, m, cfg, seed)
+
+
+def aqsgd_decode(packed: torch.Tensor, scales: torch.Tensor, m: torch.Tensor, cfg) -> torch.Tensor:
+    """Receiver step: m += deQ(packed, scales) in place (in m's dtype); returns m."""
+    work = m if m.is_contiguous() else m.contiguous()
+    _decode_into(packed, scales, work, cfg, accumulate=True)
+    if work is not m:
+        m.copy_(work)
+    return m

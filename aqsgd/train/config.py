@@ -1,0 +1,292 @@
+"""The run configuration: one frozen dataclass tree, loaded from YAML or JSON.
+
+    python -m aqsgd.train.config examples/tiny-2stage.yaml     # validate and print resolved
+
+Sections: `model` (aqsgd.model.gpt2.ModelConfig; `preset: tiny` picks a preset and the
+other keys override it), `pipeline`, `forward` and `backward`
+(aqsgd.compress.activation.CompressionConfig), `grad`
+(aqsgd.compress.gradient.GradCompressionConfig),
+`train`, `data`, `dist`, `output`. Unknown keys and values of the wrong type are
+rejected with the full key path (`train.lr: expected a number, got 'fast'`); each
+section's own `__post_init__` checks ranges. `RunConfig.to_dict()` is the resolved
+configuration, for the run record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from aqsgd.compress.activation import CompressionConfig
+from aqsgd.compress.gradient import GradCompressionConfig
+from aqsgd.data.windows import DATASETS
+from aqsgd.model.gpt2 import PRESETS, ModelConfig
+from aqsgd.train.schedule import SCHEDULES
+
+__all__ = [
+    "ConfigError",
+    "PipelineConfig",
+    "TrainConfig",
+    "DataConfig",
+    "DistConfig",
+    "OutputConfig",
+    "RunConfig",
+    "load_config",
+    "config_from_dict",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration file or value that cannot be used; names the key path."""
+
+
+def _require(ok: bool, name: str, expected: str, value: Any) -> None:
+    if not ok:
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    stages: int = 2
+    replicas: int = 1  # data-parallel copies of the whole pipeline
+    micro_batch_size: int = 4  # samples per micro-batch
+    num_micro_batches: int = 4  # per optimizer step and replica
+    schedule: str = "gpipe"  # gpipe | 1f1b
+
+    def __post_init__(self):
+        for name in ("stages", "replicas", "micro_batch_size", "num_micro_batches"):
+            _require(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
+        _require(self.schedule in SCHEDULES, "schedule", f"one of {sorted(SCHEDULES)}",
+                 self.schedule)  # fmt: skip
+
+    @property
+    def world_size(self) -> int:
+        return self.stages * self.replicas
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.replicas * self.num_micro_batches * self.micro_batch_size
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 20  # optimizer steps
+    lr: float = 3e-4  # peak learning rate (AdamW)
+    weight_decay: float = 0.01
+    clip: float = 1.0  # max global gradient norm across the pipeline; 0 = no clipping
+    lr_warmup_steps: int = 0  # linear warm-up to `lr`, then linear decay to 0 at `steps`
+    seed: int = 0
+    # Starting weights: None = random init from `seed`; "pretrained" = the cached
+    # starting checkpoint of aqsgd.model.pretrain; else a state-dict file or HF model directory.
+    init_from: str | None = None
+    threads: int = 1  # torch.set_num_threads per worker process
+    eval_every: int = 0  # steps between evaluations; 0 = only after the last step
+    eval_batches: int = 2  # micro-batches per replica in one evaluation; 0 = no evaluation
+    # Test hooks (not for experiments): raise inside step `fail_at_step` on rank
+    # `fail_rank`; write every rank's gradients after the first step to OUTPUT_DIR/grads.
+    fail_at_step: int | None = None
+    fail_rank: int = 0
+    dump_grads: bool = False
+
+    def __post_init__(self):
+        _require(self.steps >= 1, "steps", ">= 1", self.steps)
+        _require(self.lr > 0, "lr", "> 0", self.lr)
+        _require(self.weight_decay >= 0, "weight_decay", ">= 0", self.weight_decay)
+        _require(self.clip >= 0, "clip", ">= 0", self.clip)
+        _require(0 <= self.lr_warmup_steps <= self.steps, "lr_warmup_steps",
+                 f"in [0, steps={self.steps}]", self.lr_warmup_steps)  # fmt: skip
+        _require(self.seed >= 0, "seed", ">= 0", self.seed)
+        _require(self.threads >= 1, "threads", ">= 1", self.threads)
+        _require(self.eval_every >= 0, "eval_every", ">= 0", self.eval_every)
+        _require(self.eval_batches >= 0, "eval_batches", ">= 0", self.eval_batches)
+        _require(self.fail_at_step is None or self.fail_at_step >= 0, "fail_at_step",
+                 "None or >= 0", self.fail_at_step)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    # aqsgd.data.windows.DATASETS, or "synthetic" (no tokenizer; tests, benchmarks)
+    name: str = "pydoc"
+    path: str | None = None  # local file or directory for file-backed data sets
+    max_samples: int | None = None  # cap on training windows (None: all)
+    eval_samples: int = 64  # windows held out for evaluation
+    text_field: str = "text"  # column of parquet/arrow/JSON records that holds the text
+
+    def __post_init__(self):
+        names = (*DATASETS, "synthetic")
+        _require(self.name in names, "name", f"one of {names}", self.name)
+        _require(self.max_samples is None or self.max_samples >= 1, "max_samples",
+                 "None or >= 1", self.max_samples)  # fmt: skip
+        _require(self.eval_samples >= 0, "eval_samples", ">= 0", self.eval_samples)
+        _require(isinstance(self.text_field, str) and self.text_field != "", "text_field",
+                 "a non-empty column name", self.text_field)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on cuda, else gloo
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    timeout_s: float = 60.0  # init_process_group and every p2p/collective wait
+
+    def __post_init__(self):
+        _require(self.backend in ("auto", "gloo", "nccl"), "backend", "auto|gloo|nccl",
+                 self.backend)  # fmt: skip
+        _require(self.device in ("auto", "cpu", "cuda"), "device", "auto|cpu|cuda", self.device)
+        _require(self.timeout_s > 0, "timeout_s", "> 0", self.timeout_s)
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    dir: str = "runs/local"
+    trace: bool = False  # write OUTPUT_DIR/trace/rank{R}.json
+
+    def __post_init__(self):
+        _require(bool(self.dir), "dir", "a non-empty path", self.dir)
+
+
+def _default_backward() -> CompressionConfig:
+    return CompressionConfig(mode="none")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig = field(default_factory=lambda: PRESETS["tiny"])
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    forward: CompressionConfig = field(default_factory=_default_backward)
+    backward: CompressionConfig = field(default_factory=_default_backward)
+    grad: GradCompressionConfig = field(default_factory=GradCompressionConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def __post_init__(self):
+        if self.backward.mode not in ("none", "directq"):
+            raise ValueError(
+                f"backward.mode must be none or directq (gradients are not delta-coded), "
+                f"got {self.backward.mode!r}"
+            )
+        if self.pipeline.stages > self.model.n_layer:
+            raise ValueError(
+                f"pipeline.stages={self.pipeline.stages} exceeds model.n_layer="
+                f"{self.model.n_layer}: every stage needs at least one block"
+            )
+        if self.train.eval_batches and self.data.eval_samples < self.pipeline.micro_batch_size:
+            raise ValueError(
+                f"data.eval_samples={self.data.eval_samples} is fewer than one micro-batch "
+                f"(pipeline.micro_batch_size={self.pipeline.micro_batch_size}); "
+                "set train.eval_batches: 0 to skip evaluation"
+            )
+
+    def to_dict(self) -> dict:
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+# ------------------------------------------------------------------- loading
+
+
+def _type_ok(hint: Any, value: Any) -> bool:
+    """Does `value` (from YAML/JSON) fit the annotation `hint`?"""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return True
+    if origin is Literal:
+        return value in typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(h, value) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin in (tuple, list):
+        return isinstance(value, (list, tuple))
+    return True  # anything richer is left to the dataclass's own validation
+
+
+def _build(cls: type, data: Any, path: str, base: Any = None) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        where = f"{path}." if path else ""
+        known = ", ".join(sorted(names))
+        raise ConfigError(f"unknown key {where}{unknown[0]} (known keys: {known})")
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{path}.{name}" if path else name
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build_section(name, hint, value, key)
+        else:
+            if isinstance(value, list) and typing.get_origin(hint) is tuple:
+                value = tuple(value)
+            if not _type_ok(hint, value):
+                raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+            kwargs[name] = value
+    try:
+        if base is not None:
+            return dataclasses.replace(base, **kwargs)
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path or 'config'}: {e}") from e
+
+
+def _build_section(name: str, cls: type, value: Any, key: str) -> Any:
+    if cls is ModelConfig and isinstance(value, dict) and "preset" in value:
+        value = dict(value)
+        preset = value.pop("preset")
+        if preset not in PRESETS:
+            raise ConfigError(f"{key}.preset: expected one of {sorted(PRESETS)}, got {preset!r}")
+        return _build(cls, value, key, base=PRESETS[preset])
+    return _build(cls, value, key)
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) is Literal:
+        return "one of " + "|".join(map(str, typing.get_args(hint)))
+    names = {bool: "true/false", int: "an integer", float: "a number", str: "a string",
+             type(None): "null"}  # fmt: skip
+    args = typing.get_args(hint) if typing.get_origin(hint) else (hint,)
+    return " or ".join(names.get(a, getattr(a, "__name__", str(a))) for a in args)
+
+
+def config_from_dict(data: dict) -> RunConfig:
+    return _build(RunConfig, data, "")
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a RunConfig from a .yaml/.yml or .json file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read run config {path}: {e}") from e
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise ConfigError(f"{path}: not valid {kind}: {e}") from e
+    try:
+        return config_from_dict(data or {})
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from e
+
+
+if __name__ == "__main__":
+    print(yaml.safe_dump(load_config(sys.argv[1]).to_dict(), sort_keys=False), end="")

@@ -1,0 +1,328 @@
+"""One pipeline-parallel fine-tuning worker (one process per stage and replica).
+
+    python -m aqsgd.train.worker --config examples/tiny-2stage.yaml --local 2
+    python -m aqsgd.train.worker --config RUN.yaml --rank R --world-size W --master-addr A \
+        --master-port P
+    torchrun --nproc-per-node 2 -m aqsgd.train.worker --config RUN.yaml  # torchrun env
+
+Rank layout: rank = replica * stages + stage. `--local N` spawns N workers on
+127.0.0.1 with a free port and waits for them (a quick loopback run). Each rank
+writes OUTPUT_DIR/metrics/rank{R}.jsonl (aqsgd/metrics.py); rank 0 also writes
+OUTPUT_DIR/run_config.json (the resolved configuration).
+
+Note [failure handling]: any exception in a worker prints one line
+"aqsgd.train.worker: rank R (stage S, replica P) failed: ..." and the traceback to
+stderr, then the process exits with status 1 at once (os._exit, without a
+collective shutdown that could block on a dead peer). Its sockets close, so peers
+blocked on it fail their pending receives; every wait also has the configured
+timeout (`dist.timeout_s`), so no rank hangs longer than that. GLOO_SOCKET_IFNAME
+and NCCL_* variables are read by torch.distributed from the environment as given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from aqsgd.compress.activation import make_compressor
+from aqsgd.compress.gradient import make_data_parallel
+from aqsgd.data.windows import Sampler
+from aqsgd.model.gpt2 import init_stage, lm_loss
+from aqsgd.train.config import ConfigError, RunConfig, load_config
+from aqsgd.train.metrics import MetricsWriter, StepMeter
+from aqsgd.train.p2p import P2P
+from aqsgd.train.pipeline import PipelineRunner, Topology, linear_warmup_decay, make_groups
+from aqsgd.train.schedule import make_schedule
+
+__all__ = ["main", "cli", "run_worker", "run_local", "local_summary", "launch_local",
+           "wait_local", "load_tokens", "free_port"]
+
+
+# ------------------------------------------------------------------- data
+
+
+def _synthetic_tokens(n: int, seq_len: int, vocab: int, seed: int) -> torch.Tensor:
+    """(n, seq_len) windows of arithmetic progressions mod vocab, random start and
+    stride per window: learnable in a few steps, needs no tokenizer. For runtime
+    tests and benchmarks; real text comes from aqsgd.data.windows."""
+    g = torch.Generator().manual_seed(seed)
+    start = torch.randint(0, vocab, (n, 1), generator=g)
+    stride = torch.randint(1, 8, (n, 1), generator=g)
+    return (start + stride * torch.arange(seq_len)) % vocab  # (n, L) int64
+
+
+def load_tokens(cfg: RunConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train windows (N, L), eval windows (E, L)), int64, identical on every rank."""
+    L, V, d = cfg.model.seq_len, cfg.model.vocab_size, cfg.data
+    if d.name == "synthetic":
+        n = d.max_samples or 256
+        return (_synthetic_tokens(n, L, V, cfg.train.seed),
+                _synthetic_tokens(d.eval_samples, L, V, cfg.train.seed + 1))  # fmt: skip
+    # imported here: only text runs need the tokenizer stack
+    from aqsgd.data import windows as data
+
+    return data.load_windows(d, cfg.model, seed=cfg.train.seed)
+
+
+# ------------------------------------------------------------------- one rank
+
+
+def _device(cfg: RunConfig, rank: int) -> torch.device:
+    want = cfg.dist.device
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda":
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _build_compressors(cfg: RunConfig, topo: Topology, n_train: int, device) -> dict:
+    shape = (cfg.model.seq_len, cfg.model.n_embd)
+    seed = cfg.train.seed * 1000 + topo.rank
+    comp: dict = {"sample_shape": shape}
+    if not topo.is_last:
+        comp["fwd_send"] = make_compressor(cfg.forward, "send", shape, n_train, device, seed)
+        comp["bwd_recv"] = make_compressor(cfg.backward, "recv", shape, n_train, device, seed,
+                                           kind="gradient")  # fmt: skip
+    if not topo.is_first:
+        comp["fwd_recv"] = make_compressor(cfg.forward, "recv", shape, n_train, device, seed)
+        comp["bwd_send"] = make_compressor(cfg.backward, "send", shape, n_train, device, seed,
+                                           kind="gradient")  # fmt: skip
+    return comp
+
+
+def _load_stage(cfg: RunConfig, topo: Topology, device: torch.device) -> torch.nn.Module:
+    init = cfg.train.init_from
+    if init == "pretrained":  # the cached starting checkpoint (built once, under a lock)
+        from aqsgd.model.pretrain import starting_checkpoint
+
+        init = starting_checkpoint(cfg.model)
+    module = init_stage(cfg.model, topo.stage, topo.stages, seed=cfg.train.seed, pretrained=init)
+    return module.to(device)
+
+
+def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: MetricsWriter,
+           train_tokens: torch.Tensor, eval_tokens: torch.Tensor,
+           module: torch.nn.Module) -> None:  # fmt: skip
+    timeout = timedelta(seconds=cfg.dist.timeout_s)
+    dp_group, pipe_group = make_groups(topo, timeout)
+    t = cfg.train
+    dp = make_data_parallel(cfg.grad, module.parameters(), dp_group,
+                            {"lr": t.lr, "weight_decay": t.weight_decay})  # fmt: skip
+    lr_sched = torch.optim.lr_scheduler.LambdaLR(
+        dp.optimizer, linear_warmup_decay(t.lr_warmup_steps, t.steps)
+    )
+    meter = StepMeter(topo.rank, trace=cfg.output.trace)
+    p = cfg.pipeline
+    runner = PipelineRunner(
+        schedule=make_schedule(p.schedule, p.stages, p.num_micro_batches), topo=topo,
+        module=module, loss_fn=lm_loss, train_tokens=train_tokens, eval_tokens=eval_tokens,
+        sampler=Sampler(len(train_tokens), p.micro_batch_size, p.num_micro_batches, t.seed,
+                        p.replicas),
+        compressors=_build_compressors(cfg, topo, len(train_tokens), device), dp=dp,
+        lr_scheduler=lr_sched, pipe_group=pipe_group, dp_group=dp_group, clip=t.clip,
+        meter=meter, p2p=P2P(meter, device, cfg.dist.timeout_s), device=device,
+        fail_at_step=t.fail_at_step if topo.rank == t.fail_rank else None,
+        after_sync=_grad_dumper(cfg, topo, module) if t.dump_grads else None,
+    )  # fmt: skip
+    for step in range(t.steps):
+        writer.write(runner.train_step(step))
+        last = step == t.steps - 1
+        if t.eval_batches and ((t.eval_every and (step + 1) % t.eval_every == 0) or last):
+            writer.write(runner.evaluate(step + 1, t.eval_batches, p.micro_batch_size))
+    if cfg.output.trace:
+        writer.write_trace(meter.events, topo.rank, topo.stage, topo.replica)
+
+
+def _grad_dumper(cfg: RunConfig, topo: Topology, module: torch.nn.Module):
+    """Test hook: after step 0's gradient exchange (before clipping), save every
+    gradient by global parameter name to OUTPUT_DIR/grads/rank{R}.pt."""
+    path = Path(cfg.output.dir) / "grads" / f"rank{topo.rank}.pt"
+
+    def dump(step: int) -> None:
+        if step == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({n: p.grad.detach().clone() for n, p in module.named_parameters()}, path)
+
+    return dump
+
+
+def run_worker(cfg: RunConfig, rank: int, world_size: int, master_addr: str,
+               master_port: int) -> None:  # fmt: skip
+    """Train on this rank; raises on any failure (main() turns that into exit 1)."""
+    if world_size != cfg.pipeline.world_size:
+        raise ConfigError(
+            f"world size {world_size} != pipeline.stages x pipeline.replicas = "
+            f"{cfg.pipeline.stages} x {cfg.pipeline.replicas}"
+        )
+    topo = Topology(cfg.pipeline.stages, cfg.pipeline.replicas, rank)
+    torch.set_num_threads(cfg.train.threads)
+    torch.manual_seed(cfg.train.seed * 1000 + rank)  # dropout masks: per rank, reproducible
+    device = _device(cfg, rank)
+    backend = cfg.dist.backend
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    # Data and weights first: a rank that builds a cached tokenizer or checkpoint must
+    # not make its peers' collective waits time out.
+    train_tokens, eval_tokens = load_tokens(cfg)
+    module = _load_stage(cfg, topo, device)
+    writer = MetricsWriter(cfg.output.dir, rank)
+    if rank == 0:
+        Path(cfg.output.dir, "run_config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+    dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
+                            rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=cfg.dist.timeout_s))  # fmt: skip
+    try:
+        _train(cfg, topo, device, writer, train_tokens, eval_tokens, module)
+        dist.barrier()  # nobody tears down while a peer still receives
+    finally:
+        writer.close()
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------- launching
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_local(config_path: str | Path, world_size: int,
+                 log_dir: str | Path | None = None) -> list[subprocess.Popen]:  # fmt: skip
+    """Start `world_size` workers on 127.0.0.1 with a free port. With `log_dir`, rank
+    R's stdout and stderr go to log_dir/rank{R}.log, else to this process's."""
+    port = free_port()
+    procs = []
+    for r in range(world_size):
+        out = None
+        if log_dir is not None:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            out = open(Path(log_dir) / f"rank{r}.log", "w")  # noqa: SIM115 - closed by the child
+        argv = [sys.executable, "-m", "aqsgd.train.worker", "--config", str(config_path), "--rank",
+                str(r), "--world-size", str(world_size), "--master-addr", "127.0.0.1",
+                "--master-port", str(port)]  # fmt: skip
+        procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT if out else None))
+        if out is not None:
+            out.close()
+    return procs
+
+
+def wait_local(procs: list[subprocess.Popen], grace_s: float) -> list[int]:
+    """Wait for every worker; once one has failed, kill those still running after
+    `grace_s`. Returns the exit statuses (negative: killed by that signal)."""
+    failed_at = None
+    try:
+        while any(p.poll() is None for p in procs):
+            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > grace_s:
+                break
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    return [p.returncode for p in procs]
+
+
+def run_local(config_path: str | Path, world_size: int, grace_s: float | None = None) -> int:
+    """Run a whole job on loopback; 0 if every worker succeeds, else the first
+    non-zero status. After one fails the others get `grace_s` (default the config's
+    dist.timeout_s + 10) to notice before they are killed."""
+    cfg = load_config(config_path)
+    grace_s = cfg.dist.timeout_s + 10 if grace_s is None else grace_s
+    codes = wait_local(launch_local(config_path, world_size), grace_s)
+    return next((c for c in codes if c != 0), 0)
+
+
+def local_summary(config_path: str | Path) -> str:
+    """A few lines on a finished job, read back from the last stage's metrics file."""
+    cfg = load_config(config_path)
+    out = Path(cfg.output.dir)
+    last = out / "metrics" / f"rank{cfg.pipeline.stages - 1}.jsonl"
+    records = [json.loads(line) for line in last.read_text(encoding="utf-8").splitlines()]
+    train = [r for r in records if r.get("kind") == "train"]
+    evals = [r for r in records if r.get("kind") == "eval"]
+    if not train:
+        return f"no training steps recorded in {last}"
+    step_ms = statistics.median(r["step_time_s"] for r in train) * 1e3
+    lines = [f"{len(train)} steps: train loss {train[0]['loss']:.4f} -> {train[-1]['loss']:.4f}, "
+             f"median step {step_ms:.1f} ms, activation bytes received in the last step "
+             f"{train[-1]['bytes_recv']['activation']}"]
+    if evals:
+        lines.append(f"eval loss {evals[-1]['eval_loss']:.4f} "
+                     f"(perplexity {evals[-1]['perplexity']:.2f}) at step {evals[-1]['step']}")
+    lines.append(f"metrics: {out / 'metrics'}")
+    return "\n".join(lines)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="aqsgd-worker", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="run config, .yaml or .json")
+    p.add_argument("--local", type=int, metavar="N", help="spawn N workers on 127.0.0.1")
+    p.add_argument("--rank", type=int, default=None, help="default: $RANK")
+    p.add_argument("--world-size", type=int, default=None, help="default: $WORLD_SIZE")
+    p.add_argument("--master-addr", default=None, help="default: $MASTER_ADDR")
+    p.add_argument("--master-port", type=int, default=None, help="default: $MASTER_PORT")
+    args = p.parse_args(argv)
+    if args.local is None:
+        env = {"rank": "RANK", "world_size": "WORLD_SIZE", "master_addr": "MASTER_ADDR",
+               "master_port": "MASTER_PORT"}  # fmt: skip
+        for attr, var in env.items():
+            if getattr(args, attr) is None:
+                if var not in os.environ:
+                    p.error(f"--{attr.replace('_', '-')} not given and ${var} not set")
+                value = os.environ[var]
+                setattr(args, attr, value if attr == "master_addr" else int(value))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.local is not None:
+        try:
+            status = run_local(args.config, args.local)
+            if status == 0:
+                print(local_summary(args.config))
+            return status
+        except ConfigError as e:
+            print(f"aqsgd.train.worker: {e}", file=sys.stderr)
+            return 2
+    where = f"rank {args.rank}"
+    try:
+        cfg = load_config(args.config)
+        topo = Topology(cfg.pipeline.stages, cfg.pipeline.replicas, args.rank)
+        where = f"rank {args.rank} (stage {topo.stage}, replica {topo.replica})"
+        run_worker(cfg, args.rank, args.world_size, args.master_addr, args.master_port)
+    except BaseException as e:  # noqa: BLE001 - every failure must end the process
+        if isinstance(e, SystemExit) and not e.code:
+            raise
+        print(f"aqsgd.train.worker: {where} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)  # Note [failure handling]
+    return 0
+
+
+def cli() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,171 @@
+"""Command line for the network emulation.
+
+    python -m bench.launch probe 100mbps --hosts 2     # bring up, print the link table, tear down
+    python -m bench.launch up wan --hosts 4            # bring up and hold until Ctrl-C
+    python -m bench.launch cleanup --all-recorded      # remove what killed runs left behind
+    python -m bench.launch cleanup --state /run/aqsgd-bench/netns/aq1b2c3.json
+    python -m bench.launch calibrate --repeats 3      # accuracy table of this machine's emulation
+
+Cleanup removes only the names written in state files (never by pattern).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench.launch.netns import DEFAULT_STATE_DIR, NetnsLauncher, teardown_recorded
+from bench.net.executor import Executor
+from bench.net.probe import LinkProbeError, check_links, host_limited_warning
+from bench.net.scenario import load_scenario, with_link
+
+__all__ = ["calibrate", "cleanup", "main"]
+
+
+def cleanup(state_files: list[Path]) -> list[str]:
+    """Tear down what each state file records, then delete the file."""
+    removed = []
+    ex = Executor()
+    for path in state_files:
+        state = json.loads(path.read_text())
+        removed += teardown_recorded(state, ex)
+        path.unlink()
+        path.with_name(f"{state['prefix']}-delayline.json").unlink(missing_ok=True)
+    return removed
+
+
+def _launcher(args) -> NetnsLauncher:
+    return NetnsLauncher(load_scenario(args.scenario), args.hosts, state_dir=args.state_dir,
+                         allow_drop=args.allow_drop,
+                         payload_correction=not args.no_payload_correction)
+
+
+def _probe(args) -> int:
+    with _launcher(args) as hosts:
+        results = hosts.probe(check=False, duration_s=args.duration_s)
+    record = hosts.record()  # after tear-down, so that it holds both timings
+    print(f"scenario {args.scenario}: {hosts.n_hosts} hosts, shaping {record['shaping']}, "
+          f"data plane {record['data_plane']}, payload correction "
+          f"x{record['payload_correction_factor']:.4f}")
+    print(hosts.probe_table())
+    warning = host_limited_warning(results)
+    if warning:
+        print(warning, file=sys.stderr)
+    print(f"bring-up {record['timing']['up_s']:.2f} s, tear-down "
+          f"{record['timing']['down_s']:.2f} s")
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=1))
+    try:
+        check_links(results, args.tolerance)
+    except LinkProbeError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _up(args) -> int:
+    with _launcher(args) as hosts:
+        for h in hosts.record()["hosts"]:
+            print(f"host {h['host']}: ip netns exec {h['netns']} ...  ({h['device']}, "
+                  f"{h['addr']})")
+        print(f"state file {hosts.state_path}; Ctrl-C to tear down", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def calibrate(repeats: int, state_dir: Path, rates_mbit=(10, 100, 1000),
+              delays_ms=(10, 50), out=sys.stdout) -> dict:
+    """Measure what this machine's emulation delivers: payload rate / configured at each
+    rate, one-way delay (median RTT / 2) at each delay, the delay mechanism's ceiling
+    (unshaped link through it) and bring-up/tear-down time of 4 hosts. Each figure is
+    measured `repeats` times in both directions of a 2-host topology."""
+    base = load_scenario("100mbps")
+    table: dict[str, list[float]] = {}
+
+    def run(scenario, key, value, n_hosts=2, duration_s=1.0):
+        for _ in range(repeats):
+            with NetnsLauncher(scenario, n_hosts, state_dir=state_dir) as hosts:
+                results = hosts.probe(links=[(0, 1), (1, 0)], check=False,
+                                      duration_s=duration_s)
+            table.setdefault(key, []).extend(value(r, hosts) for r in results)
+            print(f"{key}: {[round(v, 3) for v in table[key]]}", file=out, flush=True)
+
+    for rate in rates_mbit:
+        run(with_link(base, rate_mbit=rate), f"rate {rate} Mbit/s: achieved/configured",
+            lambda r, h, rate=rate: r["rate_mbit_achieved"] / rate)
+    for delay in delays_ms:
+        run(with_link(base, delay_ms=float(delay)), f"delay {delay} ms: one-way ms",
+            lambda r, h: r["rtt_ms"] / 2, duration_s=0.5)
+    run(with_link(base, rate_mbit=None, delay_ms=1.0), "delay mechanism ceiling Mbit/s",
+        lambda r, h: r["rate_mbit_achieved"])
+    for _ in range(repeats):
+        with NetnsLauncher(load_scenario("wan"), 4, state_dir=state_dir) as hosts:
+            pass
+        for key in ("up_s", "down_s"):
+            table.setdefault(f"4 hosts (wan): {key}", []).append(hosts.record()["timing"][key])
+    print("\nsummary (median [min, max]):", file=out)
+    for key, values in table.items():
+        print(f"  {key:45s} {statistics.median(values):9.3f} [{min(values):.3f}, "
+              f"{max(values):.3f}]", file=out)
+    return table
+
+
+def _calibrate(args) -> int:
+    calibrate(args.repeats, args.state_dir)
+    return 0
+
+
+def _cleanup(args) -> int:
+    if args.state:
+        files = [args.state]
+    else:
+        files = sorted(args.state_dir.glob("aq*.json"))
+        files = [f for f in files if not f.name.endswith("-delayline.json")]
+    for line in cleanup(files):
+        print(f"removed {line}")
+    print(f"cleaned {len(files)} recorded run(s)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for name in ("probe", "up"):
+        p = sub.add_parser(name)
+        p.add_argument("scenario", help="scenario name (scenarios/NAME.yaml) or YAML path")
+        p.add_argument("--hosts", type=int, default=2, help="number of emulated hosts")
+        p.add_argument("--allow-drop", action="store_true",
+                       help="run even if this host cannot emulate delay, jitter or loss")
+        p.add_argument("--no-payload-correction", action="store_true",
+                       help="configure tc with the scenario's rate literally")
+        p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    probe = sub.choices["probe"]
+    probe.add_argument("--tolerance", type=float, default=0.10,
+                       help="largest accepted relative error of a link (default 0.10)")
+    probe.add_argument("--duration-s", type=float, default=1.0,
+                       help="bulk transfer length per link at the configured rate")
+    probe.add_argument("--json", type=Path, help="also write the launcher record here")
+    cal = sub.add_parser("calibrate")
+    cal.add_argument("--repeats", type=int, default=3)
+    cal.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    c = sub.add_parser("cleanup")
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--state", type=Path, help="one state file")
+    which.add_argument("--all-recorded", action="store_true",
+                       help="every state file in --state-dir")
+    c.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    args = parser.parse_args(argv)
+    commands = {"probe": _probe, "up": _up, "cleanup": _cleanup, "calibrate": _calibrate}
+    return commands[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Multi-host path: the commands to run a scenario on real machines.
+
+    python -m bench.launch.multihost --scenario 100mbps --hosts 10.0.0.1,10.0.0.2 --iface eth0 \\
+        -- --config run.yaml
+
+prints, for each host, the tc commands shaping its interface (egress per
+destination with htb, netem for delay/jitter/loss; downlink through an ifb),
+the commands removing them, and the torchrun line starting its worker. Nothing
+is executed. Most GPU servers have netem; pass --no-netem for hosts without it
+(delay, jitter and loss are then refused unless --allow-drop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from dataclasses import dataclass
+
+from bench.net.executor import Argv, format_argv
+from bench.net.scenario import NetworkScenario, load_scenario
+from bench.net.tc import (
+    Capabilities,
+    EgressLink,
+    burst_bytes,
+    choose_mechanisms,
+    egress_argvs,
+    ifb_redirect_argvs,
+    payload_factor,
+    tbf_argv,
+)
+
+__all__ = ["HostPlan", "plan_hosts", "main"]
+
+IFB_NAME = "ifb-aqsgd"  # fits in 15 characters
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    host: int
+    address: str
+    setup: tuple[Argv, ...]
+    teardown: tuple[Argv, ...]
+    env: tuple[tuple[str, str], ...]
+    launch: Argv
+
+    def render(self) -> str:
+        env = " ".join(f"{k}={v}" for k, v in self.env)
+        lines = [f"# host {self.host} ({self.address}): shape (as root)"]
+        lines += [format_argv(a) for a in self.setup] or ["# (nothing to shape)"]
+        lines += [f"# host {self.host}: start the worker", f"{env} {format_argv(self.launch)}"]
+        lines += [f"# host {self.host}: remove the shaping afterwards"]
+        lines += [format_argv(a) for a in self.teardown] or ["# (nothing to remove)"]
+        return "\n".join(lines)
+
+
+def plan_hosts(scenario: NetworkScenario, hosts: list[str], iface: str, worker_args: list[str],
+               netem: bool = True, allow_drop: bool = False, payload_correction: bool = True,
+               master_port: int = 29500) -> tuple[list[HostPlan], dict[str, str]]:
+    """One HostPlan per address (host i = pipeline rank i); plus the mechanisms used."""
+    for k, a in enumerate(hosts):
+        try:
+            ipaddress.IPv4Address(a)
+        except ValueError:
+            raise ValueError(f"hosts[{k}]: expected an IPv4 address (tc filters match on "
+                             f"addresses, not names), got {a!r}") from None
+    n = len(hosts)
+    if n < 2:
+        raise ValueError(f"hosts: expected at least 2 addresses, got {hosts!r}")
+    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    uses_caps = any(scenario.caps(h).uplink_mbit or scenario.caps(h).downlink_mbit
+                    for h in range(n))
+    mechanisms = choose_mechanisms([scenario.link_spec(a, b) for a, b in pairs],
+                                   Capabilities(netem=netem, delay_line=False), allow_drop,
+                                   uses_caps)
+    factor = payload_factor() if payload_correction else 1.0
+    plans = []
+    for i, address in enumerate(hosts):
+        links = [EgressLink(hosts[j], scenario.link_spec(i, j)) for j in range(n) if j != i]
+        setup = egress_argvs(iface, links, scenario.caps(i).uplink_mbit, factor, netem)
+        teardown = [("tc", "qdisc", "del", "dev", iface, "root")] if setup else []
+        down = scenario.caps(i).downlink_mbit
+        if down is not None:
+            rate = int(down * 1e6 * factor)
+            q = scenario.link.queue_bytes or scenario.link.queue_packets * 1514
+            setup += ifb_redirect_argvs(iface, IFB_NAME)
+            setup.append(tbf_argv(IFB_NAME, rate, burst_bytes(rate), q))
+            teardown += [("tc", "qdisc", "del", "dev", iface, "ingress"),
+                         ("ip", "link", "del", IFB_NAME)]
+        launch = ("torchrun", "--nnodes", str(n), "--nproc-per-node", "1", "--node-rank",
+                  str(i), "--master-addr", hosts[0], "--master-port", str(master_port),
+                  "-m", "aqsgd.train.worker", *worker_args)
+        env = (("GLOO_SOCKET_IFNAME", iface), ("NCCL_SOCKET_IFNAME", iface))
+        plans.append(HostPlan(i, address, tuple(setup), tuple(teardown), env, launch))
+    return plans, mechanisms
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Print the tc and torchrun commands of a "
+                                     "scenario for real hosts (nothing is executed).")
+    parser.add_argument("--scenario", required=True, help="scenario name or YAML path")
+    parser.add_argument("--hosts", required=True, help="comma-separated IPv4 addresses, "
+                        "host i = pipeline rank i, the first is the torchrun master")
+    parser.add_argument("--iface", required=True, help="network interface on every host")
+    parser.add_argument("--master-port", type=int, default=29500)
+    parser.add_argument("--no-netem", action="store_true", help="hosts have no netem qdisc")
+    parser.add_argument("--allow-drop", action="store_true",
+                        help="run without the properties the hosts cannot emulate")
+    parser.add_argument("--no-payload-correction", action="store_true",
+                        help="configure tc with the scenario's rate literally (payload ~4.4%% "
+                        "lower)")
+    parser.add_argument("worker_args", nargs="*",
+                        help="arguments for aqsgd.train.worker (after --)")
+    args = parser.parse_args(argv)
+    plans, mechanisms = plan_hosts(
+        load_scenario(args.scenario), args.hosts.split(","), args.iface, args.worker_args,
+        netem=not args.no_netem, allow_drop=args.allow_drop,
+        payload_correction=not args.no_payload_correction, master_port=args.master_port)
+    print(f"# mechanisms: {mechanisms}")
+    for plan in plans:
+        print(plan.render())
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Encode+decode cost and wire bytes of every pipeline compressor, and cache memory.
+
+    python -m bench.micro.compressors    # tiny preset shape and the paper's (1, 1024, 1600)
+    python -m bench.micro.compressors --smoke          # seconds; what the test suite runs
+    python -m bench.micro.compressors --out results/compressors.json
+
+For each mode and bit width it times one steady-state micro-batch (after the warm-up
+visit has filled the caches): encode on the sender plus decode on the receiver, median
+and 10th-90th percentile over ``--repeats`` runs. ``ratio_1gbit`` is that time divided
+by the time the uncompressed fp32 message would take on a 1 Gbit/s link (below 1: the
+compressor pays for itself at that rate). The cache table gives stored bytes per element
+(scales included) and the time to gather one micro-batch's rows from memory and from an
+mmap file, which is what a prefetch thread could hide.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from aqsgd.compress.activation import CompressionConfig, make_compressor, message_nbytes
+from aqsgd.compress.cache import ActivationCache, CacheSpec
+
+__all__ = ["main", "bench_compressor", "bench_cache", "default_shapes"]
+
+LINK_BIT_PER_S = 1e9  # the 1 Gbit/s reference link of the issue's target
+
+FULL_CASES = (
+    [("none", "fp32", 32), ("none", "fp16", 16)]
+    + [("directq", "fp32", b) for b in (2, 3, 4, 8)]
+    + [("aqsgd", "fp32", b) for b in (2, 3, 4, 8)]
+    + [("aqsgd-lowbits", "fp32", b) for b in (2, 4, 8)]
+)
+SMOKE_CASES = [("none", "fp32", 32), ("directq", "fp32", 4), ("aqsgd", "fp32", 2),
+               ("aqsgd-lowbits", "fp32", 3)]  # fmt: skip
+
+
+def default_shapes(smoke: bool) -> dict[str, tuple[int, int, int]]:
+    """Micro-batch activation shapes (B, L, D): the tiny preset's and the paper's."""
+    if smoke:
+        return {"smoke": (2, 8, 16)}
+    try:
+        from aqsgd.model.gpt2 import PRESETS, TINY_PIPELINE
+
+        tiny = PRESETS["tiny"]
+        tiny_shape = (TINY_PIPELINE.micro_batch_size, tiny.seq_len, tiny.n_embd)
+    except ImportError:  # model module not installed: the issue's fallback shape
+        tiny_shape = (4, 128, 128)
+    return {"tiny": tiny_shape, "paper": (1, 1024, 1600)}
+
+
+def _percentiles(times_s: list[float]) -> tuple[float, float, float]:
+    ts = sorted(times_s)
+    pick = lambda q: ts[min(len(ts) - 1, int(q * len(ts)))]
+    return statistics.median(ts), pick(0.1), pick(0.9)
+
+
+def bench_compressor(mode: str, dtype: str, bits: int, shape, repeats: int) -> dict:
+    """Steady-state encode+decode of one micro-batch (B, L, D) with ids 0..B-1."""
+    b = shape[0]
+    cfg = CompressionConfig(mode=mode, dtype=dtype, bits=min(bits, 8), warmup_epochs=1,
+                            cache_bits=4)  # fmt: skip
+    send = make_compressor(cfg, "send", shape[1:], b, seed=0)
+    recv = make_compressor(cfg, "recv", shape[1:], b, seed=1)
+    ids = torch.arange(b)
+    x = torch.randn(shape)
+    recv.decode(send.encode(x, ids), ids)  # warm-up visit: fills both caches
+    send.set_epoch(1)
+    recv.set_epoch(1)
+    times, nbytes = [], 0
+    for _ in range(repeats):
+        x = x + 0.01 * torch.randn(shape)  # the activation drifts a little between visits
+        t0 = time.perf_counter()
+        msg = send.encode(x, ids)
+        recv.decode(msg, ids)
+        times.append(time.perf_counter() - t0)
+        nbytes = message_nbytes(msg)
+    send.close()
+    recv.close()
+    med, p10, p90 = _percentiles(times)
+    fp32_link_s = b * shape[1] * shape[2] * 4 * 8 / LINK_BIT_PER_S
+    return {
+        "mode": mode, "dtype": dtype, "bits": bits if mode != "none" else None,
+        "shape": list(shape), "wire_bytes": nbytes,
+        "wire_bytes_fp32": b * shape[1] * shape[2] * 4,
+        "encode_decode_ms": 1e3 * med, "p10_ms": 1e3 * p10, "p90_ms": 1e3 * p90,
+        "ratio_1gbit": med / fp32_link_s,
+    }
+
+
+def bench_cache(dtype: str, bits: int, shape, repeats: int, directory: str) -> dict:
+    """Bytes per element, and gather time of one micro-batch from memory and from mmap."""
+    b, sample = shape[0], shape[1:]
+    num_samples = 4 * b
+    out = {"cache_dtype": dtype if dtype != "quant" else f"quant{bits}", "shape": list(shape)}
+    for storage in ("memory", "mmap"):
+        spec = CacheSpec(num_samples=num_samples, sample_shape=sample, dtype=dtype, bits=bits,
+                         storage=storage, directory=directory if storage == "mmap" else None)
+        with ActivationCache(spec) as cache:
+            out["bytes_per_element"] = spec.bytes_per_element()
+            cache.scatter(torch.arange(num_samples), torch.randn(num_samples, *sample))
+            times = []
+            for _ in range(repeats):
+                ids = torch.randperm(num_samples)[:b]
+                t0 = time.perf_counter()
+                cache.gather(ids)
+                times.append(time.perf_counter() - t0)
+            out[f"gather_{storage}_ms"] = 1e3 * _percentiles(times)[0]
+    return out
+
+
+def _format(rows: list[dict], cache_rows: list[dict], threads: int) -> str:
+    lines = [f"compressors: steady-state encode+decode per micro-batch, torch threads={threads}",
+             f"{'shape':>15} {'mode':>14} {'bits':>4} {'wire bytes':>11} {'x fp32':>7} "
+             f"{'enc+dec ms':>10} {'p10-p90 ms':>15} {'/1Gbit fp32':>11}"]  # fmt: skip
+    for r in rows:
+        shape = "x".join(map(str, r["shape"]))
+        name = r["mode"] if r["mode"] != "none" else f"none-{r['dtype']}"
+        bits = "-" if r["bits"] is None else str(r["bits"])
+        lines.append(
+            f"{shape:>15} {name:>14} {bits:>4} {r['wire_bytes']:>11} "
+            f"{r['wire_bytes'] / r['wire_bytes_fp32']:>7.4f} {r['encode_decode_ms']:>10.2f} "
+            f"{r['p10_ms']:>7.2f}-{r['p90_ms']:<7.2f} {r['ratio_1gbit']:>11.3f}"
+        )
+    lines += ["", "activation cache: stored bytes per element and gather of one micro-batch",
+              f"{'shape':>15} {'cache':>7} {'bytes/elem':>10} {'gather mem ms':>13} "
+              f"{'gather mmap ms':>14}"]  # fmt: skip
+    for r in cache_rows:
+        shape = "x".join(map(str, r["shape"]))
+        lines.append(
+            f"{shape:>15} {r['cache_dtype']:>7} {r['bytes_per_element']:>10.4f} "
+            f"{r['gather_memory_ms']:>13.3f} {r['gather_mmap_ms']:>14.3f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m bench.micro.compressors", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="tiny shapes, 2 repeats")
+    p.add_argument("--repeats", type=int, default=11, help="timed runs per case (default 11)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--cache-dir", type=Path, default=None,
+                   help="where the mmap cache case puts its files (default: a fresh temporary "
+                        "directory, removed on exit)")
+    args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {args.repeats}")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    repeats = 2 if args.smoke else args.repeats
+    cases = SMOKE_CASES if args.smoke else FULL_CASES
+    rows, cache_rows = [], []
+    parent = str(args.cache_dir) if args.cache_dir is not None else None
+    with tempfile.TemporaryDirectory(prefix="aqsgd-bench-cache-", dir=parent) as cache_dir:
+        for shape in default_shapes(args.smoke).values():
+            rows += [bench_compressor(m, d, b, shape, repeats) for m, d, b in cases]
+            for dtype, bits in (("fp32", 0), ("fp16", 0), ("quant", 2), ("quant", 4),
+                                ("quant", 8)):  # fmt: skip
+                cache_rows.append(bench_cache(dtype, max(bits, 1), shape, repeats, cache_dir))
+    result = {"threads": args.threads, "repeats": repeats, "link_bit_per_s": LINK_BIT_PER_S,
+              "compressors": rows, "cache": cache_rows}  # fmt: skip
+    print(_format(rows, cache_rows, args.threads))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+"""Link probe: what a shaped link actually delivers.
+
+For one directed link src -> dst: a small TCP ping-pong (round-trip time) and a
+TCP bulk transfer sized to take about one second at the configured rate, timed
+at the receiver. Run by the launchers inside the namespaces:
+
+    python -m bench.net.probe serve --addr 198.18.0.2 --port 5201 --sessions 1
+    python -m bench.net.probe measure --addr 198.18.0.2 --port 5201 --bytes 12500000
+
+`measure` prints one JSON object. Two payload rates are reported:
+`rate_mbit_first_to_last` (first to last byte at the receiver) and
+`rate_mbit` (from the moment 10% of the bytes have arrived to the last byte:
+leaves out TCP slow start and the token bucket's initial burst, so it is the
+rate a long transfer sees; this is the one checked against the scenario).
+Arrival times are the kernel's receive timestamps (SO_TIMESTAMPNS), not the
+moment the probe process happens to run.
+
+Host-limited links: Python TCP through veth pairs (or the userspace delay line)
+is CPU-bound, so a fast link (10 Gbit/s on a 2-core machine) may deliver less
+than its scenario because the host cannot carry more, not because the shaping
+is wrong. When a link falls short, the launcher measures the same path with its
+rate limit lifted (`rate_mbit_ceiling`, the host's ceiling for that path);
+`rate_verdict` then decides: a ceiling below the configured rate (by more than
+the tolerance) means the link is host-limited, which is recorded
+(`host_limited: true`) and warned about but does not stop the run; a ceiling
+that would carry the configured rate means the shaping is off, which stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import struct
+import sys
+import time
+
+__all__ = ["CEILING_TOLERANCE", "LinkProbeError", "bulk_bytes_for", "check_links",
+           "format_table", "host_limited_warning", "measure", "rate_verdict", "serve"]
+
+PING_BYTES = 64
+STEADY_FROM_FRACTION = 0.10
+CHUNK_BYTES = 1 << 20
+# Linux's SO_TIMESTAMPNS (struct timespec in a control message); Python does not name it
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+CMSG_SPACE = socket.CMSG_SPACE(16)
+# A host-limited link must still deliver this close to the host's ceiling: the shaper
+# is not the binding limit there, so the two differ only by load noise (measured on
+# the 2-core machine: 3.7-5.4 Gbit/s from one probe to the next); a link far below
+# even the ceiling is shaped wrongly.
+CEILING_TOLERANCE = 0.35
+
+
+class LinkProbeError(RuntimeError):
+    """A link delivers something other than its scenario promises."""
+
+
+def bulk_bytes_for(rate_mbit: float | None, duration_s: float = 1.0) -> int:
+    """Transfer size taking ~duration_s at rate_mbit (unshaped: 256 MiB), >= 256 KiB."""
+    if rate_mbit is None:
+        return 256 << 20
+    return int(min(max(rate_mbit * 1e6 / 8 * duration_s, 256 << 10), 256 << 20))
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"peer closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv_line(conn: socket.socket) -> bytes:
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(1)
+        if not chunk:
+            raise ConnectionError("peer closed before the end of a line")
+        buf += chunk
+    return bytes(buf)
+
+
+def _enable_rx_timestamps(conn: socket.socket) -> bool:
+    """Ask the kernel to stamp each received segment: timing then does not depend on
+    when this process is scheduled (it may wake milliseconds late on a loaded machine)."""
+    try:
+        conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _arrival_time(ancillary: list) -> float:
+    """The kernel's receive time (CLOCK_REALTIME) of the last segment read."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack("qq", data[:16])
+            return sec + nsec * 1e-9
+    return time.time()
+
+
+def _handle(conn: socket.socket) -> None:
+    header = json.loads(_recv_line(conn))
+    for _ in range(header["pings"]):
+        conn.sendall(_recv_exact(conn, PING_BYTES))
+    total = header["bulk_bytes"]
+    view = memoryview(bytearray(CHUNK_BYTES))
+    kernel_clock = _enable_rx_timestamps(conn)
+    got, t_first, t_steady = 0, None, None
+    steady_at = int(total * STEADY_FROM_FRACTION)
+    while got < total:
+        n, ancillary, _, _ = conn.recvmsg_into([view[:min(CHUNK_BYTES, total - got)]],
+                                               CMSG_SPACE)
+        if n == 0:
+            raise ConnectionError(f"sender closed after {got} of {total} bytes")
+        now = _arrival_time(ancillary) if kernel_clock else time.time()
+        if t_first is None:
+            t_first, first_bytes = now, n
+        got += n
+        if t_steady is None and got >= steady_at:
+            t_steady, steady_bytes = now, got
+    t_last = now
+    reply = {"bytes": total, "first_bytes": first_bytes, "first_to_last_s": t_last - t_first,
+             "steady_bytes": total - steady_bytes, "steady_s": t_last - t_steady}
+    conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def serve(addr: str, port: int, sessions: int, out=sys.stdout) -> None:
+    """Accept `sessions` probe clients one after the other, then exit."""
+    with socket.create_server((addr, port), reuse_port=False) as srv:
+        print("listening", file=out, flush=True)
+        for _ in range(sessions):
+            conn, _ = srv.accept()
+            with conn:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                _handle(conn)
+
+
+def _connect(addr: str, port: int, timeout_s: float) -> socket.socket:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return socket.create_connection((addr, port), timeout=timeout_s)
+        except (ConnectionRefusedError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def measure(addr: str, port: int, bulk_bytes: int, pings: int = 10,
+            timeout_s: float = 60.0) -> dict:
+    """Client side: ping-pong then bulk transfer to a `serve`r; returns the results."""
+    with _connect(addr, port, timeout_s) as conn:
+        conn.settimeout(timeout_s)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn.sendall(json.dumps({"pings": pings + 1, "bulk_bytes": bulk_bytes}).encode()
+                     + b"\n")
+        payload = b"p" * PING_BYTES
+        rtts = []
+        for _ in range(pings + 1):
+            t0 = time.perf_counter()
+            conn.sendall(payload)
+            _recv_exact(conn, PING_BYTES)
+            rtts.append(time.perf_counter() - t0)
+        block = memoryview(b"\0" * CHUNK_BYTES)
+        left = bulk_bytes
+        while left:
+            n = min(left, CHUNK_BYTES)
+            conn.sendall(block[:n])
+            left -= n
+        reply = json.loads(_recv_line(conn))
+    # the first round trip pays for connection warm-up: leave it out
+    return {
+        "rtt_ms": statistics.median(rtts[1:]) * 1e3,
+        "rtt_ms_min": min(rtts[1:]) * 1e3,
+        "rate_mbit": reply["steady_bytes"] * 8 / reply["steady_s"] / 1e6,
+        "rate_mbit_first_to_last": (reply["bytes"] - reply["first_bytes"]) * 8
+        / reply["first_to_last_s"] / 1e6,
+        "bytes": reply["bytes"],
+    }
+
+
+def rate_verdict(configured: float | None, achieved: float, ceiling: float | None = None,
+                 tolerance: float = 0.10,
+                 ceiling_tolerance: float = CEILING_TOLERANCE) -> str:
+    """Judge one link's payload rate (Mbit/s):
+    - "ok": unshaped, or within `tolerance` of the configured rate;
+    - "short": below it and no ceiling measured yet (measure one, then ask again);
+    - "host_limited": below it, and the same path with its rate limit lifted
+      (`ceiling`) cannot carry the configured rate either, while the shaped link
+      gets within `ceiling_tolerance` of that ceiling: the host is the limit;
+    - "off": above the configured rate, or below it although the host carries it
+      (or far below even the host's ceiling): the shaping is wrong.
+    """
+    if configured is None or abs(achieved - configured) <= tolerance * configured:
+        return "ok"
+    if achieved > configured:
+        return "off"
+    if ceiling is None:
+        return "short"
+    if ceiling < (1 - tolerance) * configured and \
+            achieved >= (1 - ceiling_tolerance) * ceiling:
+        return "host_limited"
+    return "off"
+
+
+def check_links(results: list[dict], tolerance: float = 0.10, rtt_slack_ms: float = 2.0) -> None:
+    """Raise LinkProbeError if a link's rate is off by more than `tolerance` of its
+    configured payload rate (a host-limited link, see `rate_verdict`, is not), or its
+    RTT by more than max(tolerance, rtt_slack_ms)."""
+    bad = []
+    for r in results:
+        want = r["rate_mbit_configured"]
+        ceiling = r.get("rate_mbit_ceiling")
+        verdict = rate_verdict(want, r["rate_mbit_achieved"], ceiling, tolerance)
+        if verdict in ("short", "off"):
+            why = "" if ceiling is None else (
+                f" (the host carries {ceiling:.1f} Mbit/s on this path with the rate limit "
+                f"lifted: the shaping is wrong)")
+            bad.append(f"host {r['src']} -> {r['dst']}: {r['rate_mbit_achieved']:.1f} Mbit/s "
+                       f"achieved, {want:g} Mbit/s configured{why}")
+        rtt_want = r["rtt_ms_configured"]
+        if abs(r["rtt_ms"] - rtt_want) > max(tolerance * rtt_want, rtt_slack_ms):
+            bad.append(f"host {r['src']} -> {r['dst']}: RTT {r['rtt_ms']:.2f} ms achieved, "
+                       f"{rtt_want:g} ms configured")
+    if bad:
+        raise LinkProbeError(
+            f"link probe: {len(bad)} link(s) off by more than {tolerance:.0%} of the scenario "
+            f"(is the machine overloaded, or the rate above what this machine or the delay "
+            f"mechanism carries? `python -m bench.launch calibrate` measures both; "
+            f"probe(check=False) runs anyway):\n  " + "\n  ".join(bad) + "\n"
+            + format_table(results))
+
+
+def host_limited_warning(results: list[dict]) -> str | None:
+    """A loud multi-line warning naming every host-limited link, or None."""
+    limited = [r for r in results if r.get("host_limited")]
+    if not limited:
+        return None
+    lines = [f"  host {r['src']} -> {r['dst']}: {r['rate_mbit_configured']:g} Mbit/s "
+             f"configured, {r['rate_mbit_achieved']:.1f} achieved, host ceiling "
+             f"{r['rate_mbit_ceiling']:.1f} Mbit/s" for r in limited]
+    return ("WARNING: HOST-LIMITED LINK(S): this machine cannot carry the scenario's rate "
+            "even unshaped; results on these links reflect the host's ceiling, not the "
+            "configured rate (recorded as host_limited in meta.json and labelled in the "
+            "table, report and figures):\n" + "\n".join(lines))
+
+
+def format_table(results: list[dict]) -> str:
+    lines = [f"{'link':>8} {'configured':>12} {'achieved':>10} {'ratio':>6} "
+             f"{'ceiling':>10} {'RTT cfg':>8} {'RTT':>8}  (Mbit/s payload, ms)"]
+    for r in results:
+        want = r["rate_mbit_configured"]
+        ratio = f"{r['rate_mbit_achieved'] / want:.3f}" if want else "-"
+        ceiling = r.get("rate_mbit_ceiling")
+        lines.append(f"{r['src']:>3} -> {r['dst']:<2} {want if want else 'unshaped':>12} "
+                     f"{r['rate_mbit_achieved']:>10.1f} {ratio:>6} "
+                     f"{'-' if ceiling is None else f'{ceiling:.1f}':>10} "
+                     f"{r['rtt_ms_configured']:>8.2f} {r['rtt_ms']:>8.2f}"
+                     + ("  HOST-LIMITED" if r.get("host_limited") else ""))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="TCP link probe (server and client)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--addr", required=True)
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--sessions", type=int, default=1)
+    m = sub.add_parser("measure")
+    m.add_argument("--addr", required=True)
+    m.add_argument("--port", type=int, required=True)
+    m.add_argument("--bytes", type=int, required=True)
+    m.add_argument("--pings", type=int, default=10)
+    args = parser.parse_args(argv)
+    if args.cmd == "serve":
+        serve(args.addr, args.port, args.sessions)
+    else:
+        print(json.dumps(measure(args.addr, args.port, args.bytes, args.pings)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Per-cell summary numbers, computed from result files only.
+
+    python -c "from bench.report.summary import summarize; print(summarize(['results/100mbps']))"
+
+Definitions (docs/results-schema.md, "Summary"):
+- measured steps: train steps after the warm-up epochs (`warmup` false).
+- step wall time: the slowest rank's `step_time_s` of that step (the
+  pipeline finishes a step when its last rank does); `step_time_s` is the
+  median over measured steps, `step_time_spread_s` the interquartile range.
+- throughput: samples per step (summed over the stage-0 rank of every
+  replica) over the median step wall time (robust to steps slowed by other
+  load on a shared host); tokens likewise. `throughput_mean_samples_s` is
+  total samples over total step time.
+- bytes per step: everything every rank sent in a measured step, averaged
+  over measured steps (activation + gradient + data-parallel).
+- final loss: mean over replicas of the last-stage loss at the last train
+  step; final eval loss when the worker evaluated.
+- comm/compute: summed `comm_wait_s` over summed `compute_s`, all ranks,
+  measured steps (how much of a step waits on the network per unit of compute).
+- host_limited / rate_mbit_achieved: from the link probe (meta.json `cell`):
+  the machine could not carry the scenario's rate even unshaped, and the
+  lowest rate a shaped link achieved; old cells without them read False/empty.
+- speed-up: throughput over the fp32 cell of the same sweep, scenario,
+  stages and replicas; `speedup_vs_unshaped` over the fp32 cell of the
+  sweep's unshaped reference scenario when one was run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.results.files import BYTE_KINDS, load_metas, load_results
+
+__all__ = ["MODE_RANK", "SUMMARY_COLUMNS", "host_limited_flags", "summarize_cell",
+           "summarize"]
+
+SUMMARY_COLUMNS = (
+    "sweep", "cell", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
+    "stages", "replicas", "launcher", "shaped", "rate_mbit", "rate_mbit_achieved",
+    "host_limited", "delay_ms", "status",
+    "measured_steps", "step_time_s", "step_time_spread_s", "throughput_samples_s",
+    "throughput_tokens_s", "throughput_mean_samples_s",
+    "speedup_vs_fp32", "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
+    "final_loss", "final_eval_loss", "comm_compute_ratio", "wall_s",
+)
+
+
+def _num(series: pd.Series) -> pd.Series:
+    return pd.to_numeric(series, errors="coerce")
+
+
+def host_limited_flags(frame: pd.DataFrame) -> pd.Series:
+    """Per row: True for a cell whose links were host-limited; False where the column
+    is missing or empty (results written before it existed)."""
+    if "host_limited" not in frame.columns:
+        return pd.Series(False, index=frame.index, dtype=bool)
+    return frame["host_limited"].map(
+        lambda v: isinstance(v, (bool, np.bool_)) and bool(v)).astype(bool)
+
+
+def summarize_cell(frame: pd.DataFrame) -> dict:
+    """Summary numbers of one cell's tidy metrics (all ranks, all steps)."""
+    train = frame[frame["kind"] == "train"]
+    measured = train[~train["warmup"].astype(bool)]
+    out: dict = {"measured_steps": int(measured["step"].nunique())}
+    if measured.empty:
+        return out
+    step_wall = _num(measured["step_time_s"]).groupby(measured["step"]).max()
+    first_stage = measured[_num(measured["stage"]) == 0]
+    samples = _num(first_stage["samples"]).groupby(first_stage["step"]).sum()
+    tokens = _num(first_stage["tokens"]).groupby(first_stage["step"]).sum()
+    # median step: robust to the odd step slowed by a noisy neighbour on a shared host
+    median_s = float(step_wall.median())
+    out["step_time_s"] = median_s
+    out["step_time_spread_s"] = float(step_wall.quantile(0.75) - step_wall.quantile(0.25))
+    out["throughput_samples_s"] = float(samples.median()) / median_s if median_s > 0 else np.nan
+    out["throughput_tokens_s"] = float(tokens.median()) / median_s if median_s > 0 else np.nan
+    total_s = float(step_wall.sum())
+    out["throughput_mean_samples_s"] = float(samples.sum()) / total_s if total_s > 0 else np.nan
+    out["bytes_per_step"] = float(_num(measured["bytes_sent_total"]).groupby(
+        measured["step"]).sum().mean())
+    for kind in BYTE_KINDS:
+        col = f"bytes_sent_{kind}"
+        out[f"bytes_per_step_{kind}"] = float(_num(measured[col]).fillna(0).groupby(
+            measured["step"]).sum().mean())
+    last_stage = train[_num(train["stage"]) == _num(train["stage"]).max()]
+    if not last_stage.empty:
+        last = last_stage[last_stage["step"] == last_stage["step"].max()]
+        out["final_loss"] = float(_num(last["loss"]).mean())
+    evals = frame[frame["kind"] == "eval"]
+    if not evals.empty and _num(evals["eval_loss"]).notna().any():
+        last_eval = evals[evals["step"] == evals["step"].max()]
+        out["final_eval_loss"] = float(_num(last_eval["eval_loss"]).mean())
+    compute = float(_num(measured["compute_s"]).sum())
+    out["comm_compute_ratio"] = (float(_num(measured["comm_wait_s"]).sum()) / compute
+                                 if compute > 0 else np.nan)
+    return out
+
+
+def _add_speedups(table: pd.DataFrame) -> pd.DataFrame:
+    keys = ["sweep", "scenario", "stages", "replicas"]
+    fp32 = table[(table["mode"] == "fp32") & (table["status"] == "ok")]
+    base = fp32.set_index(keys)["throughput_samples_s"]
+    base = base[~base.index.duplicated(keep="last")]
+    idx = pd.MultiIndex.from_frame(table[keys])
+    table["speedup_vs_fp32"] = table["throughput_samples_s"].to_numpy() / base.reindex(
+        idx).to_numpy()
+    # against fp32 on an unshaped link (the suite's headline target)
+    unshaped = fp32[~fp32["shaped"].astype(bool)].set_index(["sweep", "stages", "replicas"])
+    ref = unshaped["throughput_samples_s"]
+    ref = ref[~ref.index.duplicated(keep="last")]
+    idx2 = pd.MultiIndex.from_frame(table[["sweep", "stages", "replicas"]])
+    table["speedup_vs_unshaped_fp32"] = table["throughput_samples_s"].to_numpy() / \
+        ref.reindex(idx2).to_numpy()
+    return table
+
+
+MODE_RANK = {"fp32": 0, "directq": 1, "aqsgd": 2, "aqsgd+gc": 3}  # reading order of modes
+
+
+def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows by sweep, scenario (fastest link first), mode, bits, replicas."""
+    order = table.assign(
+        _rate=table["rate_mbit"].fillna(np.inf),
+        _mode=table["mode"].map(MODE_RANK).fillna(9),
+        _fw=table["fw_bits"].fillna(0))
+    order = order.sort_values(["sweep", "_rate", "scenario", "_mode", "_fw", "replicas"],
+                              ascending=[True, False, True, True, True, True], kind="stable")
+    return order.drop(columns=["_rate", "_mode", "_fw"]).reset_index(drop=True)
+
+
+def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """One row per cell (failed cells included, with empty numbers)."""
+    paths = list(paths)
+    metas = load_metas(paths)
+    frames = load_results(paths)
+    rows = []
+    for meta in metas:
+        cell = meta.get("cell", {})
+        row = {k: cell.get(k) for k in SUMMARY_COLUMNS if k in cell}
+        row["cell"] = cell.get("name")
+        row["status"] = meta.get("status")
+        row["wall_s"] = meta.get("wall_s")
+        if meta.get("status") == "ok":
+            mine = frames[frames["cell_dir"] == meta["cell_dir"]]
+            row.update(summarize_cell(mine))
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    for col in SUMMARY_COLUMNS:
+        if col not in table.columns:
+            table[col] = np.nan
+    table["host_limited"] = host_limited_flags(table)
+    if not table.empty:
+        table = _add_speedups(table)
+        table = _in_reading_order(table)
+    extra = [c for c in table.columns if c not in SUMMARY_COLUMNS]
+    return table[list(SUMMARY_COLUMNS) + extra]

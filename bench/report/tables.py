@@ -1,0 +1,199 @@
+"""The summary table (console and Markdown) and the Markdown report of a sweep.
+
+    python -m bench report results/100mbps     # prints the table, writes report.md
+
+The report is made from result files only: summary numbers from
+bench.report.summary, figures from bench.report.plots, provenance from each meta.json.
+A scenario whose links were host-limited (bench.net.probe.rate_verdict) is
+labelled `(host-limited)` in the scenario column, with a note giving the
+configured and achieved rates under every table.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from bench.results.files import atomic_write_text, load_metas
+
+__all__ = ["TABLE_COLUMNS", "format_table", "host_limited_notes", "markdown_table",
+           "print_table", "write_report"]
+
+# (summary column, header, formatter)
+TABLE_COLUMNS = (
+    ("scenario_label", "scenario", str),
+    ("mode_bits", "mode", str),
+    ("replicas", "dp", lambda v: f"{int(v)}"),
+    ("throughput_samples_s", "samples/s", lambda v: f"{v:.2f}"),
+    ("throughput_tokens_s", "tokens/s", lambda v: f"{v:.0f}"),
+    ("speedup_vs_fp32", "speed-up vs fp32", lambda v: f"{v:.2f}x"),
+    ("speedup_vs_unshaped_fp32", "vs fp32 unshaped", lambda v: f"{v:.2f}x"),
+    ("bytes_per_step", "MB/step", lambda v: f"{v / 1e6:.3f}"),
+    ("final_loss", "final loss", lambda v: f"{v:.4f}"),
+    ("comm_compute_ratio", "comm/compute", lambda v: f"{v:.2f}"),
+    ("status", "status", str),
+)
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+
+def _rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    table = summary.copy()
+    table["scenario_label"] = [f"{s} (host-limited)" if limited else s for s, limited
+                               in zip(table["scenario"], table["host_limited"], strict=True)]
+    table["mode_bits"] = table.apply(
+        lambda r: r["mode"] if r["mode"] == "fp32"
+        else f"{r['mode']} {int(r['fw_bits'])}/{int(r['bw_bits'])}", axis=1)
+    if table["speedup_vs_unshaped_fp32"].isna().all():
+        columns = [c for c in TABLE_COLUMNS if c[0] != "speedup_vs_unshaped_fp32"]
+    else:
+        columns = list(TABLE_COLUMNS)
+    headers = [h for _, h, _ in columns]
+    rows = []
+    for _, r in table.iterrows():
+        rows.append(["-" if _missing(r.get(c)) else fmt(r[c]) for c, _, fmt in columns])
+    return headers, rows
+
+
+def host_limited_notes(summary: pd.DataFrame) -> list[str]:
+    """One line per host-limited scenario: configured and achieved link rate."""
+    notes = []
+    limited = summary[summary["host_limited"].astype(bool)]
+    for scenario, rows in limited.groupby("scenario", sort=False):
+        achieved, rate = rows["rate_mbit_achieved"].min(), rows["rate_mbit"].iloc[0]
+        notes.append(f"host-limited: {scenario} links delivered {achieved:.1f} Mbit/s of "
+                     f"{rate:g} Mbit/s configured; this machine cannot carry the configured "
+                     f"rate even with the limit lifted, so its numbers there describe the "
+                     f"host, not the link")
+    return notes
+
+
+def format_table(summary: pd.DataFrame) -> str:
+    """A plain fixed-width text table (works in logs and CI output)."""
+    headers, rows = _rows(summary)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out + host_limited_notes(summary))
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def print_table(summary: pd.DataFrame) -> None:
+    """The summary table on the console, through rich when it is a terminal."""
+    headers, rows = _rows(summary)
+    from rich.console import Console
+    from rich.table import Table
+
+    notes = host_limited_notes(summary)
+    table = Table(*headers, title="AQ-SGD benchmark summary",
+                  caption="\n".join(notes) or None, caption_style="bold red")
+    for r in rows:
+        table.add_row(*r)
+    console = Console(width=max(160, os.get_terminal_size().columns
+                                if os.isatty(1) else 160))
+    console.print(table)
+
+
+def _provenance_lines(metas: list[dict]) -> list[str]:
+    if not metas:
+        return []
+    meta = metas[0]
+    prov = meta.get("provenance", {})
+    git, versions, hw = prov.get("git", {}), prov.get("versions", {}), prov.get("hardware", {})
+    launchers = sorted({m.get("cell", {}).get("launcher") or "?" for m in metas})
+    lines = [
+        f"- git: `{git.get('commit')}`{' (dirty)' if git.get('dirty') else ''}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
+        f"- hardware: {hw.get('cpu_model')}, {hw.get('cpu_cores')} cores, "
+        f"{hw.get('memory_gib')} GiB" + (f", GPUs {hw.get('gpus')}" if hw.get("gpus") else ""),
+        f"- launcher(s): {', '.join(launchers)}",
+    ]
+    if any(m.get("cell", {}).get("launcher") == "local" for m in metas):
+        lines.append("- **WARNING: some cells ran on unshaped links (local launcher); their "
+                     "scenario names do not describe the network they saw.**")
+    return lines
+
+
+def _fmt_or_dash(value, fmt: str) -> str:
+    return "-" if _missing(value) else format(value, fmt)
+
+
+def _probe_lines(metas: list[dict]) -> list[str]:
+    seen, lines = set(), []
+    for meta in metas:
+        scenario = meta.get("cell", {}).get("scenario")
+        if scenario in seen or not meta.get("probe"):
+            continue
+        seen.add(scenario)
+        for link in meta["probe"]:
+            if not isinstance(link, dict):
+                continue
+            want, got = link.get("rate_mbit_configured"), link.get("rate_mbit_achieved")
+            ratio = got / want if want and not _missing(got) else None
+            lines.append(f"| {scenario} | {link.get('src')} -> {link.get('dst')} | "
+                         f"{_fmt_or_dash(want, '.1f')} | {_fmt_or_dash(got, '.1f')} | "
+                         f"{_fmt_or_dash(ratio, '.3f')} | "
+                         f"{_fmt_or_dash(link.get('rate_mbit_ceiling'), '.1f')} | "
+                         f"{'**yes**' if link.get('host_limited') else 'no'} | "
+                         f"{_fmt_or_dash(link.get('rtt_ms'), '.3f')} |")
+    if not lines:
+        return []
+    return ["## Link probe", "",
+            "| scenario | link | configured (Mbit/s) | achieved (Mbit/s) | achieved/configured "
+            "| host ceiling (Mbit/s) | host-limited | RTT (ms) |",
+            "|---|---|---|---|---|---|---|---|", *lines, "",
+            "The host ceiling is measured only for a link that falls short: the same path "
+            "with its rate limit lifted. A ceiling below the configured rate (by more than "
+            "the probe's tolerance) makes the link host-limited: this machine cannot carry "
+            "the rate, and the run goes on labelled. Otherwise a short link stops the run "
+            "(a shaping error).", ""]
+
+
+def _failure_lines(metas: list[dict]) -> list[str]:
+    lines = []
+    for meta in metas:
+        if meta.get("status") == "ok":
+            continue
+        failure = meta.get("failure") or {}
+        lines += [f"### {meta.get('cell', {}).get('name')}", "",
+                  f"{failure.get('reason')}", ""]
+        if failure.get("log_tail"):
+            lines += [f"Tail of rank {failure.get('rank')}'s log:", "", "```",
+                      failure["log_tail"], "```", ""]
+    return (["## Failed cells", "", *lines]) if lines else []
+
+
+def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
+                 figures: Iterable[str | Path], title: str | None = None) -> Path:
+    """Write `sweep_dir/report.md`: table, figures, link probe, provenance, failures."""
+    sweep_dir = Path(sweep_dir)
+    metas = load_metas([sweep_dir])
+    headers, rows = _rows(summary)
+    pngs = [Path(f) for f in figures if str(f).endswith(".png")]
+    lines = [f"# {title or 'Benchmark report: ' + sweep_dir.name}", "",
+             *_provenance_lines(metas), "",
+             "## Summary", "", markdown_table(headers, rows), "",
+             *[line for note in host_limited_notes(summary) for line in (f"**{note}**", "")],
+             "Throughput counts measured steps only (after the uncompressed warm-up); "
+             "definitions in docs/results-schema.md.", ""]
+    if pngs:
+        lines += ["## Figures", ""]
+        for png in pngs:
+            rel = os.path.relpath(png, sweep_dir)
+            lines += [f"![{png.stem}]({rel})", ""]
+    lines += _probe_lines(metas)
+    lines += _failure_lines(metas)
+    return atomic_write_text(sweep_dir / "report.md", "\n".join(lines) + "\n")

@@ -1,0 +1,343 @@
+"""Result files of the harness: atomic writes, provenance, the tidy loader.
+
+One cell (one scenario x one mode) leaves a directory (schema in
+docs/results-schema.md):
+
+    results/<sweep>/<cell>/metrics.csv   one row per rank per step (tidy)
+    results/<sweep>/<cell>/peers.csv     bytes per (rank, step, peer)
+    results/<sweep>/<cell>/meta.json     provenance and status, written LAST
+
+Everything downstream (summaries, plots, reports, regression) reads these
+files only. `meta.json` is written last, so its presence marks a cell as
+finished; every file is written to a temporary name and renamed into place,
+so a killed run never leaves a half-written result under its real name.
+
+    python -c "from bench.results.files import load_results as l; print(l(['results/100mbps']))"
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BYTE_KINDS",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "write_json",
+    "write_csv",
+    "read_meta",
+    "is_finished",
+    "provenance",
+    "read_rank_jsonl",
+    "metrics_frame",
+    "peers_frame",
+    "find_cells",
+    "load_results",
+    "load_metas",
+    "log_tail",
+]
+
+SCHEMA_VERSION = 1
+BYTE_KINDS = ("activation", "gradient", "dp")
+# Columns every metrics.csv has, in this order; unknown scalar fields a
+# worker adds later are kept after them (forward compatible).
+METRIC_COLUMNS = (
+    "cell", "rank", "stage", "replica", "kind", "step", "epoch", "warmup",
+    "loss", "eval_loss", "perplexity", "step_time_s", "compute_s", "comm_wait_s",
+    "compress_s", "samples", "tokens", "lr",
+    *(f"bytes_sent_{k}" for k in BYTE_KINDS), "bytes_sent_total",
+    *(f"bytes_recv_{k}" for k in BYTE_KINDS), "bytes_recv_total",
+    "wall_s",
+)
+
+
+# ---------------------------------------------------------------- atomic writes
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write `data` to `path` through a temporary file in the same directory
+    and an atomic rename: readers see the old file or the whole new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_csv(path: str | Path, frame: pd.DataFrame) -> Path:
+    return atomic_write_text(path, frame.to_csv(index=False))
+
+
+def read_meta(cell_dir: str | Path) -> dict | None:
+    """The cell's meta.json, or None when the cell never finished."""
+    path = Path(cell_dir) / "meta.json"
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def is_finished(cell_dir: str | Path, spec_key: str | None = None,
+                git_commit: str | None = None) -> bool:
+    """A cell is finished when its meta.json exists with status ok (and, when
+    `spec_key` is given, was produced by the same cell specification; when
+    `git_commit` is given, by the same commit of the suite, so a rerun after a
+    code change measures the new code instead of reusing old figures)."""
+    meta = read_meta(cell_dir)
+    if meta is None or meta.get("status") != "ok":
+        return False
+    if spec_key is not None and meta.get("spec_key") != spec_key:
+        return False
+    recorded = (meta.get("provenance") or {}).get("git", {}).get("commit")
+    return git_commit is None or recorded == git_commit
+
+
+# ------------------------------------------------------------------ provenance
+def _run(argv: list[str], cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _git(repo: Path) -> dict:
+    commit = _run(["git", "rev-parse", "HEAD"], repo)
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], repo)
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def _versions() -> dict:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("torch", "triton", "transformers", "tokenizers", "numpy", "pandas"):
+        try:
+            module = __import__(name)
+            versions[name] = getattr(module, "__version__", None)
+        except ImportError:
+            versions[name] = None
+    torch = sys.modules.get("torch")
+    versions["cuda"] = getattr(getattr(torch, "version", None), "cuda", None) if torch else None
+    return versions
+
+
+def _hardware() -> dict:
+    cpu_model = platform.processor() or None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = round(int(line.split()[1]) / 2**20, 2)  # kB -> GiB
+                break
+    except OSError:
+        pass
+    gpus: list[str] = []
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return {
+        "cpu_model": cpu_model,
+        "cpu_cores": os.cpu_count(),
+        "memory_gib": mem_gib,
+        "gpus": gpus,
+        "hostname": platform.node(),
+        "os": platform.platform(),
+    }
+
+
+def provenance(repo: str | Path) -> dict:
+    """Where a run came from: git state, package versions, hardware."""
+    return {"git": _git(Path(repo)), "versions": _versions(), "hardware": _hardware()}
+
+
+# ------------------------------------------------------------- per-rank JSONL
+def read_rank_jsonl(path: str | Path) -> list[dict]:
+    """Records of one rank's metrics file; a truncated last line (a worker
+    killed while writing) is dropped, any other bad line is an error."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1}: not a JSON object: {err}") from None
+    return records
+
+
+def _flatten_record(rec: dict, rank_from_file: int) -> tuple[dict, list[dict]]:
+    """One JSONL record -> (tidy row, per-peer rows)."""
+    row: dict[str, Any] = {}
+    peers: list[dict] = []
+    for key, value in rec.items():
+        if key in ("bytes_sent", "bytes_recv") and isinstance(value, dict):
+            for kind, n in value.items():
+                row[f"{key}_{kind}"] = n
+        elif key == "bytes_by_peer" and isinstance(value, dict):
+            for peer, counts in value.items():
+                peers.append({
+                    "peer": int(peer),
+                    "bytes_sent": counts.get("sent", 0),
+                    "bytes_recv": counts.get("recv", 0),
+                })
+        elif isinstance(value, dict | list):
+            row[key] = json.dumps(value, sort_keys=True)
+        else:
+            row[key] = value
+    row.setdefault("rank", rank_from_file)
+    row.setdefault("kind", "train")
+    for direction in ("sent", "recv"):
+        parts = [row.get(f"bytes_{direction}_{k}") for k in BYTE_KINDS]
+        if any(p is not None for p in parts):
+            row[f"bytes_{direction}_total"] = sum(p or 0 for p in parts)
+    for p in peers:
+        p.update(rank=row["rank"], step=row.get("step"), kind=row["kind"])
+    return row, peers
+
+
+def _rank_of(path: Path) -> int:
+    stem = path.stem  # rank{R}
+    if not stem.startswith("rank") or not stem[4:].isdigit():
+        raise ValueError(f"{path}: metrics file must be named rank<R>.jsonl")
+    return int(stem[4:])
+
+
+def metrics_frame(jsonl_paths: Iterable[str | Path], cell: str,
+                  warmup_epochs: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Join per-rank JSONL files into (metrics, peers) tidy frames.
+
+    `warmup` marks train steps of the uncompressed warm-up epochs (epoch <
+    warmup_epochs), which throughput excludes. `wall_s` is each rank's
+    cumulative train step time, the x-axis of loss-against-time plots.
+    """
+    rows: list[dict] = []
+    peer_rows: list[dict] = []
+    for path in sorted(Path(p) for p in jsonl_paths):
+        for rec in read_rank_jsonl(path):
+            row, peers = _flatten_record(rec, _rank_of(path))
+            rows.append(row)
+            peer_rows.extend(peers)
+    frame = pd.DataFrame(rows)
+    for col in METRIC_COLUMNS:
+        if col not in frame.columns:
+            frame[col] = pd.NA
+    frame["cell"] = cell
+    frame["warmup"] = (frame["kind"] == "train") & (
+        pd.to_numeric(frame["epoch"], errors="coerce") < warmup_epochs)
+    frame = frame.sort_values(["rank", "step", "kind"], kind="stable").reset_index(drop=True)
+    is_train = frame["kind"] == "train"
+    step_time = pd.to_numeric(frame["step_time_s"], errors="coerce").where(is_train, 0.0)
+    frame["wall_s"] = step_time.fillna(0.0).groupby(frame["rank"]).cumsum()
+    extra = [c for c in frame.columns if c not in METRIC_COLUMNS]
+    frame = frame[list(METRIC_COLUMNS) + extra]
+    peers = pd.DataFrame(peer_rows, columns=["rank", "step", "kind", "peer",
+                                             "bytes_sent", "bytes_recv"])
+    peers.insert(0, "cell", cell)
+    return frame, peers
+
+
+def peers_frame(cell_dir: str | Path) -> pd.DataFrame:
+    path = Path(cell_dir) / "peers.csv"
+    return pd.read_csv(path) if path.is_file() else pd.DataFrame()
+
+
+# -------------------------------------------------------------------- loading
+def find_cells(paths: Iterable[str | Path]) -> list[Path]:
+    """Cell directories under `paths` (each a cell, a sweep, or a results tree)."""
+    cells: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"no results at {p}")
+        if (p / "meta.json").is_file():
+            cells.append(p)
+        else:
+            cells.extend(sorted(m.parent for m in p.rglob("meta.json")))
+    return sorted(set(cells))
+
+
+# meta.json fields copied onto every metrics row by load_results.
+_META_COLUMNS = ("sweep", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
+                 "preset", "stages", "replicas", "launcher", "shaped", "rate_mbit",
+                 "delay_ms", "status")
+
+
+def load_metas(paths: Iterable[str | Path]) -> list[dict]:
+    """meta.json of every cell under `paths`, each with its `cell_dir`."""
+    metas = []
+    for cell_dir in find_cells(paths):
+        meta = read_meta(cell_dir)
+        meta["cell_dir"] = str(cell_dir)
+        metas.append(meta)
+    return metas
+
+
+def load_results(paths: Iterable[str | Path], include_failed: bool = False) -> pd.DataFrame:
+    """One tidy DataFrame (one row per cell x rank x step) over any set of
+    cells, sweeps or result trees, with the cell's identity (scenario, mode,
+    bits, launcher, link rate, ...) as columns."""
+    frames = []
+    for meta in load_metas(paths):
+        if meta.get("status") != "ok" and not include_failed:
+            continue
+        metrics_path = Path(meta["cell_dir"]) / "metrics.csv"
+        if not metrics_path.is_file():
+            continue
+        frame = pd.read_csv(metrics_path)
+        cell = meta.get("cell", {})
+        for col in _META_COLUMNS:
+            value = cell.get(col, meta.get(col))
+            frame[col] = value
+        frame["cell_dir"] = meta["cell_dir"]
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=list(METRIC_COLUMNS) + list(_META_COLUMNS))
+    return pd.concat(frames, ignore_index=True)
+
+
+def log_tail(path: str | Path, lines: int = 30) -> str:
+    """The last `lines` lines of a log file ('' when it does not exist)."""
+    path = Path(path)
+    if not path.is_file():
+        return ""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 64 * 1024))
+        text = f.read().decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
