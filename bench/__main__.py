@@ -34,7 +34,7 @@ def _split_modes(values: list[str]) -> list[str]:
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    from bench.harness.run import LAUNCHERS
+    from bench.launch.choice import LAUNCHERS
 
     p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
                    help="auto: netns when root and `ip netns` works, else local (unshaped)")

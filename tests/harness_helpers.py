@@ -16,8 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from bench.harness.run import LauncherChoice, cell_identity, collect_metrics
+from bench.harness.run import cell_identity, collect_metrics
 from bench.harness.sweep import CellSpec
+from bench.launch.choice import LauncherChoice
 from bench.results.files import write_json
 
 FAKE_WORKER = r'''

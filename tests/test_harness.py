@@ -17,10 +17,8 @@ from bench.__main__ import main
 from bench.harness.run import (
     UnknownScenarioError,
     build_run_config,
-    choose_launcher,
     resolve_scenario,
     run_sweep,
-    wait_for_workers,
     write_run_config,
 )
 from bench.harness.sweep import (
@@ -31,6 +29,8 @@ from bench.harness.sweep import (
     load_sweep,
     parse_mode,
 )
+from bench.launch.choice import choose_launcher
+from bench.launch.process import wait_for_workers
 
 pytestmark = pytest.mark.timeout(60)
 

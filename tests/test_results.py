@@ -11,6 +11,7 @@ from harness_helpers import rank_records, write_cell
 
 from bench.harness.sweep import CellSpec, ModeSpec, Workload
 from bench.report.summary import summarize
+from bench.results import files as results
 from bench.results.files import (
     METRIC_COLUMNS,
     atomic_write_text,
@@ -20,7 +21,6 @@ from bench.results.files import (
     provenance,
     read_rank_jsonl,
 )
-from bench.results import files as results
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from bench.harness.run import LAUNCHERS, REPO_ROOT, run_sweep
+from bench.harness.run import REPO_ROOT, run_sweep
+from bench.launch.choice import LAUNCHERS
 from bench.report.plots import (
     mode_order,
     plot_loss_curves,

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.harness.run import LAUNCHERS
+from bench.launch.choice import LAUNCHERS
 from bench.report.summary import summarize
 from bench.results.files import BYTE_KINDS, atomic_write_text, load_metas, provenance, write_json
 

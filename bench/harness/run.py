@@ -29,19 +29,20 @@ import itertools
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 
 from bench.harness.sweep import CellSpec, SweepSpec
-from bench.net.probe import host_limited_warning
+from bench.launch.choice import LauncherChoice, choose_launcher
+from bench.launch.process import free_port, stop_all, wait_for_workers
+from bench.net.probe import format_table, host_limited_warning
 from bench.results.files import (
     SCHEMA_VERSION,
     atomic_write_text,
@@ -54,22 +55,18 @@ from bench.results.files import (
 )
 
 __all__ = [
-    "LAUNCHERS",
     "REPO_ROOT",
     "SCENARIO_DIR",
     "UnknownScenarioError",
-    "LauncherChoice",
     "CellOutcome",
     "available_scenarios",
     "resolve_scenario",
     "scenario_record",
-    "choose_launcher",
     "prepare_checkpoints",
     "build_run_config",
     "cell_identity",
     "collect_metrics",
     "write_run_config",
-    "wait_for_workers",
     "run_cell",
     "run_sweep",
 ]
@@ -77,9 +74,7 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 LOG_TAIL_LINES = 40
-FAIL_GRACE_S = 20.0  # after one rank fails, how long the others get to exit
 WORKER_CMD = (sys.executable, "-m", "aqsgd.train.worker")
-LAUNCHERS = ("auto", "netns", "local")  # the --launcher choices
 
 
 class UnknownScenarioError(ValueError):
@@ -120,55 +115,6 @@ def _link_property(record: dict, key: str) -> float | None:
     None when unset (rate_mbit None = an unshaped link)."""
     value = (record.get("link") or {}).get(key)
     return float(value) if value is not None else None
-
-
-# ------------------------------------------------------------------ launchers
-@dataclass(frozen=True)
-class LauncherChoice:
-    """Which launcher builds the hosts, and why (printed, and kept in meta)."""
-
-    name: str  # netns | local
-    reason: str
-    factory: Callable = field(repr=False, compare=False)
-
-    @property
-    def shaped(self) -> bool:
-        return self.name != "local"
-
-
-def _netns_usable() -> tuple[bool, str]:
-    if os.geteuid() != 0:
-        return False, "not root"
-    if shutil.which("ip") is None:
-        return False, "iproute2 `ip` not found"
-    try:
-        probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                               timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return False, f"`ip netns list` failed: {err}"
-    if probe.returncode != 0:
-        return False, f"`ip netns list` failed: {probe.stderr.strip()}"
-    return True, "root and `ip netns` works"
-
-
-def choose_launcher(choice: str = "auto") -> LauncherChoice:
-    """auto: netns when root and `ip netns` works, else local (unshaped)."""
-    if choice not in LAUNCHERS:
-        raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {choice!r}")
-    if choice in ("auto", "netns"):
-        ok, why = _netns_usable()
-        if ok:
-            from bench.launch.netns import NetnsLauncher
-
-            return LauncherChoice("netns", why, NetnsLauncher)
-        if choice == "netns":
-            raise ValueError(f"launcher netns requested but unusable: {why}")
-        reason = f"network namespaces unusable ({why}): links are NOT shaped"
-    else:
-        reason = "requested: links are NOT shaped"
-    from bench.launch.local import LocalLauncher
-
-    return LauncherChoice("local", reason, LocalLauncher)
 
 
 # ------------------------------------------------------------- worker config
@@ -218,12 +164,6 @@ def write_run_config(config: dict, path: Path) -> Path:
     return atomic_write_text(path, yaml.safe_dump(config, sort_keys=False))
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def prepare_checkpoints(cells: list[CellSpec], echo: Callable[[str], None]) -> None:
     """Build (or find cached) the starting checkpoint of every preset the cells
     fine-tune from, once, before any worker starts: a worker building it
@@ -248,47 +188,6 @@ class CellOutcome:
     status: str  # ok | failed | skipped
     wall_s: float = 0.0
     reason: str = ""
-
-
-def wait_for_workers(procs: list[subprocess.Popen], timeout_s: float,
-                     grace_s: float = FAIL_GRACE_S) -> dict | None:
-    """Wait for every rank. None when all exit 0; else a failure record
-    {rank, returncode, reason}. Survivors of a failure or a timeout are
-    terminated (then killed) so nothing is left running."""
-    deadline = time.monotonic() + timeout_s
-    failure: dict | None = None
-    while True:
-        codes = [p.poll() for p in procs]
-        if failure is None:
-            bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if bad:
-                rank, code = bad[0]
-                failure = {"rank": rank, "returncode": code,
-                           "reason": f"rank {rank} exited with code {code}"}
-                deadline = min(deadline, time.monotonic() + grace_s)
-        if all(c is not None for c in codes):
-            return failure
-        if time.monotonic() > deadline:
-            running = [r for r, c in enumerate(codes) if c is None]
-            if failure is None:
-                failure = {"rank": running[0], "returncode": None,
-                           "reason": f"timeout after {timeout_s:.0f} s; ranks {running} "
-                                     "still running"}
-            _stop(procs)
-            return failure
-        time.sleep(0.05)
-
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=5)
 
 
 def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice, scn_record: dict,
@@ -344,7 +243,7 @@ def run_cell(cell: CellSpec, hosts, cell_dir: Path, *, sweep: str, choice: Launc
         config = build_run_config(cell, cell_dir)
         meta["run_config"] = config
         config_path = write_run_config(config, cell_dir / "config.yaml")
-        port = _free_port()
+        port = free_port()
         for rank in range(cell.world_size):
             argv = [*worker_cmd, "--config", str(config_path),
                     "--rank", str(rank), "--world-size", str(cell.world_size),
@@ -356,7 +255,7 @@ def run_cell(cell: CellSpec, hosts, cell_dir: Path, *, sweep: str, choice: Launc
         failure = {"rank": None, "returncode": None,
                    "reason": f"{type(err).__name__}: {err}"}
     finally:
-        _stop(procs)
+        stop_all(procs)
     if failure is None:
         failure = collect_metrics(cell, cell_dir)
     if failure is not None and failure.get("rank") is not None:
@@ -491,8 +390,7 @@ def _run_group(scenario: str, group: list[CellSpec], sweep_dir: Path, sweep: str
         with choice.factory(scn, n_hosts, run_id=run_id,
                             state_dir=sweep_dir / ".launcher") as hosts:
             probe = hosts.probe()
-            if hasattr(hosts, "probe_table"):
-                echo(f"link probe, scenario {scenario}:\n{hosts.probe_table()}")
+            echo(f"link probe, scenario {scenario}:\n{format_table(probe)}")
             warning = host_limited_warning(probe)
             if warning:
                 echo(f"{scenario}: {warning}")
