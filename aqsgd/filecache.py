@@ -1,4 +1,6 @@
-"""Build-once files in a cache directory, safe when several processes race.
+"""Files written whole: atomic writes, and build-once files in a cache directory that
+are safe when several processes race. The one atomic write of the suite lives here
+(the harness, launchers and reports use it too).
 
 Every worker of a run may ask for the same tokenizer or starting checkpoint at
 once. The first takes an exclusive lock (fcntl.flock on NAME.lock, released by
@@ -11,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["default_cache_dir", "build_once", "atomic_write"]
+__all__ = ["default_cache_dir", "build_once", "atomic_write", "atomic_write_bytes",
+           "atomic_write_text"]
 
 
 def default_cache_dir() -> Path:
@@ -33,14 +37,37 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call write(tmp) on a temporary name in path's directory, then rename to path."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call write(tmp) on a fresh temporary name in path's directory (created if
+    missing), then rename it to `path`: readers see the old file or the whole new one,
+    and a failure leaves the old file and no temporary behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
         write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """`data` to `path` atomically (flushed to disk before the rename)."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    return atomic_write(path, write)
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def build_once(path: Path, write: Callable[[Path], None]) -> bool:

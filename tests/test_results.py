@@ -9,12 +9,13 @@ import pandas as pd
 import pytest
 from harness_helpers import rank_records, write_cell
 
+from aqsgd import filecache
+from aqsgd.filecache import atomic_write_text
 from bench.harness.sweep import CellSpec, ModeSpec, Workload
 from bench.report.summary import summarize
 from bench.results import files as results
 from bench.results.files import (
     METRIC_COLUMNS,
-    atomic_write_text,
     is_finished,
     load_results,
     metrics_frame,
@@ -40,7 +41,7 @@ def test_atomic_write_failure_keeps_old_file_and_removes_temporary(tmp_path, mon
     def broken_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(results.os, "replace", broken_replace)
+    monkeypatch.setattr(filecache.os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
         atomic_write_text(path, "new,half")
     assert path.read_text() == "old,complete\n"

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from aqsgd.filecache import atomic_write_text
 from bench.harness.run import REPO_ROOT, run_sweep
 from bench.launch.choice import LAUNCHERS
 from bench.report.plots import (
@@ -41,7 +42,7 @@ from bench.report.plots import (
 )
 from bench.report.summary import summarize
 from bench.report.tables import markdown_table
-from bench.results.files import atomic_write_text, load_results
+from bench.results.files import load_results
 
 __all__ = ["CLAIMS_FILE", "load_claims", "relative_throughput", "claims_table",
            "draw_paper_figures", "add_arguments"]

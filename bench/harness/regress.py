@@ -35,9 +35,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from aqsgd.filecache import atomic_write_text
 from bench.launch.choice import LAUNCHERS
 from bench.report.summary import summarize
-from bench.results.files import BYTE_KINDS, atomic_write_text, load_metas, provenance, write_json
+from bench.results.files import BYTE_KINDS, load_metas, provenance, write_json
 
 __all__ = [
     "LOSS_ABS_TOL",

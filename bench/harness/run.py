@@ -39,13 +39,13 @@ from pathlib import Path
 
 import yaml
 
+from aqsgd.filecache import atomic_write_text
 from bench.harness.sweep import CellSpec, SweepSpec
 from bench.launch.choice import LauncherChoice, choose_launcher
 from bench.launch.process import free_port, stop_all, wait_for_workers
 from bench.net.probe import format_table, host_limited_warning
 from bench.results.files import (
     SCHEMA_VERSION,
-    atomic_write_text,
     is_finished,
     log_tail,
     metrics_frame,

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.results.files import atomic_write_text, load_metas
+from aqsgd.filecache import atomic_write_text
+from bench.results.files import load_metas
 
 __all__ = ["TABLE_COLUMNS", "format_table", "host_limited_notes", "markdown_table",
            "print_table", "write_report"]

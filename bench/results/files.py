@@ -22,18 +22,17 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from aqsgd.filecache import atomic_write_text
+
 __all__ = [
     "SCHEMA_VERSION",
     "BYTE_KINDS",
-    "atomic_write_bytes",
-    "atomic_write_text",
     "write_json",
     "write_csv",
     "read_meta",
@@ -60,29 +59,6 @@ METRIC_COLUMNS = (
     *(f"bytes_recv_{k}" for k in BYTE_KINDS), "bytes_recv_total",
     "wall_s",
 )
-
-
-# ---------------------------------------------------------------- atomic writes
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write `data` to `path` through a temporary file in the same directory
-    and an atomic rename: readers see the old file or the whole new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
