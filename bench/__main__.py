@@ -7,8 +7,8 @@
     python -m bench paper                                  # paper-style figures with claims
     python -m bench regress [--update-baseline]            # CI regression check
 
-Launchers: auto (netns when root and `ip netns` works, else local), netns, local.
-A Docker launcher is future work and not offered.
+Launchers (--launcher, bench.launch.choice.LAUNCHERS): auto (netns when root and
+`ip netns` works, else local), netns, local.
 
 Exit codes: 0 all cells ok (regress: no regression), 1 a cell failed or a
 regression was found, 2 bad input (unknown scenario, bad mode, bad file).
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def finish_sweep(sweep_dir: Path, outcomes=None, title: str | None = None) -> int:
+def finish_sweep(sweep_dir: Path, title: str | None = None) -> int:
     """Summary table, figures and report of a sweep directory; the exit code."""
     from bench.report.plots import make_figures, print_figure_paths
     from bench.report.summary import summarize
@@ -114,9 +114,8 @@ def _run_and_finish(spec: SweepSpec, out: Path | None, args, title: str) -> int:
 
     out = out or REPO_ROOT / "results" / spec.name
     started = time.monotonic()
-    outcomes = run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh,
-                         quiet=args.quiet)
-    code = finish_sweep(out, outcomes, title=title)
+    run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh, quiet=args.quiet)
+    code = finish_sweep(out, title=title)
     print(f"wall time: {time.monotonic() - started:.1f} s")
     return code
 
@@ -149,8 +148,6 @@ def _cmd_report(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from bench.harness.run import UnknownScenarioError
-
     try:
         if args.command == "run":
             return _cmd_run(args)
@@ -159,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             return _cmd_report(args)
         return args.func(args)
-    except (UnknownScenarioError, ValueError, TypeError, FileNotFoundError) as err:
+    except (ValueError, TypeError, FileNotFoundError) as err:  # ScenarioError is a ValueError
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

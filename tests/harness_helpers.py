@@ -1,24 +1,35 @@
-"""Helpers for the harness tests: a stand-in worker and synthetic result cells.
+"""Helpers for the harness and worker tests: a stand-in worker, synthetic result
+cells, and real workers started rank by rank.
 
 The stand-in worker (`FAKE_WORKER`) is a test double for `python -m
 aqsgd.train.worker` used only to test the harness's own logic (resume, failure
 handling, collection) quickly; the real worker runs in the end-to-end tests.
 It reads the RunConfig the harness wrote and emits records in the worker's
-JSONL schema (docs/ARCHITECTURE.md), with byte counts that depend on the
+JSONL schema (aqsgd.train.metrics), with byte counts that depend on the
 forward/backward bit widths, and fails on purpose when the config asks
 (`train.fail_at_step`, `train.fail_rank`, the real worker's test hooks, or
 the environment variable FAKE_FAIL_MODE naming a forward compression mode).
+
+`run_ranks` starts the real worker once per rank with explicit `--rank` flags on the
+local launcher, the way the harness does, and returns every rank's exit status (the
+worker's own failure handling shows there, which torchrun's `--local` would mask by
+stopping the other ranks itself).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 from pathlib import Path
 
-from bench.harness.run import cell_identity, collect_metrics
+from bench.harness.meta import meta_head
+from bench.harness.run import collect_metrics
 from bench.harness.sweep import CellSpec
-from bench.launch.choice import LauncherChoice
+from bench.launch.base import ProbeRecord
+from bench.launch.choice import LauncherChoice, choose_launcher
+from bench.launch.process import free_port, wait_for_workers
+from bench.net.scenario import load_scenario, with_link
 from bench.results.files import write_json
 
 FAKE_WORKER = r'''
@@ -49,11 +60,13 @@ with open(os.path.join(out, f"rank{rank}.jsonl"), "w") as f:
             print("fake worker: injected failure", file=sys.stderr, flush=True)
             sys.exit(3)
         fw = cfg["forward"]
-        warm = epoch < fw.get("warmup_epochs", 1)
+        warm = epoch < fw["warmup_epochs"]
         bits = 32 if fw["mode"] == "none" or warm else fw["bits"]
         sent = {"activation": act * bits // 32 if stage < stages - 1 else 0,
                 "gradient": act * bits // 32 if stage > 0 else 0, "dp": 0}
-        rec = {"kind": "train", "step": step, "epoch": epoch, "rank": rank, "stage": stage,
+        warmup = epoch < max(fw["warmup_epochs"], cfg["backward"]["warmup_epochs"])
+        rec = {"kind": "train", "step": step, "epoch": epoch, "warmup": warmup,
+               "rank": rank, "stage": stage,
                "replica": replica, "loss": 5.0 - 0.1 * step if stage == stages - 1 else None,
                "step_time_s": 0.01 + sum(sent.values()) / 1e8, "compute_s": 0.01,
                "comm_wait_s": sum(sent.values()) / 1e8, "compress_s": 0.0, "samples": mb,
@@ -82,7 +95,7 @@ def rank_records(rank: int, stage: int, stages: int, steps: int, warmup_steps: i
                 "gradient": act_bytes if stage > 0 else 0, "dp": 0}
         recs.append({
             "kind": "train", "step": step, "epoch": 0 if step < warmup_steps else 1,
-            "rank": rank, "stage": stage, "replica": replica,
+            "warmup": step < warmup_steps, "rank": rank, "stage": stage, "replica": replica,
             "loss": loss0 - 0.1 * step if stage == stages - 1 else None,
             "step_time_s": step_time_s, "compute_s": 0.1, "comm_wait_s": step_time_s - 0.1,
             "compress_s": 0.0, "samples": samples, "tokens": samples * 64, "lr": 1e-4,
@@ -109,16 +122,35 @@ def write_cell(sweep_dir: Path, cell: CellSpec, *, rate_mbit: float | None,
         path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert collect_metrics(cell, cell_dir) is None
     choice = LauncherChoice(launcher, "test", factory=object)
-    scn = {"name": cell.scenario, "link": {"rate_mbit": rate_mbit, "delay_ms": 0.0}}
-    probe = [{"src": 0, "dst": 1, "rate_mbit_configured": rate_mbit,
-              "rate_mbit_achieved": rate_mbit if achieved_mbit is None else achieved_mbit,
-              "rate_mbit_ceiling": ceiling_mbit, "host_limited": ceiling_mbit is not None,
-              "rtt_ms": 0.1}]
-    write_json(cell_dir / "meta.json", {
-        "schema_version": 1, "cell": cell_identity(cell, sweep, choice, scn, probe),
-        "spec": cell.to_dict(), "spec_key": cell.key, "status": "ok", "wall_s": 1.0,
-        "probe": probe,
-        "provenance": {"git": {"commit": "abc", "dirty": False}, "versions": {},
-                       "hardware": {}},
-    })
+    scn = with_link(load_scenario("100mbps"), rate_mbit=rate_mbit, delay_ms=0.0)
+    achieved = (rate_mbit or 1000.0) if achieved_mbit is None else achieved_mbit
+    probe = [ProbeRecord(src=0, dst=1, rate_mbit_configured=rate_mbit,
+                         rate_mbit_achieved=achieved, rate_mbit_first_to_last=achieved,
+                         rate_mbit_ceiling=ceiling_mbit, host_limited=ceiling_mbit is not None,
+                         rtt_ms=0.1, rtt_ms_min=0.1, rtt_ms_configured=0.0,
+                         probe_bytes=1 << 20)]
+    prov = {"git": {"commit": "abc", "dirty": False}, "versions": {}, "hardware": {}}
+    write_json(cell_dir / "meta.json", {**meta_head(cell, sweep, choice, scn, probe, prov),
+                                        "status": "ok", "wall_s": 1.0})
     return cell_dir
+
+
+def run_ranks(config_path: Path, world_size: int, log_dir: Path, grace_s: float,
+              timeout_s: float = 600.0) -> list[int]:
+    """Run `python -m aqsgd.train.worker --config CONFIG --rank R ...` for every rank on
+    the local launcher, rank R's output in log_dir/rank{R}.log; wait as the harness does
+    (bench.launch.process.wait_for_workers: once a rank fails, the others get `grace_s`
+    before they are stopped) and return every rank's exit status."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    factory = choose_launcher("local").factory
+    with factory(load_scenario("loopback"), world_size, run_id=secrets.token_hex(3),
+                 state_dir=log_dir / ".launcher") as hosts:
+        port = free_port()
+        procs = [hosts.spawn(r, [sys.executable, "-m", "aqsgd.train.worker",
+                                 "--config", str(config_path), "--rank", str(r),
+                                 "--world-size", str(world_size),
+                                 "--master-addr", hosts.addr(0), "--master-port", str(port)],
+                             None, log_dir / f"rank{r}.log")
+                 for r in range(world_size)]
+        wait_for_workers(procs, timeout_s, grace_s)
+        return [p.returncode for p in procs]

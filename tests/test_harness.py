@@ -13,14 +13,10 @@ import time
 import pytest
 from harness_helpers import fake_worker_cmd
 
+from aqsgd.train.config import load_config
 from bench.__main__ import main
-from bench.harness.run import (
-    UnknownScenarioError,
-    build_run_config,
-    resolve_scenario,
-    run_sweep,
-    write_run_config,
-)
+from bench.harness.cells import run_config, write_run_config
+from bench.harness.run import run_sweep
 from bench.harness.sweep import (
     DEFAULT_GRID,
     CellSpec,
@@ -31,6 +27,7 @@ from bench.harness.sweep import (
 )
 from bench.launch.choice import choose_launcher
 from bench.launch.process import wait_for_workers
+from bench.net.scenario import ScenarioError, load_scenario
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -55,11 +52,11 @@ def test_modes_parse_with_defaults_and_labels():
 
 
 def test_unknown_scenario_lists_the_available_ones(capsys):
-    with pytest.raises(UnknownScenarioError, match=r"available: .*100mbps"):
-        resolve_scenario("100mbit")
+    with pytest.raises(ScenarioError, match=r"available: .*100mbps"):
+        load_scenario("100mbit")
     assert main(["run", "--scenario", "100mbit", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "unknown scenario '100mbit'" in err and "1gbps" in err and "loopback" in err
+    assert "no scenario '100mbit'" in err and "1gbps" in err and "loopback" in err
 
 
 def test_cli_bad_bit_width_exits_2_naming_the_field(capsys):
@@ -135,13 +132,14 @@ def test_shipped_sweep_files_load():
 def test_run_config_is_accepted_by_the_worker_config_loader(tmp_path):
     for mode in ("fp32", "directq:4/8", "aqsgd:2/4"):
         cell = CellSpec("100mbps", parse_mode(mode), Workload(steps=2))
-        config = build_run_config(cell, tmp_path)
-        assert config["train"]["steps"] == cell.workload.warmup_steps + 2
-        write_run_config(config, tmp_path / "config.yaml")  # validates via aqsgd.train.config
+        config = run_config(cell, tmp_path)
+        assert config.train.steps == cell.workload.warmup_steps + 2
+        path = write_run_config(config, tmp_path / "config.yaml")
+        assert load_config(path) == config  # what every rank loads is what meta.json keeps
     cell = CellSpec("100mbps", parse_mode("aqsgd"),
                     Workload(overrides={"train.lrr": 1.0}))
     with pytest.raises(ValueError, match="train.lrr"):
-        write_run_config(build_run_config(cell, tmp_path), tmp_path / "bad.yaml")
+        run_config(cell, tmp_path)
 
 
 # --------------------------------------------------------------- waiting
@@ -222,4 +220,4 @@ def test_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
 def test_scenario_given_as_a_file_path_names_cells_by_its_stem():
     cell = CellSpec("scenarios/100mbps.yaml", parse_mode("fp32"))
     assert cell.name == "100mbps__fp32" and cell.scenario_name == "100mbps"
-    assert resolve_scenario("scenarios/100mbps.yaml").name == "100mbps"
+    assert load_scenario("scenarios/100mbps.yaml").name == "100mbps"

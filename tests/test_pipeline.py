@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from harness_helpers import run_ranks
 
 from aqsgd.data.windows import Sampler
 from aqsgd.model.gpt2 import init_stage, lm_loss
 from aqsgd.train.config import config_from_dict
 from aqsgd.train.metrics import MetricsWriter, StepMeter
 from aqsgd.train.pipeline import Topology, linear_warmup_decay
-from aqsgd.train.worker import launch_local, load_tokens, wait_local
+from aqsgd.train.worker import load_tokens
 
 TOL = 1e-5
 
@@ -46,7 +47,7 @@ def launch(tmp_path: Path, cfg: dict, timeout_s: float = 90) -> Path:
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     world = cfg["pipeline"]["stages"] * cfg["pipeline"]["replicas"]
-    codes = wait_local(launch_local(path, world, log_dir=tmp_path / "logs"), grace_s=5)
+    codes = run_ranks(path, world, tmp_path / "logs", grace_s=5)
     if any(codes):
         logs = "\n".join(p.read_text()[-3000:] for p in sorted((tmp_path / "logs").glob("*.log")))
         pytest.fail(f"workers exited with {codes}:\n{logs}")
@@ -153,6 +154,29 @@ def test_pipelined_equals_unpipelined(tmp_path, stages, replicas, schedule):
     if replicas > 1:
         dp = read_metrics(out, 0)[0]
         assert dp["bytes_sent"]["dp"] > 0 and dp["bytes_recv"]["dp"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_records_flag_warm_up_steps_per_direction(tmp_path):
+    """Forward warm-up 1 epoch, backward 2: a train step is a warm-up step while either
+    direction still sends raw rows (epochs 0 and 1), as the bytes show; evaluation
+    records are never warm-up steps."""
+    cfg = run_config(tmp_path, forward={"mode": "aqsgd", "bits": 4, "warmup_epochs": 1},
+                     backward={"mode": "directq", "bits": 8, "warmup_epochs": 2},
+                     train={"steps": 6, "dump_grads": False},
+                     data={"max_samples": 12})  # 12 windows / (3 x 2) a step: 2 steps an epoch
+    out = launch(tmp_path, cfg)
+    for rank in (0, 1):
+        records = read_metrics(out, rank)
+        train = [m for m in records if m["kind"] == "train"]
+        assert [m["warmup"] for m in train] == [True] * 4 + [False] * 2
+        assert [m["warmup"] for m in records if m["kind"] == "eval"] == [False]
+    train = [m for m in read_metrics(out, 0) if m["kind"] == "train"]
+    act = [m["bytes_sent"]["activation"] for m in train]
+    grad = [m["bytes_recv"]["gradient"] for m in train]
+    assert act[2] < act[1] / 4  # forward deltas from epoch 1 on
+    assert grad[2] == grad[1] and grad[4] < grad[3] / 2  # backward quantized from epoch 2 on
 
 
 def test_topology_rank_layout():

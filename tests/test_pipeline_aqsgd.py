@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from aqsgd.train.worker import launch_local, wait_local
+from harness_helpers import run_ranks
 
 STEPS = 24
 M, B, L, D = 2, 4, 16, 64
@@ -27,7 +26,7 @@ def run(tmp_path: Path, name: str, forward: dict) -> list[dict]:
     }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    codes = wait_local(launch_local(path, 2, log_dir=out / "logs"), grace_s=5)
+    codes = run_ranks(path, 2, out / "logs", grace_s=5)
     assert codes == [0, 0], [p.read_text()[-2000:] for p in (out / "logs").glob("*.log")]
     return [json.loads(x) for r in (0, 1)
             for x in (out / "metrics" / f"rank{r}.jsonl").read_text().splitlines()]  # fmt: skip

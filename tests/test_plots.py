@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from harness_helpers import write_cell
 
-from bench.harness.paper import claims_table, draw_paper_figures, load_claims, relative_throughput
 from bench.harness.sweep import CellSpec, ModeSpec, Workload
+from bench.report.paper import claims_table, draw_paper_figures, load_claims, relative_throughput
 from bench.report.plots import make_figures, mode_order
 from bench.report.summary import summarize
 from bench.report.tables import format_table, write_report

@@ -58,10 +58,10 @@ def test_metrics_frame_is_tidy_one_row_per_rank_per_step(tmp_path):
     _write_jsonl(d / "rank0.jsonl", rank_records(0, 0, 2, 5, 2, 1000, 0.5))
     # rank 1 was killed while writing its last line: that line is dropped
     _write_jsonl(d / "rank1.jsonl", rank_records(1, 1, 2, 5, 2, 1000, 0.5) +
-                 [{"kind": "eval", "step": 5, "epoch": 2, "rank": 1, "stage": 1,
-                   "replica": 0, "eval_loss": 4.2, "perplexity": 66.7}],
+                 [{"kind": "eval", "step": 5, "epoch": 2, "warmup": False, "rank": 1,
+                   "stage": 1, "replica": 0, "eval_loss": 4.2, "perplexity": 66.7}],
                  tail='{"kind": "train", "st')
-    frame, peers = metrics_frame(sorted(d.glob("*.jsonl")), "c", warmup_epochs=1)
+    frame, peers = metrics_frame(sorted(d.glob("*.jsonl")), "c")
     assert list(frame.columns[:len(METRIC_COLUMNS)]) == list(METRIC_COLUMNS)
     train = frame[frame["kind"] == "train"]
     assert len(train) == 10 and not train.duplicated(["rank", "step"]).any()
@@ -85,7 +85,7 @@ def test_metrics_file_name_must_carry_the_rank(tmp_path):
     path = tmp_path / "worker.jsonl"
     path.write_text('{"step": 0}\n')
     with pytest.raises(ValueError, match="rank<R>.jsonl"):
-        metrics_frame([path], "c", 1)
+        metrics_frame([path], "c")
 
 
 def _cell(scenario, mode, **kw):

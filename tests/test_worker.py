@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from harness_helpers import run_ranks
 
 from aqsgd.train.config import ConfigError, RunConfig, config_from_dict, load_config
-from aqsgd.train.worker import launch_local, wait_local
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -84,8 +84,8 @@ def test_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
     }
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    procs = launch_local(path, 4, log_dir=tmp_path / "logs")
-    codes = wait_local(procs, grace_s=timeout_s + 60)  # killed ranks would show as -9
+    # stopped ranks would show as -15 or -9
+    codes = run_ranks(path, 4, tmp_path / "logs", grace_s=timeout_s + 60)
     finished = time.monotonic()
     logs = {r: (tmp_path / "logs" / f"rank{r}.log").read_text() for r in range(4)}
     assert codes == [1, 1, 1, 1], (codes, logs)
@@ -144,3 +144,29 @@ def test_local_command_runs_a_job_and_prints_its_summary(tmp_path, capsys):
     assert f"activation bytes received in the last step {train[-1]['bytes_recv']['activation']}" \
         in out
     assert "eval loss" in out and str(tmp_path / "out" / "metrics") in out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_local_command_fails_when_a_rank_fails(tmp_path, capsys):
+    """`--local 2` under torchrun: rank 1 raises in step 1; the command exits non-zero
+    well within the timeout, every rank stopped, and prints no summary."""
+    timeout_s = 30
+    cfg = {
+        "model": {"preset": "tiny", "n_embd": 32, "vocab_size": 64, "seq_len": 8},
+        "pipeline": {"stages": 2, "micro_batch_size": 2, "num_micro_batches": 2},
+        "train": {"steps": 50, "fail_at_step": 1, "fail_rank": 1, "eval_batches": 0},
+        "data": {"name": "synthetic", "max_samples": 8},
+        "dist": {"timeout_s": timeout_s},
+        "output": {"dir": str(tmp_path / "out")},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    from aqsgd.train.worker import main
+
+    started = time.monotonic()
+    assert main(["--config", str(path), "--local", "2"]) != 0
+    assert time.monotonic() - started < timeout_s + 30
+    assert "steps: train loss" not in capsys.readouterr().out
+    records = (tmp_path / "out" / "metrics" / "rank0.jsonl").read_text().splitlines()
+    assert len(records) < 50  # stopped, not run to the end

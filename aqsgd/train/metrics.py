@@ -3,13 +3,17 @@ optional Chrome trace (chrome://tracing, ui.perfetto.dev).
 
 Schema (docs/ARCHITECTURE.md, "Worker, config, metrics"): OUTPUT_DIR/metrics/rank{R}.jsonl,
 train records
-    {"kind": "train", "step", "epoch", "rank", "stage", "replica", "loss",
+    {"kind": "train", "step", "epoch", "warmup", "rank", "stage", "replica", "loss",
      "step_time_s", "compute_s", "comm_wait_s", "compress_s", "dp_sync_s",
      "samples", "tokens", "lr", "grad_norm",
      "bytes_sent": {"activation", "gradient", "dp"}, "bytes_recv": {...},
      "bytes_by_peer": {"<peer rank>": {"sent", "recv"}}}
-and eval records {"kind": "eval", "step", "epoch", "rank", "stage", "replica",
-"eval_loss", "perplexity", "samples", "tokens", "eval_time_s", bytes as above}.
+and eval records {"kind": "eval", "step", "epoch", "warmup": false, "rank", "stage",
+"replica", "eval_loss", "perplexity", "samples", "tokens", "eval_time_s", bytes as above}.
+
+`warmup` (bool, every record): the step ran while a compressor of this rank was in its
+warm-up epochs (aqsgd.train.pipeline, Note [warm-up flag]); throughput leaves those
+steps out.
 
 Byte counts are exactly numel * element_size of every tensor handed to isend or
 filled by irecv (message headers included); "dp" bytes are the gradient

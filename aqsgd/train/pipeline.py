@@ -1,6 +1,6 @@
 """The stage executor: one pipeline stage of one data-parallel replica.
 
-Each rank walks its stage's action list (aqsgd/schedule.py) once per optimizer
+Each rank walks its stage's action list (aqsgd.train.schedule) once per optimizer
 step. Rank layout: rank = replica * stages + stage; stage s of every replica
 forms one data-parallel group, the stages of one replica one pipeline group (for
 the global gradient norm). Per micro-batch k with sample ids ids[k] (B,):
@@ -16,6 +16,14 @@ they overlap with compute; sends complete in the background until OPT_STEP.
 Note on sample ids: every rank derives ids from (seed, step) with aqsgd.data.windows.Sampler, so no
 rank waits on another to learn them; the compressor's header carries them and
 the receiver's decode checks them.
+
+Note [warm-up flag]: a train record's `warmup` is true when, at that step, any of
+this rank's compressors (forward or backward, sending or receiving) is still in its
+own warm-up epochs (`epoch < cfg.warmup_epochs`, so a per-direction override counts):
+those send rows raw and, for AQ-SGD, fill the caches. Mode none sends raw rows in
+every epoch, but its warm-up epochs are flagged alike, so that every mode with the
+same `warmup_epochs` measures throughput over the same steps. A 1-stage pipeline has
+no compressors and no warm-up steps; evaluation records are never warm-up steps.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from aqsgd.train.p2p import P2P, PendingRecv
 from aqsgd.train.schedule import Op, Schedule
 
 __all__ = ["Topology", "make_groups", "linear_warmup_decay", "PipelineRunner", "InjectedFailure"]
+
+_COMPRESSORS = ("fwd_send", "fwd_recv", "bwd_send", "bwd_recv")  # keys of `compressors`
 
 
 class InjectedFailure(RuntimeError):
@@ -156,9 +166,10 @@ class PipelineRunner:
     def train_step(self, step: int) -> dict:
         self.meter.reset()
         epoch = self.sampler.epoch_of(step)
-        for key in ("fwd_send", "fwd_recv", "bwd_send", "bwd_recv"):
-            if self.comp.get(key) is not None:
-                self.comp[key].set_epoch(epoch)
+        compressors = [self.comp[k] for k in _COMPRESSORS if self.comp.get(k) is not None]
+        for c in compressors:
+            c.set_epoch(epoch)
+        warmup = any(c.epoch < c.cfg.warmup_epochs for c in compressors)  # Note [warm-up flag]
         ids = self.sampler.step_ids(step, self.topo.replica)  # (M, B)
         mbs = [_MicroBatch(ids[k], self.train_tokens[ids[k]]) for k in range(ids.shape[0])]
         self.module.train()
@@ -188,8 +199,8 @@ class PipelineRunner:
         loss = float(sum(m.loss.item() for m in mbs) / len(mbs)) if self.topo.is_last else None
         n = sum(m.ids.numel() for m in mbs)
         return self.meter.record(
-            kind="train", step=step, epoch=epoch, rank=self.topo.rank, stage=self.topo.stage,
-            replica=self.topo.replica, loss=loss, samples=n,
+            kind="train", step=step, epoch=epoch, warmup=warmup, rank=self.topo.rank,
+            stage=self.topo.stage, replica=self.topo.replica, loss=loss, samples=n,
             tokens=n * self.train_tokens.shape[1], lr=lr, grad_norm=grad_norm,
         )  # fmt: skip
 
@@ -294,9 +305,9 @@ class PipelineRunner:
             ppl = math.exp(min(eval_loss, 700.0))
         n = len(batches) * micro_batch_size
         rec = self.meter.record(
-            kind="eval", step=step, epoch=self.sampler.epoch_of(step), rank=self.topo.rank,
-            stage=self.topo.stage, replica=self.topo.replica, eval_loss=eval_loss,
-            perplexity=ppl, samples=n, tokens=n * self.eval_tokens.shape[1],
+            kind="eval", step=step, epoch=self.sampler.epoch_of(step), warmup=False,
+            rank=self.topo.rank, stage=self.topo.stage, replica=self.topo.replica,
+            eval_loss=eval_loss, perplexity=ppl, samples=n, tokens=n * self.eval_tokens.shape[1],
         )  # fmt: skip
         rec["eval_time_s"] = rec.pop("step_time_s")
         return rec

@@ -5,10 +5,12 @@
         --master-port P
     torchrun --nproc-per-node 2 -m aqsgd.train.worker --config RUN.yaml  # torchrun env
 
-Rank layout: rank = replica * stages + stage. `--local N` spawns N workers on
-127.0.0.1 with a free port and waits for them (a quick loopback run). Each rank
-writes OUTPUT_DIR/metrics/rank{R}.jsonl (aqsgd/metrics.py); rank 0 also writes
-OUTPUT_DIR/run_config.json (the resolved configuration).
+Rank layout: rank = replica * stages + stage. `--local N` runs the job on this machine
+under torchrun (`torch.distributed.run --standalone --nproc-per-node N`): it starts
+the N ranks, and when one fails it stops the others and exits non-zero; then the
+summary of the run is printed. Each rank writes OUTPUT_DIR/metrics/rank{R}.jsonl
+(aqsgd.train.metrics); rank 0 also writes OUTPUT_DIR/run_config.json (the resolved
+configuration).
 
 Note [failure handling]: any exception in a worker prints one line
 "aqsgd.train.worker: rank R (stage S, replica P) failed: ..." and the traceback to
@@ -24,11 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
-import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -46,8 +46,7 @@ from aqsgd.train.p2p import P2P
 from aqsgd.train.pipeline import PipelineRunner, Topology, linear_warmup_decay, make_groups
 from aqsgd.train.schedule import make_schedule
 
-__all__ = ["main", "cli", "run_worker", "run_local", "local_summary", "launch_local",
-           "wait_local", "load_tokens", "free_port"]
+__all__ = ["main", "cli", "run_worker", "run_local", "local_summary", "load_tokens"]
 
 
 # ------------------------------------------------------------------- data
@@ -195,59 +194,19 @@ def run_worker(cfg: RunConfig, rank: int, world_size: int, master_addr: str,
 # ------------------------------------------------------------------- launching
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch_local(config_path: str | Path, world_size: int,
-                 log_dir: str | Path | None = None) -> list[subprocess.Popen]:  # fmt: skip
-    """Start `world_size` workers on 127.0.0.1 with a free port. With `log_dir`, rank
-    R's stdout and stderr go to log_dir/rank{R}.log, else to this process's."""
-    port = free_port()
-    procs = []
-    for r in range(world_size):
-        out = None
-        if log_dir is not None:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
-            out = open(Path(log_dir) / f"rank{r}.log", "w")  # noqa: SIM115 - closed by the child
-        argv = [sys.executable, "-m", "aqsgd.train.worker", "--config", str(config_path), "--rank",
-                str(r), "--world-size", str(world_size), "--master-addr", "127.0.0.1",
-                "--master-port", str(port)]  # fmt: skip
-        procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT if out else None))
-        if out is not None:
-            out.close()
-    return procs
-
-
-def wait_local(procs: list[subprocess.Popen], grace_s: float) -> list[int]:
-    """Wait for every worker; once one has failed, kill those still running after
-    `grace_s`. Returns the exit statuses (negative: killed by that signal)."""
-    failed_at = None
-    try:
-        while any(p.poll() is None for p in procs):
-            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
-                failed_at = time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > grace_s:
-                break
-            time.sleep(0.05)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-    return [p.returncode for p in procs]
-
-
-def run_local(config_path: str | Path, world_size: int, grace_s: float | None = None) -> int:
-    """Run a whole job on loopback; 0 if every worker succeeds, else the first
-    non-zero status. After one fails the others get `grace_s` (default the config's
-    dist.timeout_s + 10) to notice before they are killed."""
+def run_local(config_path: str | Path, world_size: int) -> int:
+    """Run a whole job on this machine under torchrun (standalone rendezvous on
+    loopback); returns torchrun's exit status: 0 when every rank succeeded, non-zero
+    when one failed (torchrun then stops the others). A config that does not load
+    raises ConfigError before any rank starts."""
     cfg = load_config(config_path)
-    grace_s = cfg.dist.timeout_s + 10 if grace_s is None else grace_s
-    codes = wait_local(launch_local(config_path, world_size), grace_s)
-    return next((c for c in codes if c != 0), 0)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={world_size}", "-m", "aqsgd.train.worker",
+            "--config", str(config_path)]  # fmt: skip
+    # torchrun sets OMP_NUM_THREADS=1 (with a banner) when unset; each rank sets its own
+    # thread count from the config anyway, so give it that.
+    env = {"OMP_NUM_THREADS": str(cfg.train.threads), **os.environ}
+    return subprocess.run(argv, env=env, check=False).returncode
 
 
 def local_summary(config_path: str | Path) -> str:

@@ -38,6 +38,7 @@ import pandas as pd
 from aqsgd.filecache import atomic_write_text
 from bench.launch.choice import LAUNCHERS
 from bench.report.summary import summarize
+from bench.report.tables import text_table
 from bench.results.files import BYTE_KINDS, load_metas, provenance, write_json
 
 __all__ = [
@@ -150,7 +151,7 @@ def compare(baseline: pd.DataFrame, new: pd.DataFrame) -> list[Check]:
 
 
 def format_checks(checks: list[Check], only_failures: bool = False) -> str:
-    """A readable fixed-width table: what moved and by how much."""
+    """A plain-text table (bench.report.tables.text_table): what moved and by how much."""
     headers = ["cell", "metric", "baseline", "measured", "change", "tolerance", "verdict"]
     rows = []
     for c in checks:
@@ -165,12 +166,7 @@ def format_checks(checks: list[Check], only_failures: bool = False) -> str:
             change = f"{m - b:+.4g} ({(m - b) / abs(b):+.2%})"
         rows.append([c.cell, c.metric, _fmt(c.baseline), _fmt(c.measured), change,
                      c.tolerance, c.verdict])
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
+    return text_table(headers, rows)
 
 
 def _write_baseline(baseline_dir: Path, rows: pd.DataFrame, results_dir: Path) -> None:

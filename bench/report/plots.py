@@ -1,6 +1,7 @@
 """Figures of a sweep, drawn from its result files only (never live objects).
 
-    python -m bench plots results/100mbps        # writes results/100mbps/figures/*.png|svg
+    python -m bench report results/100mbps       # table, report.md and figures/*.png|svg
+    figures = make_figures(["results/100mbps"], "results/100mbps/figures")
 
 Every figure is written as PNG and SVG with units on its axes:
 - throughput_vs_bandwidth: samples/s against link rate (log x), one line per mode;

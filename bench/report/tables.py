@@ -1,6 +1,10 @@
-"""The summary table (console and Markdown) and the Markdown report of a sweep.
+"""The summary table (terminal, plain text and Markdown) and the Markdown report of a sweep.
 
     python -m bench report results/100mbps     # prints the table, writes report.md
+
+Terminal and plain-text tables are rich tables (`print_table`; `text_table` renders one
+as plain text for logs, CI output and other callers); report.md holds Markdown tables
+(`markdown_table`), a file format of its own.
 
 The report is made from result files only: summary numbers from
 bench.report.summary, figures from bench.report.plots, provenance from each meta.json.
@@ -11,18 +15,22 @@ configured and achieved rates under every table.
 
 from __future__ import annotations
 
+import io
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
 from aqsgd.filecache import atomic_write_text
 from bench.results.files import load_metas
 
 __all__ = ["TABLE_COLUMNS", "format_table", "host_limited_notes", "markdown_table",
-           "print_table", "write_report"]
+           "print_table", "text_table", "write_report"]
 
 # (summary column, header, formatter)
 TABLE_COLUMNS = (
@@ -75,29 +83,35 @@ def host_limited_notes(summary: pd.DataFrame) -> list[str]:
     return notes
 
 
+def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A rich table rendered as plain text: the header, a rule, one line per row (no
+    colour, no markup, never wrapped; for logs and CI output)."""
+    table = Table(*headers, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for row in rows:
+        table.add_row(*row)
+    out = io.StringIO()
+    Console(file=out, width=10_000, color_system=None, markup=False, emoji=False,
+            highlight=False).print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
+
+
 def format_table(summary: pd.DataFrame) -> str:
-    """A plain fixed-width text table (works in logs and CI output)."""
+    """The summary table as plain text, host-limited notes below it."""
     headers, rows = _rows(summary)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(out + host_limited_notes(summary))
+    return "\n".join([text_table(headers, rows), *host_limited_notes(summary)])
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown (GitHub) table; `|` inside a cell is escaped."""
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
     return "\n".join(out)
 
 
 def print_table(summary: pd.DataFrame) -> None:
-    """The summary table on the console, through rich when it is a terminal."""
+    """The summary table on the console: a rich table, titled, host-limited notes as its
+    caption, at least 160 columns wide (wider on a wider terminal)."""
     headers, rows = _rows(summary)
-    from rich.console import Console
-    from rich.table import Table
-
     notes = host_limited_notes(summary)
     table = Table(*headers, title="AQ-SGD benchmark summary",
                   caption="\n".join(notes) or None, caption_style="bold red")
@@ -133,23 +147,23 @@ def _fmt_or_dash(value, fmt: str) -> str:
 
 
 def _probe_lines(metas: list[dict]) -> list[str]:
+    """Rows of the link-probe table, once per scenario: meta.json's `probe` records
+    (ProbeRecord.to_dict() of the launcher's probe: every field present)."""
     seen, lines = set(), []
     for meta in metas:
-        scenario = meta.get("cell", {}).get("scenario")
-        if scenario in seen or not meta.get("probe"):
+        scenario = meta["cell"]["scenario"]
+        if scenario in seen or not meta["probe"]:
             continue
         seen.add(scenario)
         for link in meta["probe"]:
-            if not isinstance(link, dict):
-                continue
-            want, got = link.get("rate_mbit_configured"), link.get("rate_mbit_achieved")
-            ratio = got / want if want and not _missing(got) else None
-            lines.append(f"| {scenario} | {link.get('src')} -> {link.get('dst')} | "
+            want, got = link["rate_mbit_configured"], link["rate_mbit_achieved"]
+            ratio = got / want if want else None
+            lines.append(f"| {scenario} | {link['src']} -> {link['dst']} | "
                          f"{_fmt_or_dash(want, '.1f')} | {_fmt_or_dash(got, '.1f')} | "
                          f"{_fmt_or_dash(ratio, '.3f')} | "
-                         f"{_fmt_or_dash(link.get('rate_mbit_ceiling'), '.1f')} | "
-                         f"{'**yes**' if link.get('host_limited') else 'no'} | "
-                         f"{_fmt_or_dash(link.get('rtt_ms'), '.3f')} |")
+                         f"{_fmt_or_dash(link['rate_mbit_ceiling'], '.1f')} | "
+                         f"{'**yes**' if link['host_limited'] else 'no'} | "
+                         f"{_fmt_or_dash(link['rtt_ms'], '.3f')} |")
     if not lines:
         return []
     return ["## Link probe", "",

@@ -1,4 +1,5 @@
-"""Result files of the harness: atomic writes, provenance, the tidy loader.
+"""Result files of the harness: JSON/CSV writers (atomic, through aqsgd.filecache),
+provenance, the per-rank JSONL reader and the tidy loader.
 
 One cell (one scenario x one mode) leaves a directory (schema in
 docs/results-schema.md):
@@ -40,7 +41,6 @@ __all__ = [
     "provenance",
     "read_rank_jsonl",
     "metrics_frame",
-    "peers_frame",
     "find_cells",
     "load_results",
     "load_metas",
@@ -213,19 +213,24 @@ def _rank_of(path: Path) -> int:
     return int(stem[4:])
 
 
-def metrics_frame(jsonl_paths: Iterable[str | Path], cell: str,
-                  warmup_epochs: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def metrics_frame(jsonl_paths: Iterable[str | Path],
+                  cell: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Join per-rank JSONL files into (metrics, peers) tidy frames.
 
-    `warmup` marks train steps of the uncompressed warm-up epochs (epoch <
-    warmup_epochs), which throughput excludes. `wall_s` is each rank's
-    cumulative train step time, the x-axis of loss-against-time plots.
+    `warmup` is each record's own flag (the worker marks the steps its compressors
+    spent in their warm-up epochs; throughput excludes them); a record without it is
+    an error. `wall_s` is each rank's cumulative train step time, the x-axis of
+    loss-against-time plots.
     """
     rows: list[dict] = []
     peer_rows: list[dict] = []
     for path in sorted(Path(p) for p in jsonl_paths):
+        rank = _rank_of(path)
         for rec in read_rank_jsonl(path):
-            row, peers = _flatten_record(rec, _rank_of(path))
+            if not isinstance(rec.get("warmup"), bool):
+                raise ValueError(f"{path}: {rec.get('kind')} record of step {rec.get('step')} "
+                                 f"has no boolean 'warmup' field, got {rec.get('warmup')!r}")
+            row, peers = _flatten_record(rec, rank)
             rows.append(row)
             peer_rows.extend(peers)
     frame = pd.DataFrame(rows)
@@ -233,8 +238,6 @@ def metrics_frame(jsonl_paths: Iterable[str | Path], cell: str,
         if col not in frame.columns:
             frame[col] = pd.NA
     frame["cell"] = cell
-    frame["warmup"] = (frame["kind"] == "train") & (
-        pd.to_numeric(frame["epoch"], errors="coerce") < warmup_epochs)
     frame = frame.sort_values(["rank", "step", "kind"], kind="stable").reset_index(drop=True)
     is_train = frame["kind"] == "train"
     step_time = pd.to_numeric(frame["step_time_s"], errors="coerce").where(is_train, 0.0)
@@ -245,11 +248,6 @@ def metrics_frame(jsonl_paths: Iterable[str | Path], cell: str,
                                              "bytes_sent", "bytes_recv"])
     peers.insert(0, "cell", cell)
     return frame, peers
-
-
-def peers_frame(cell_dir: str | Path) -> pd.DataFrame:
-    path = Path(cell_dir) / "peers.csv"
-    return pd.read_csv(path) if path.is_file() else pd.DataFrame()
 
 
 # -------------------------------------------------------------------- loading
