@@ -184,6 +184,10 @@ def test_sweep_resumes_after_a_kill_and_marks_failed_cells(tmp_path):
     assert [o.status for o in first] == ["ok", "ok", "ok"]
     kept = out / "100mbps__fp32" / "meta.json"
     kept_mtime = kept.stat().st_mtime_ns
+    # meta.json keeps the resolved RunConfig, the one every rank loaded
+    run_config_record = json.loads(kept.read_text())["run_config"]
+    assert run_config_record == load_config(kept.parent / "config.yaml").to_dict()
+    assert run_config_record["model"]["n_layer"] == 2  # the tiny preset, resolved
     # simulate a kill during the aqsgd cell: no meta.json, a half-written temporary
     victim = out / "100mbps__aqsgd-fw2-bw4"
     (victim / "meta.json").unlink()

@@ -233,7 +233,8 @@ def local_summary(config_path: str | Path) -> str:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="aqsgd-worker", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="run config, .yaml or .json")
-    p.add_argument("--local", type=int, metavar="N", help="spawn N workers on 127.0.0.1")
+    p.add_argument("--local", type=int, metavar="N",
+                   help="run N ranks on this machine under torchrun (standalone)")
     p.add_argument("--rank", type=int, default=None, help="default: $RANK")
     p.add_argument("--world-size", type=int, default=None, help="default: $WORLD_SIZE")
     p.add_argument("--master-addr", default=None, help="default: $MASTER_ADDR")
