@@ -3,7 +3,8 @@
     python -c "from bench.report.summary import summarize; print(summarize(['results/100mbps']))"
 
 Definitions (docs/results-schema.md, "Summary"):
-- measured steps: train steps after the warm-up epochs (`warmup` false).
+- measured steps: train steps the worker did not flag as warm-up steps (`warmup`
+  false: no compressor of the rank was in its warm-up epochs).
 - step wall time: the slowest rank's `step_time_s` of that step (the
   pipeline finishes a step when its last rank does); `step_time_s` is the
   median over measured steps, `step_time_spread_s` the interquartile range.
