@@ -143,7 +143,7 @@ PRESETS: dict[str, ModelConfig] = {
 
 @dataclass(frozen=True)
 class PipelineDefaults:
-    """Pipeline shape a preset was sized for (the runtime may read it as defaults)."""
+    """Pipeline shape a preset was sized for: the defaults of aqsgd.model.measure."""
 
     num_stages: int
     micro_batch_size: int
