@@ -2,7 +2,7 @@
 
     python -m aqsgd.train.config examples/tiny-2stage.yaml     # validate and print resolved
 
-Sections: `model` (aqsgd.model.gpt2.ModelConfig; `preset: tiny` picks a preset and the
+Sections: `model` (aqsgd.model.config.ModelConfig; `preset: tiny` picks a preset and the
 other keys override it), `pipeline`, `forward` and `backward`
 (aqsgd.compress.activation.CompressionConfig), `grad`
 (aqsgd.compress.gradient.GradCompressionConfig),
@@ -27,8 +27,8 @@ import yaml
 
 from aqsgd.compress.activation import CompressionConfig
 from aqsgd.compress.gradient import GradCompressionConfig
-from aqsgd.data.windows import DATASETS
-from aqsgd.model.gpt2 import PRESETS, ModelConfig
+from aqsgd.data.sources import DATASETS
+from aqsgd.model.config import PRESETS, ModelConfig
 from aqsgd.train.schedule import SCHEDULES
 
 __all__ = [
@@ -113,7 +113,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    # aqsgd.data.windows.DATASETS, or "synthetic" (no tokenizer; tests, benchmarks)
+    # aqsgd.data.sources.DATASETS, or "synthetic" (no tokenizer; tests, benchmarks)
     name: str = "pydoc"
     path: str | None = None  # local file or directory for file-backed data sets
     max_samples: int | None = None  # cap on training windows (None: all)

@@ -139,7 +139,7 @@ class Workload:
     preset: str = "tiny"
     stages: int = 2
     replicas: int = 1
-    micro_batch_size: int = 16  # aqsgd.model.gpt2.TINY_PIPELINE: comm-bound at 100 Mbit/s
+    micro_batch_size: int = 16  # aqsgd.model.config.TINY_PIPELINE: comm-bound at 100 Mbit/s
     num_micro_batches: int = 4
     steps: int = 10
     warmup_epochs: int = 1

@@ -46,7 +46,7 @@ def default_shapes(smoke: bool) -> dict[str, tuple[int, int, int]]:
     if smoke:
         return {"smoke": (2, 8, 16)}
     try:
-        from aqsgd.model.gpt2 import PRESETS, TINY_PIPELINE
+        from aqsgd.model.config import PRESETS, TINY_PIPELINE
 
         tiny = PRESETS["tiny"]
         tiny_shape = (TINY_PIPELINE.micro_batch_size, tiny.seq_len, tiny.n_embd)
