@@ -71,6 +71,8 @@ def test_probe_record_round_trips_and_names_a_bad_field():
         _link(4_200.0, None, True)
     with pytest.raises(ValueError, match=r"ProbeRecord.rate_mbit_configured: .* got 0.0"):
         _link(4_200.0, configured=0.0)
+    with pytest.raises(ValueError, match=r"ProbeRecord.rate_mbit_achieved: .* got None"):
+        _link(None)
 
 
 def test_probe_table_columns():

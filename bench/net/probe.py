@@ -97,17 +97,22 @@ class ProbeRecord:
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"ProbeRecord.{name}: expected a host index >= 0, "
                                  f"got {value!r}")
-        if self.rate_mbit_configured is not None and not self.rate_mbit_configured > 0:
+        def number(value) -> bool:
+            return isinstance(value, int | float) and not isinstance(value, bool)
+
+        configured = self.rate_mbit_configured
+        if configured is not None and not (number(configured) and configured > 0):
             raise ValueError(f"ProbeRecord.rate_mbit_configured: expected > 0 or None "
-                             f"(unshaped), got {self.rate_mbit_configured!r}")
+                             f"(unshaped), got {configured!r}")
         for name in ("rate_mbit_achieved", "rate_mbit_first_to_last", "rtt_ms", "rtt_ms_min",
                      "rtt_ms_configured"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"ProbeRecord.{name}: expected >= 0, "
-                                 f"got {getattr(self, name)!r}")
-        if self.rate_mbit_ceiling is not None and not self.rate_mbit_ceiling >= 0:
+            value = getattr(self, name)
+            if not (number(value) and value >= 0):
+                raise ValueError(f"ProbeRecord.{name}: expected a number >= 0, got {value!r}")
+        ceiling = self.rate_mbit_ceiling
+        if ceiling is not None and not (number(ceiling) and ceiling >= 0):
             raise ValueError(f"ProbeRecord.rate_mbit_ceiling: expected >= 0 or None, "
-                             f"got {self.rate_mbit_ceiling!r}")
+                             f"got {ceiling!r}")
         if self.host_limited and (self.rate_mbit_ceiling is None
                                   or self.rate_mbit_configured is None):
             raise ValueError(f"ProbeRecord.host_limited: True needs a configured rate and a "
