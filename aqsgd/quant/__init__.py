@@ -1,7 +1,6 @@
-"""The activation quantizer: public calls, argument checks, dispatch to a backend.
-
-Lives here: the four fused calls and the choice of backend. Imports only torch, and
-Triton lazily (`aqsgd.quant.triton_launch`, only when it dispatches there).
+"""The activation quantizer: QuantConfig, the four fused calls, their argument checks and
+their dispatch to a backend. Imports only torch, and Triton lazily (through
+`aqsgd.quant.triton_launch`, only when a call dispatches there); nothing else of aqsgd.
 
     cfg = QuantConfig(bits=4)                      # per-channel max-abs, reference grid
     packed, scales = quantize_packed(x, cfg)       # x (B, L, D) -> uint8 stream, (D,) fp16
@@ -9,18 +8,18 @@ Triton lazily (`aqsgd.quant.triton_launch`, only when it dispatches there).
     packed, scales = aqsgd_encode(x, m_send, cfg)  # quantizes x - m, m += deQ in place
     aqsgd_decode(packed, scales, m_recv, cfg)      # m_recv == m_send, bit for bit
 
-The contract (docs/ARCHITECTURE.md, "Quantizer") fixes every rounding step, so all
-backends give the same bytes. Each public call checks its arguments, draws the
-stochastic-rounding seed once from the caller's generator (`draw_seed`), then runs one of
-three modules with the same four functions (`quantize_packed(x, cfg, seed)`,
-`dequantize_packed(packed, scales, shape, cfg, dtype)`, `aqsgd_encode(x, m, cfg, seed)`,
-`aqsgd_decode(packed, scales, m, cfg)`):
+The contract (docs/ARCHITECTURE.md, "Quantizer") fixes every rounding step, so every
+backend gives the same bytes. Each public call checks its arguments, draws the
+stochastic-rounding seed once from the caller's generator (`draw_seed`), then runs a
+backend module; all three modules below have the same four functions
+(`quantize_packed(x, cfg, seed)`, `dequantize_packed(packed, scales, shape, cfg, dtype)`,
+`aqsgd_encode(x, m, cfg, seed)`, `aqsgd_decode(packed, scales, m, cfg)`):
 
 - `aqsgd.quant.cpu`: chunked torch, fast on CPU (and what CUDA runs without Triton);
 - `aqsgd.quant.triton_launch` (+ `triton_kernels`): the Triton kernels;
-- `aqsgd.quant.reference`: the contract in plain, readable torch, the one the other two
-  are tested against (and the naive baseline of `python -m bench.micro.kernels`); no
-  backend choice picks it.
+- `aqsgd.quant.reference`: the contract in plain, readable torch, which the other two are
+  tested against and `python -m bench.micro.kernels` times as its naive baseline; no
+  `backend` picks it.
 
 `aqsgd.quant.config` holds QuantConfig, scale_shape, draw_seed and the contract's
 constants; `aqsgd.quant.bitpack` the dense bit packing.

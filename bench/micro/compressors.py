@@ -24,8 +24,9 @@ from pathlib import Path
 
 import torch
 
-from aqsgd.compress.activation import CompressionConfig, make_compressor, message_nbytes
+from aqsgd.compress.activation import CompressionConfig, make_compressor
 from aqsgd.compress.cache import ActivationCache, CacheSpec
+from aqsgd.compress.wire import message_nbytes
 from bench.micro.console import new_table, print_table
 
 __all__ = ["main", "bench_compressor", "bench_cache", "default_shapes"]
