@@ -1,6 +1,6 @@
 """One error for every mistake in a configuration file or value, and its one format.
 
-    field 'link.rate_mbit': expected a number, got '100mbps'
+    field 'link.rate_mbit': expected a number in Mbit/s or null, got '100mbps'
     field 'layout.stages': expected an integer in [1, 64] (pipeline stages), got 0
     field 'workload.stepz': unknown workload field 'stepz' (known: lr, preset, ...)
     missing field 'modes'
@@ -61,7 +61,16 @@ class SpecError(ValueError):
 
 
 def describe(err: SpecError) -> str:
-    """The one format (without the file name, which `specfile.raising` puts in front)."""
+    """The one format, without the file name (which `specfile.raising` puts in front):
+
+        field 'PATH': expected WHAT, got VALUE     a wrong type or value
+        field 'PATH': MESSAGE                      a __post_init__'s own words
+        missing field 'PATH'
+        field 'PATH': unknown SECTION field 'KEY' (known: ...)   ('unknown key' at the top)
+
+    PATH '' (the whole document) reads '(top level)'; a __post_init__ message about the
+    whole document is the message alone.
+    """
     where = err.field or "(top level)"
     if err.kind == "missing":
         return f"missing field '{where}'"
@@ -165,8 +174,8 @@ def expected(hint: Any) -> str:
     if dataclasses.is_dataclass(hint) or dict in (hint, origin):
         return "a mapping"
     if origin is tuple and args and args[-1] is not Ellipsis:
-        kinds = set(args)
-        noun = _PLURALS.get(args[0], "values") if len(kinds) == 1 else "values"
+        kinds = {_bare(a) for a in args}
+        noun = _PLURALS.get(kinds.pop(), "values") if len(kinds) == 1 else "values"
         return f"a list of {len(args)} {noun}"
     if tuple in (hint, origin) or list in (hint, origin):
         return "a list"

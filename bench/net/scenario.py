@@ -74,7 +74,8 @@ class ScenarioError(SpecError):
 
 def _number(name: str, value: Any, lo: float, hi: float, unit: str,
             lo_open: bool = False) -> float:
-    # bool is an int subclass in Python and YAML `yes` parses to True: refuse it.
+    # bool is an int subclass in Python: refuse it (files are type-checked before they get
+    # here; this is for values given in code, e.g. with_link).
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ScenarioError.at(name, f"a number in {unit}", value)
     if not math.isfinite(value) or value > hi or value < lo or (lo_open and value == lo):
@@ -118,7 +119,7 @@ class LinkSpec:
             _integer("queue_packets", self.queue_packets, 1, MAX_QUEUE_PACKETS, "packets")
         if self.queue_bytes is not None:
             _integer("queue_bytes", self.queue_bytes, MIN_QUEUE_BYTES, MAX_QUEUE_BYTES, "bytes")
-        # store numbers as float whatever YAML gave (100 and 100.0 are the same link)
+        # store numbers as float whatever the caller gave (100 and 100.0 are the same link)
         for name in ("delay_ms", "jitter_ms", "loss_pct"):
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.rate_mbit is not None:
