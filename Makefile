@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Style, then import directions (the contracts in pyproject.toml, [tool.importlinter]).
 lint: setup
-	$(VENV)/bin/ruff check aqsgd bench tests
+	$(VENV)/bin/ruff check aqsgd bench specfile tests examples
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # The main job: one scenario, every compression mode, a table and figures.
 bench: setup

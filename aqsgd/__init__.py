@@ -1,8 +1,9 @@
-"""AQ-SGD benchmarking suite: the library.
+"""AQ-SGD benchmarking suite: the library (never imports `bench`).
 
-Importable with no GPU and no Triton: `aqsgd.quant.triton_kernels` (Triton) is imported lazily by
-`aqsgd.quant` only when it dispatches to it. The quantizer's public calls are re-exported
-here; the other modules are imported by name (`from aqsgd.compress import activation`).
+Importable with no GPU and no Triton: `aqsgd.quant` imports its Triton path
+(`aqsgd.quant.triton_launch`) lazily, only when it dispatches to it. The quantizer's public
+calls are re-exported here; the other modules are imported by name
+(`from aqsgd.compress import activation`).
 """
 
 from aqsgd.quant import (

@@ -17,6 +17,8 @@ import statistics
 from pathlib import Path
 
 import yaml
+from rich.console import Console
+from rich.table import Table
 
 from aqsgd.train.worker import run_local
 
@@ -63,6 +65,10 @@ def main() -> None:
         base["pipeline"]["micro_batch_size"] * base["pipeline"]["num_micro_batches"])
     print(f"load average {os.getloadavg()[0]:.1f}; median over steps "
           f"{steps_per_epoch + 1}..{args.steps - 1}")  # fmt: skip
+    table = Table(title="medians per rank; activation bytes sent per step by rank 0")
+    table.add_column("mode", no_wrap=True)
+    for header in ("rank", "step ms", "comm wait %", "compute ms", "compress ms", "act B/step"):
+        table.add_column(header, justify="right")
     for name, fwd in MODES.items():
         cfg = dict(base, forward=fwd)
         cfg["output"] = dict(base["output"], dir=str(args.out / name))
@@ -72,12 +78,12 @@ def main() -> None:
         if run_local(path, 2) != 0:
             raise SystemExit(f"{name}: a worker failed")
         for row in summarize(args.out / name, steps_per_epoch + 1):
-            print(f"{name:11s} rank {row['rank']}: step {row['step_time_s'] * 1e3:7.1f} ms, "
-                  f"comm wait {100 * row['comm_wait_share']:5.1f}%, "
-                  f"compute {row['compute_s'] * 1e3:6.1f} ms, "
-                  f"compress {row['compress_s'] * 1e3:5.1f} ms"
-                  + (f", activation bytes/step {row['act_bytes_per_step']}"
-                     if row["act_bytes_per_step"] else ""))  # fmt: skip
+            table.add_row(
+                name, str(row["rank"]), f"{row['step_time_s'] * 1e3:.1f}",
+                f"{100 * row['comm_wait_share']:.1f}", f"{row['compute_s'] * 1e3:.1f}",
+                f"{row['compress_s'] * 1e3:.1f}", str(row["act_bytes_per_step"] or ""),
+            )  # fmt: skip
+    Console().print(table)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""bench.micro.kernels --smoke: the benchmark runs, its table is sane, the naive baseline is
-a real quantizer (its codes agree with aqsgd.quant's except at rounding ties)."""
+"""bench.micro.kernels --smoke: the benchmark runs, its table is sane, and its naive
+baseline is aqsgd.quant.reference: a real quantizer, whose bytes are aqsgd.quant's."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from aqsgd import quant
+from aqsgd.quant import bitpack, reference
 from bench.micro import kernels
 
 
@@ -32,18 +33,21 @@ def test_smoke_table_has_positive_numbers(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])
-def test_naive_baseline_is_a_quantizer_of_the_same_kind(bits):
+def test_naive_baseline_is_the_reference_quantizer(bits):
     x = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(bits))
     cfg = quant.QuantConfig(bits=bits)
-    packed, scales = kernels.naive_quantize_pack(x, bits)
+    quantize, _ = kernels._op_calls("quantize+pack", "naive", x, cfg)  # what the bench times
+    packed, scales = quantize()
     want_packed, want_scales = quant.quantize_packed(x, cfg)
-    naive_codes = kernels.naive_unpack(packed, bits, x.numel())
-    codes = quant.unpack(want_packed, bits, x.numel())
-    # the naive scale lacks the 1 + 2**-10 margin and divides instead of multiplying by
-    # an inverse; codes may differ by one level on a few elements
+    naive_codes = reference.unpack(packed, bits, x.numel())
+    codes = bitpack.unpack(want_packed, bits, x.numel())
+    # the baseline is a quantizer of the same kind: codes within one level, mostly equal ...
     assert (naive_codes.int() - codes.int()).abs().max() <= 1
     assert (naive_codes != codes).float().mean() < 0.2
-    y = kernels.naive_unpack_dequantize(packed, scales, x.shape, bits)
+    # ... and, being the contract's reference, the very same bytes
+    assert torch.equal(packed, want_packed) and torch.equal(scales, want_scales)
+    dequantize, _ = kernels._op_calls("unpack+dequantize", "naive", x, cfg)
+    y = dequantize()
     step = scales.float() / 2 ** (bits - 1)
-    # clipped top level, and the fp16 scale may round below max |x|: about one step
+    # the reference grid clips values above its top level (Q - 1) * step: about one step
     assert ((y - x).abs() <= 1.1 * step).all()

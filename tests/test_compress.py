@@ -6,11 +6,8 @@ import pytest
 import torch
 
 from aqsgd import quant
-from aqsgd.compress.activation import (
-    CompressionConfig,
-    make_compressor,
-    message_nbytes,
-)
+from aqsgd.compress.activation import CompressionConfig, make_compressor
+from aqsgd.compress.wire import message_nbytes
 
 L, D = 6, 16  # one sample's activation (L, D); small so that every case runs in ms
 
@@ -118,7 +115,7 @@ def test_evaluation_messages_are_raw_and_leave_the_cache_alone():
 
 
 def _closed_form_nbytes(cfg, b, n_raw):
-    """Bytes of one message from the formulas in the compress.py docstring."""
+    """Bytes of one message from the wire format in aqsgd.compress.activation's docstring."""
     header = 8 * (3 + b)
     itemsize = {"fp32": 4, "fp16": 2, "bf16": 2}[cfg.dtype]
     raw = n_raw * L * D * itemsize
@@ -150,7 +147,7 @@ def test_message_sizes_match_the_closed_form_for_every_bit_width(mode, granulari
 
 
 def test_paper_message_size_example():
-    # REFERENCE.md: GPT2-XL micro-batch 1 x 1024 x 1600 at 4 bits is 819200 bytes + 1600 scales.
+    # the paper's GPT2-XL micro-batch 1 x 1024 x 1600 at 4 bits: 819200 bytes + 1600 scales.
     cfg = CompressionConfig(mode="directq", bits=4, warmup_epochs=0)
     spec = make_compressor(cfg, "recv", (1024, 1600), 1).wire_spec((1, 1024, 1600), [0])
     sizes = [math.prod(s) * d.itemsize for s, d in spec]

@@ -14,6 +14,9 @@ import pytest
 import torch
 from transformers import GPT2Tokenizer
 
+from aqsgd.data.hfcache import hf_cache_dirs, resolve_text_source
+from aqsgd.data.sampler import Sampler
+from aqsgd.data.sources import pydoc_documents, read_documents
 from aqsgd.data.tokenizer import (
     EOS_TOKEN,
     bpe_tokenizer,
@@ -21,19 +24,8 @@ from aqsgd.data.tokenizer import (
     gpt2_tokenizer,
     tokenizer_for,
 )
-from aqsgd.data.windows import (
-    EVAL_STRIDE,
-    Sampler,
-    _stream,
-    batch_ids,
-    build_dataset,
-    hf_cache_dirs,
-    load_windows,
-    pydoc_documents,
-    read_documents,
-    resolve_text_source,
-)
-from aqsgd.model.gpt2 import PRESETS
+from aqsgd.data.windows import EVAL_STRIDE, _stream, build_dataset, load_windows
+from aqsgd.model.config import PRESETS
 from aqsgd.train.config import config_from_dict
 
 VOCAB = 300  # small BPE: trains in well under a second
@@ -183,11 +175,12 @@ def test_single_file_split_and_unsupported_formats(tmp_path, tok):
 
 def test_load_windows_for_a_run(cache_dir):
     model = PRESETS["tiny"].replace(vocab_size=VOCAB)
-    data = SimpleNamespace(name="pydoc", path=None, max_samples=50, eval_samples=7)
-    train, ev = load_windows(data, model, seed=3, cache_dir=cache_dir)
+    data = SimpleNamespace(name="pydoc", path=None, max_samples=50, eval_samples=7,
+                           text_field="text")  # fmt: skip
+    train, ev = load_windows(data, model, cache_dir=cache_dir)
     assert train.shape == (50, model.seq_len) and ev.shape == (7, model.seq_len)
-    again, _ = load_windows(data, model, seed=4, cache_dir=cache_dir)
-    assert torch.equal(train, again)  # the seed does not move sample ids
+    again, _ = load_windows(data, model, cache_dir=cache_dir)
+    assert torch.equal(train, again)  # no seed: a rebuild keeps every sample id
 
 
 def test_sampler_epochs_cover_every_sample_once():
@@ -198,12 +191,9 @@ def test_sampler_epochs_cover_every_sample_once():
         ids = torch.cat([s.step_ids(t, r).flatten() for t in steps for r in range(2)])
         assert len(set(ids.tolist())) == 48 and ids.max() < 50
     assert not torch.equal(s.step_ids(0), s.step_ids(4))  # reshuffled per epoch
-    assert torch.equal(s.micro_batch_ids(5, 1, replica=1), s.step_ids(5, 1)[1])
-    assert torch.equal(
-        batch_ids(1, 1, 7, num_samples=50, micro_batch_size=3, num_micro_batches=2,
-                  micro_batch=1, replica=1, num_replicas=2),
-        s.micro_batch_ids(5, 1, replica=1),
-    )  # fmt: skip
+    # Global step 5 is step 1 of epoch 1; its ids are laid out (micro-batch, sample).
+    assert (s.epoch_of(3), s.epoch_of(4), s.epoch_of(5)) == (0, 1, 1)
+    assert s.step_ids(5, 1).shape == (2, 3)
     with pytest.raises(ValueError, match="fewer than the 12 samples of one step"):
         Sampler(num_samples=11, micro_batch_size=3, num_micro_batches=2, seed=0, num_replicas=2)
     with pytest.raises(ValueError, match=r"replica must be in \[0, 2\), got 2"):
@@ -212,7 +202,7 @@ def test_sampler_epochs_cover_every_sample_once():
 
 _RANK_SCRIPT = """
 import sys, json
-from aqsgd.data.windows import Sampler
+from aqsgd.data.sampler import Sampler
 s = Sampler(num_samples=1000, micro_batch_size=4, num_micro_batches=3, seed=11, num_replicas=2)
 print(json.dumps([s.step_ids(t, r).tolist() for t in (0, 1, 83, 84, 500) for r in (0, 1)]))
 """
@@ -307,18 +297,17 @@ def test_wikitext_parquet_in_hub_cache_through_load_windows(tmp_path, monkeypatc
     }
     run = config_from_dict(sections)
     data, model = run.data, run.model
-    train, ev = load_windows(data, model, seed=0, tokenizer=tok)
+    train, ev = load_windows(data, model, tokenizer=tok)
     # The rows are the lines of one document per split; "" rows are blank lines.
     text = "".join(row or "\n" for row in WIKI_ROWS["train"])
     stream = tok.encode(text) + [tok.eos_id]
     assert train.shape == (len(stream) // 16, 16)
     assert train.flatten().tolist() == stream[: train.numel()]
     assert tok.decode(ev[0].tolist()).startswith("\n = Tower Building")  # validation
-    # Stable sample ids: another seed, an explicit id, a cap keep row i the same.
-    # (DataConfig has no text_field yet; load_windows reads it when a config has one.)
+    # Stable sample ids: an explicit id and a cap keep row i the same.
     capped = SimpleNamespace(name="wikitext", path="Salesforce/wikitext/wikitext-2-raw-v1",
                              max_samples=7, eval_samples=5, text_field="text")  # fmt: skip
-    train7, ev2 = load_windows(capped, model, seed=9, tokenizer=tok)
+    train7, ev2 = load_windows(capped, model, tokenizer=tok)
     assert torch.equal(train7, train[:7]) and torch.equal(ev2, ev)
     test = build_dataset("wikitext", seq_len=16, tokenizer=tok, split="test",
                          path=snapshot / "wikitext-2-raw-v1")  # fmt: skip

@@ -7,6 +7,7 @@ import pytest
 
 from bench.net.probe import (
     LinkProbeError,
+    ProbeRecord,
     check_links,
     format_table,
     host_limited_warning,
@@ -32,9 +33,10 @@ def test_rate_verdict(configured, achieved, ceiling, verdict):
 
 
 def _link(achieved, ceiling=None, host_limited=False, configured=10_000.0):
-    return {"src": 0, "dst": 1, "rate_mbit_configured": configured,
-            "rate_mbit_achieved": achieved, "rate_mbit_ceiling": ceiling,
-            "host_limited": host_limited, "rtt_ms": 0.05, "rtt_ms_configured": 0.0}
+    return ProbeRecord(src=0, dst=1, rate_mbit_configured=configured,
+                       rate_mbit_achieved=achieved, rate_mbit_first_to_last=achieved,
+                       rate_mbit_ceiling=ceiling, host_limited=host_limited, rtt_ms=0.05,
+                       rtt_ms_min=0.04, rtt_ms_configured=0.0, probe_bytes=1 << 20)
 
 
 def test_check_links_passes_host_limited_and_stops_a_shaping_bug():
@@ -58,3 +60,25 @@ def test_host_limited_links_are_flagged_in_table_and_warning():
     assert warning.startswith("WARNING: HOST-LIMITED")
     assert "10000 Mbit/s configured, 4200.0 achieved, host ceiling 5000.0" in warning
     assert host_limited_warning([_link(9_900.0)]) is None
+
+
+def test_probe_record_round_trips_and_names_a_bad_field():
+    r = _link(4_200.0, 5_000.0, True)
+    assert ProbeRecord.from_dict(r.to_dict()) == r
+    with pytest.raises(ValueError, match=r"ProbeRecord.rate_mbit_achieved: .* got -1.0"):
+        _link(-1.0)
+    with pytest.raises(ValueError, match=r"ProbeRecord.host_limited: .*rate_mbit_ceiling=None"):
+        _link(4_200.0, None, True)
+    with pytest.raises(ValueError, match=r"ProbeRecord.rate_mbit_configured: .* got 0.0"):
+        _link(4_200.0, configured=0.0)
+    with pytest.raises(ValueError, match=r"ProbeRecord.rate_mbit_achieved: .* got None"):
+        _link(None)
+
+
+def test_probe_table_columns():
+    table = format_table([_link(4_200.0, 5_000.0, True), _link(9_900.0, configured=None)])
+    assert table.splitlines()[0].split() == ["link", "configured", "achieved", "ratio",
+                                             "ceiling", "RTT", "cfg", "RTT"]
+    assert table.splitlines()[1].split()[:6] == ["0", "->", "1", "10000.0", "4200.0", "0.420"]
+    assert table.splitlines()[2].split()[3:7] == ["unshaped", "9900.0", "-", "-"]
+    assert "Mbit/s" in table.splitlines()[-1]

@@ -7,11 +7,11 @@ compiled is a per-process choice that Triton makes when it is imported (its own
 library is @jit code, some of it imported lazily at the first launch), so this
 module sets TRITON_INTERPRET=1 before anything imports triton, and it stays set
 for the pytest process (and the processes it starts). GPU checks of the compiled
-kernels run in their own process: bench/gpu_check.py. Two references: a small
-oracle in this file written from the contract in docs/ARCHITECTURE.md (plain
-torch, unpacked codes, numpy bit packing), and `aqsgd.quant` with
-backend="torch". The kernels must match both to the bit, except l2 scales, which
-may differ by one fp16 ulp (the fp32 sum order differs), as documented.
+kernels run in their own process: `python -m bench.micro.gpu_check`. Two references:
+`aqsgd.quant.reference`, the contract of docs/ARCHITECTURE.md in plain torch
+(unpacked codes, one bit at a time), and `aqsgd.quant` with backend="torch". The
+kernels must match both to the bit, except l2 scales, which may differ by one fp16
+ulp (the fp32 sum order differs), as documented.
 """
 
 import os
@@ -26,7 +26,6 @@ import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -38,110 +37,20 @@ else:
     pytest.importorskip("triton")
 
 from aqsgd import quant  # noqa: E402
-from aqsgd.quant import triton_kernels as kernels  # noqa: E402
-from bench.micro import gpu_check  # noqa: E402
+from aqsgd.quant import reference  # noqa: E402
+from aqsgd.quant import triton_launch as kernels  # noqa: E402
+from bench.micro import gpu_check, triton_checks  # noqa: E402
 
 if not kernels._interpreted():
     raise RuntimeError("aqsgd.quant.triton_kernels was built compiled (triton imported before "
-                       "this module "
-                       "set TRITON_INTERPRET=1): run tests/test_kernels_triton.py in its own "
-                       "pytest process, or set TRITON_INTERPRET=1")  # fmt: skip
+                       "this module set TRITON_INTERPRET=1): run tests/test_kernels_triton.py "
+                       "in its own pytest process, or set TRITON_INTERPRET=1")  # fmt: skip
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def make_cfg(**kw):
     return quant.QuantConfig(**kw)
-
-
-# ---------------------------------------------------------------------------
-# Oracle, from the contract (unpacked codes, one op at a time)
-# ---------------------------------------------------------------------------
-
-
-def oracle_span(shape, cfg):
-    return cfg.group_size if cfg.granularity == "group" else shape[-1]
-
-
-def oracle_scales(v: torch.Tensor, cfg) -> torch.Tensor:
-    """v fp32 -> fp16 scales of the contract's shape."""
-    d = v.shape[-1]
-    if cfg.granularity == "channel":
-        rows = v.reshape(-1, d)
-        dim = 0
-    else:
-        rows = v.reshape(-1, oracle_span(v.shape, cfg))
-        dim = 1
-    if cfg.scale_method == "maxabs":
-        stat = rows.abs().amax(dim=dim)
-    else:
-        stat = 2.0 * torch.sqrt((rows * rows).mean(dim=dim))
-    s16 = torch.clamp(stat * (1.0 + 2.0**-10), max=65504.0).to(torch.float16)
-    if cfg.granularity == "token":
-        return s16.reshape(v.shape[:-1])
-    return s16
-
-
-def oracle_expand(s16: torch.Tensor, n: int, span: int, cfg) -> torch.Tensor:
-    """Per-element fp32 scale, by the contract's scale index."""
-    i = torch.arange(n)
-    sidx = i % span if cfg.granularity == "channel" else i // span
-    return s16.reshape(-1).float()[sidx]
-
-
-def oracle_uniform(n: int, seed: int) -> torch.Tensor:
-    mix = (seed * 0x9E3779B9) % 2**32
-    h = (torch.arange(n, dtype=torch.int64) & 0xFFFFFFFF) ^ mix
-    mask = 0xFFFFFFFF
-    h = h ^ (h >> 16)
-    h = (h * 0x7FEB352D) & mask
-    h = h ^ (h >> 15)
-    h = (h * 0x846CA68B) & mask
-    h = h ^ (h >> 16)
-    return (h >> 8).to(torch.float32) * 2.0**-24
-
-
-def oracle_codes(v: torch.Tensor, s16: torch.Tensor, cfg, seed: int) -> torch.Tensor:
-    """v fp32 (any shape), scales fp16 -> flat int64 codes."""
-    flat = v.reshape(-1)
-    s = oracle_expand(s16, flat.numel(), oracle_span(v.shape, cfg), cfg)
-    if cfg.grid == "reference":
-        q = 2 ** (cfg.bits - 1)
-        top = torch.tensor(float(q), dtype=torch.float32)
-        inv = torch.where(s == 0, 0.0, top / torch.where(s == 0, 1.0, s))
-        t = flat * inv
-        lo, hi, offset = -q, q - 1, q
-    else:
-        levels = 2**cfg.bits - 1
-        half = torch.tensor(levels / 2, dtype=torch.float32)
-        inv = torch.where(s == 0, 0.0, half / torch.where(s == 0, 1.0, s))
-        t = flat * inv + half
-        lo, hi, offset = 0, levels, 0
-    u = oracle_uniform(flat.numel(), seed) if cfg.rounding == "stochastic" else 0.5
-    r = torch.floor(t + u)
-    return torch.clamp(r, lo, hi).to(torch.int64) + offset
-
-
-def oracle_values(codes: torch.Tensor, s16: torch.Tensor, shape, cfg) -> torch.Tensor:
-    s = oracle_expand(s16, codes.numel(), oracle_span(shape, cfg), cfg)
-    if cfg.grid == "reference":
-        q = 2 ** (cfg.bits - 1)
-        return ((codes - q).to(torch.float32) * (s / q)).reshape(shape)
-    half = (2**cfg.bits - 1) / 2
-    return ((codes.to(torch.float32) - half) * (s / half)).reshape(shape)
-
-
-def oracle_pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """Dense little-endian bit stream via numpy's bit unpacking (an independent route)."""
-    c = codes.to(torch.uint8).numpy()
-    stream = np.unpackbits(c[:, None], axis=1, bitorder="little")[:, :bits].reshape(-1)
-    return torch.from_numpy(np.packbits(stream, bitorder="little").copy())
-
-
-def oracle_quantize_packed(x, cfg, seed=0):
-    v = x.float()
-    s16 = oracle_scales(v, cfg)
-    return oracle_pack(oracle_codes(v, s16, cfg, seed), cfg.bits), s16
 
 
 # ---------------------------------------------------------------------------
@@ -203,20 +112,20 @@ QUANT_CASES = [
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("shape,dtype,fields", QUANT_CASES,
                          ids=[f"{s}-{str(d)[6:]}-{f}" for s, d, f in QUANT_CASES])
-def test_quantize_dequantize_match_oracle(shape, dtype, fields):
+def test_quantize_dequantize_match_reference(shape, dtype, fields):
     cfg = make_cfg(**fields)
     x = sample(shape, dtype, seed=sum(shape) + cfg.bits)
     seed = 1234567 + cfg.bits
     packed, scales = kernels.quantize_packed(x, cfg, seed)
-    want_packed, want_scales = oracle_quantize_packed(x, cfg, seed)
+    want_packed, want_scales = reference.quantize_packed(x, cfg, seed)
     assert_same_bits(scales, want_scales, "scales")
     assert packed.numel() == math.ceil(x.numel() * cfg.bits / 8)
     assert_same_bits(packed, want_packed, "packed codes")
 
     out_dtype = torch.float32 if dtype == torch.float32 else dtype
     got = kernels.dequantize_packed(packed, scales, x.shape, cfg, out_dtype)
-    codes = oracle_codes(x.float(), want_scales, cfg, seed)
-    want = oracle_values(codes, want_scales, x.shape, cfg).to(out_dtype)
+    codes = reference.quantize(x, want_scales, cfg, seed)
+    want = reference.dequantize(codes, want_scales, cfg, out_dtype)
     assert_same_bits(got, want, "dequantized values")
 
 
@@ -224,14 +133,14 @@ def test_quantize_dequantize_match_oracle(shape, dtype, fields):
 @pytest.mark.parametrize("granularity", ["channel", "token", "group"])
 def test_l2_scales_within_one_ulp(granularity):
     # l2 = 2 * RMS: sum order differs between kernel and torch -> at most 1 fp16 ulp;
-    # codes must then be exactly the oracle's codes for the kernel's own scales.
+    # codes must then be exactly the reference's codes for the kernel's own scales.
     cfg = make_cfg(bits=4, granularity=granularity, group_size=100, scale_method="l2")
     x = sample((2, 129, 1600), torch.float32, seed=7)
     packed, scales = kernels.quantize_packed(x, cfg)
-    want_scales = oracle_scales(x, cfg)
+    want_scales = reference.compute_scales(x, cfg)
     assert fp16_ulps(scales, want_scales) <= 1
-    codes = oracle_codes(x, scales, cfg, 0)
-    assert_same_bits(packed, oracle_pack(codes, cfg.bits), "codes under the kernel's scales")
+    codes = reference.quantize(x, scales, cfg, 0)
+    assert_same_bits(packed, reference.pack(codes, cfg.bits), "codes under the kernel's scales")
 
 
 @pytest.mark.timeout(60)
@@ -248,7 +157,7 @@ def test_edge_values():
         if cfg.granularity == "token":
             y[1, 2, :] = 0.0
         packed, scales = kernels.quantize_packed(y, cfg)
-        want_packed, want_scales = oracle_quantize_packed(y, cfg)
+        want_packed, want_scales = reference.quantize_packed(y, cfg)
         assert_same_bits(scales, want_scales, f"scales {fields}")
         assert_same_bits(packed, want_packed, f"packed {fields}")
         out = kernels.dequantize_packed(packed, scales, y.shape, cfg)
@@ -275,9 +184,9 @@ def test_two_pass_paths_match_one_pass():
             assert_same_bits(got[1], one[1], f"{granularity} {what} scales")
             assert_same_bits(m_got, m_one, f"{granularity} {what} cache")
         m_ref = m0.clone()
-        want = oracle_encode(x, m_ref, cfg, 99)
-        assert_same_bits(two[0], want[0], f"{granularity} packed vs oracle")
-        assert_same_bits(m_two, m_ref, f"{granularity} cache vs oracle")
+        want = reference.aqsgd_encode(x, m_ref, cfg, 99)
+        assert_same_bits(two[0], want[0], f"{granularity} packed vs reference")
+        assert_same_bits(m_two, m_ref, f"{granularity} cache vs reference")
         recv = m0.clone()
         kernels._decode_into(two[0], two[1], recv, cfg, accumulate=True, tiles=small)
         assert_same_bits(recv, m_ref, f"{granularity} receiver cache, flat decode")
@@ -286,14 +195,6 @@ def test_two_pass_paths_match_one_pass():
 # ---------------------------------------------------------------------------
 # Fused AQ-SGD encode / decode
 # ---------------------------------------------------------------------------
-
-
-def oracle_encode(x, m, cfg, seed):
-    v = x.float() - m.float()
-    s16 = oracle_scales(v, cfg)
-    codes = oracle_codes(v, s16, cfg, seed)
-    m.copy_((m.float() + oracle_values(codes, s16, x.shape, cfg)).to(m.dtype))
-    return oracle_pack(codes, cfg.bits), s16
 
 
 ENCODE_CASES = [
@@ -315,17 +216,17 @@ def test_fused_steps_keep_caches_identical(shape, x_dtype, m_dtype, fields):
     cfg = make_cfg(**fields)
     m_send = torch.zeros(shape, dtype=m_dtype)
     m_recv = torch.zeros(shape, dtype=m_dtype)
-    m_oracle = torch.zeros(shape, dtype=m_dtype)
+    m_ref = torch.zeros(shape, dtype=m_dtype)
     base = sample(shape, torch.float32, seed=5)
     g = torch.Generator().manual_seed(0)
     for step in range(3):
         x = (base + 0.05 * step * torch.randn(shape, generator=g)).to(x_dtype)
         seed = 1000 + step
         packed, scales = kernels.aqsgd_encode(x, m_send, cfg, seed)
-        want_packed, want_scales = oracle_encode(x, m_oracle, cfg, seed)
+        want_packed, want_scales = reference.aqsgd_encode(x, m_ref, cfg, seed)
         assert_same_bits(scales, want_scales, f"step {step} scales")
         assert_same_bits(packed, want_packed, f"step {step} packed")
-        assert_same_bits(m_send, m_oracle, f"step {step} sender cache")
+        assert_same_bits(m_send, m_ref, f"step {step} sender cache")
         out = kernels.aqsgd_decode(packed, scales, m_recv, cfg)
         assert out is m_recv
         assert_same_bits(m_recv, m_send, f"step {step} receiver cache")
@@ -351,7 +252,7 @@ def test_non_contiguous_cache_is_updated_in_place():
     m_t = torch.zeros(48, 37, 3).permute(2, 1, 0)  # (3, 37, 48), not contiguous
     m_ref = torch.zeros(3, 37, 48)
     packed, scales = kernels.aqsgd_encode(x, m_t, cfg)
-    want = oracle_encode(x, m_ref, cfg, 0)
+    want = reference.aqsgd_encode(x, m_ref, cfg, 0)
     assert_same_bits(packed, want[0], "packed")
     assert_same_bits(m_t.contiguous(), m_ref, "non-contiguous sender cache")
     r_t = torch.zeros(48, 37, 3).permute(2, 1, 0)
@@ -360,17 +261,17 @@ def test_non_contiguous_cache_is_updated_in_place():
 
 
 # ---------------------------------------------------------------------------
-# Against aqsgd.quant's torch path, through quant's dispatch (bench/gpu_check.py's checks)
+# Against aqsgd.quant's torch path, through quant's dispatch (bench.micro.gpu_check's checks)
 # ---------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("case", gpu_check.CPU_CASES, ids=lambda c: c.label)
+@pytest.mark.parametrize("case", triton_checks.CPU_CASES, ids=lambda c: c.label)
 def test_gpu_check_cases_match_torch_backend(case):
     # quantize, dequantize (two dtypes) and three encode/decode steps, backend="triton"
     # against backend="torch", the same generator seeds on both: every byte equal
     # (l2 scales: at most one fp16 ulp).
-    res = gpu_check.check_case(case, torch.device("cpu"))
+    res = triton_checks.check_case(case, torch.device("cpu"))
     assert res["ok"], res
 
 
@@ -413,9 +314,9 @@ def test_ptx_audit_for_sm90(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = json.loads((tmp_path / "gpu_check.json").read_text())["ptx_audit"]
     names = {r["kernel"] for r in records}
-    assert names == {"_encode_rows_kernel", "_encode_flat_kernel", "_decode_flat_kernel",
-                     "_decode_rows_kernel",
-                     "_row_scales_kernel", "_col_partial_kernel", "_col_finalize_kernel"}
+    assert names == {"encode_rows_kernel", "encode_flat_kernel", "decode_flat_kernel",
+                     "decode_rows_kernel",
+                     "row_scales_kernel", "col_partial_kernel", "col_finalize_kernel"}
     assert all(r["ok"] for r in records), [r for r in records if not r["ok"]]
 
 

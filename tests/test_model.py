@@ -4,21 +4,10 @@ import pytest
 import torch
 from transformers import GPT2LMHeadModel
 
-from aqsgd.model.gpt2 import (
-    PRESETS,
-    TINY_PIPELINE,
-    GPT2Stage,
-    ModelConfig,
-    build_full_model,
-    build_stage,
-    comm_to_compute_ratio,
-    init_stage,
-    layer_split,
-    lm_loss,
-    load_pretrained_state,
-    main,
-    measure_stages,
-)
+from aqsgd.model.config import PRESETS, TINY_PIPELINE, ModelConfig, layer_split
+from aqsgd.model.gpt2 import GPT2Stage, build_full_model, build_stage, init_stage, lm_loss
+from aqsgd.model.measure import comm_to_compute_ratio, main, measure_stages
+from aqsgd.model.weights import load_pretrained_state
 
 # 4 layers so that 1..4 stages all have a block; dropout off for exact comparisons.
 SMALL = ModelConfig(n_layer=4, n_embd=32, n_head=2, vocab_size=97, seq_len=16, dropout=0.0)
@@ -226,7 +215,7 @@ def test_measure_reports_every_stage(capsys):
     assert rows[0].boundary_bytes == 2 * PRESETS["tiny"].seq_len * PRESETS["tiny"].n_embd * 4
     assert rows[0].comm_ms > 0 and rows[1].comm_ms == 0
     assert all(r.compute_ms > 0 for r in rows)
-    main(["--measure", "tiny", "--micro-batch-size", "2", "--repeats", "2"])
+    main(["--preset", "tiny", "--micro-batch-size", "2", "--repeats", "2"])
     assert "comm / slowest compute" in capsys.readouterr().out
     assert comm_to_compute_ratio(rows) == rows[0].comm_ms / max(r.compute_ms for r in rows)
     assert TINY_PIPELINE.num_stages == 2

@@ -5,6 +5,7 @@ Needs root and `ip netns`. Where those are missing the tests skip, except in CI
 (env CI set), where they fail: CI runs as root.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench.launch.netns import NetnsLauncher
-from bench.net.probe import LinkProbeError, check_links
+from bench.net.probe import LinkProbeError, check_links, format_table
 from bench.net.scenario import load_scenario, parse_scenario, with_link
 
 pytestmark = pytest.mark.netns
@@ -94,7 +95,7 @@ def test_probe_payload_rate_within_5pct(tmp_path, rate_mbit):
         # 2 s: at 10 Mbit/s on a loaded machine a 1 s transfer varies by about +-3%
         (r,) = hosts.probe(links=[(0, 1)], tolerance=0.05, duration_s=2.0)
         assert hosts.record()["shaping"]["rate"] == "htb qdisc (kernel)"
-    assert abs(r["rate_mbit_achieved"] / rate_mbit - 1) <= 0.05, r
+    assert abs(r.rate_mbit_achieved / rate_mbit - 1) <= 0.05, r
 
 
 @pytest.mark.timeout(90)
@@ -107,19 +108,20 @@ def test_delay_line_adds_10ms_each_way(tmp_path):
         assert rec["shaping"]["delay"].startswith("netem")
     else:
         assert rec["shaping"]["delay"].startswith("userspace TUN delay line")
-    assert abs(r["rtt_ms"] / 2 - 10.0) <= 2.0, r
+    assert abs(r.rtt_ms / 2 - 10.0) <= 2.0, r
 
 
 @pytest.mark.timeout(60)
 def test_literal_tc_rate_misses_payload_rate_and_probe_stops_it(tmp_path):
     # tc configured literally delivers ~1448/1514 = 0.956 of the rate as TCP payload
-    # (DESIGN.md); held to the scenario's rate, the probe must refuse that link.
+    # (bench.net.tc.payload_factor); held to the scenario's rate, the probe must refuse
+    # that link.
     scenario = with_link(load_scenario("100mbps"), rate_mbit=20)
     with NetnsLauncher(scenario, 2, state_dir=tmp_path, payload_correction=False) as hosts:
         (r,) = hosts.probe(links=[(0, 1)], check=False, duration_s=0.7)
-    assert 0.90 < r["rate_mbit_achieved"] / 20 < 0.975, r
+    assert 0.90 < r.rate_mbit_achieved / 20 < 0.975, r
     with pytest.raises(LinkProbeError, match=r"host 0 -> 1: .* achieved, 20 Mbit/s"):
-        check_links([dict(r, rate_mbit_configured=20.0)], tolerance=0.025)
+        check_links([dataclasses.replace(r, rate_mbit_configured=20.0)], tolerance=0.025)
 
 
 UDP_RECEIVE = """
@@ -185,7 +187,7 @@ def test_downlink_cap_and_asymmetric_link(tmp_path, delay_ms):
         rec = hosts.record()
         devices = subprocess.run(["ip", "-n", hosts.netns(1), "-o", "link"],
                                  capture_output=True, text=True).stdout
-    assert [r["rate_mbit_configured"] for r in results] == [20, 30]
+    assert [r.rate_mbit_configured for r in results] == [20, 30]
     assert (hosts.names.ifb(1) in devices) == (delay_ms > 0), devices
     assert rec["data_plane"] == ("TUN via delay line" if delay_ms else "veth + bridge")
 
@@ -314,7 +316,7 @@ def test_name_clash_never_adopts_another_runs_namespace(tmp_path, monkeypatch):
     import bench.launch.netns as netns_module
 
     prefixes = iter(["aqclsh0", "aqclsh1"])
-    monkeypatch.setattr(netns_module, "_new_prefix", lambda run_id: next(prefixes))
+    monkeypatch.setattr(netns_module, "new_prefix", lambda run_id: next(prefixes))
     subprocess.run(["ip", "netns", "add", "aqclsh0-sw"], check=True)  # "another run"
     try:
         with NetnsLauncher(load_scenario("loopback"), 2, state_dir=tmp_path) as hosts:
@@ -331,8 +333,8 @@ def test_dead_delay_line_is_reported(tmp_path):
     with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
         if hosts.record()["capabilities"]["netem"]:
             return  # netem host: no delay line to lose
-        os.killpg(hosts._delay_line.pid, signal.SIGKILL)
-        hosts._delay_line.wait(timeout=10)
+        os.killpg(hosts.delay_line.pid, signal.SIGKILL)
+        hosts.delay_line.wait(timeout=10)
         with pytest.raises(RuntimeError, match="delay line exited"):
             hosts.probe(links=[(0, 1)])
     assert _leftovers(hosts.names.prefix) == []
@@ -354,11 +356,11 @@ def test_link_above_the_host_is_recorded_host_limited_and_runs(tmp_path):
         (r,) = hosts.probe(links=[(0, 1)], check=True, duration_s=0.5)
         after = _htb_rates(hosts, 0)
         rec = hosts.record()
-    assert r["host_limited"] is True, r
-    assert r["rate_mbit_ceiling"] < 0.9 * 40_000 and r["rate_mbit_achieved"] < 0.9 * 40_000
+    assert r.host_limited is True, r
+    assert r.rate_mbit_ceiling < 0.9 * 40_000 and r.rate_mbit_achieved < 0.9 * 40_000
     assert rec["probe"][0]["host_limited"] is True
     assert after == before  # the limits are put back after measuring the ceiling
-    assert "HOST-LIMITED" in hosts.probe_table()
+    assert "HOST-LIMITED" in format_table([r])
 
 
 @pytest.mark.timeout(90)
@@ -367,7 +369,8 @@ def test_wrongly_shaped_link_still_stops_the_run(tmp_path):
     # more than 20 Mbit/s with the limit lifted, so the link is not host-limited
     scenario = with_link(load_scenario("100mbps"), rate_mbit=20)
     with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
-        (broken,) = [a for a in hosts.rate_limit_argvs(0, 1, lifted=False) if "1:10" in a]
+        (broken,) = [a for a in hosts.shaping.rate_limit_argvs(0, 1, lifted=False)
+                     if "1:10" in a]
         half = tuple("10000000bit" if v.endswith("bit") else v for v in broken)
         hosts.executor.run(half)
         with pytest.raises(LinkProbeError, match=r"0 -> 1: .* 20 Mbit/s configured \(the host "

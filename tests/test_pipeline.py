@@ -15,7 +15,7 @@ import torch
 import yaml
 from harness_helpers import run_ranks
 
-from aqsgd.data.windows import Sampler
+from aqsgd.data.sampler import Sampler
 from aqsgd.model.gpt2 import init_stage, lm_loss
 from aqsgd.train.config import config_from_dict
 from aqsgd.train.metrics import MetricsWriter, StepMeter

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from aqsgd.data.tokenizer import bpe_tokenizer
-from aqsgd.model.gpt2 import PRESETS, ModelConfig, build_full_model, init_stage, lm_loss
+from aqsgd.model.config import PRESETS, ModelConfig
+from aqsgd.model.gpt2 import build_full_model, init_stage, lm_loss
 from aqsgd.model.pretrain import (
     PretrainConfig,
     checkpoint_path,
@@ -75,7 +76,7 @@ def test_large_presets_are_not_pretrained_here(cache_dir):
 
 _RACE_SCRIPT = """
 import sys
-from aqsgd.model.gpt2 import ModelConfig
+from aqsgd.model.config import ModelConfig
 from aqsgd.model.pretrain import PretrainConfig, starting_checkpoint_path
 cfg = ModelConfig(n_layer=2, n_embd=32, n_head=2, vocab_size=300, seq_len=16, dropout=0.0)
 path, built = starting_checkpoint_path(cfg, sys.argv[1], pretrain_cfg=PretrainConfig(

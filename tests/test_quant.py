@@ -1,6 +1,8 @@
-"""aqsgd.quant (torch path) against a plain numpy oracle of the contract in
-docs/ARCHITECTURE.md "Quantizer", plus error bounds, unbiasedness, the AQ-SGD cache
-invariant and argument checking. Budget: about 30 s on a loaded 2-core machine."""
+"""aqsgd.quant (its torch path, aqsgd.quant.cpu) against aqsgd.quant.reference, the
+plain-torch reference of the contract in docs/ARCHITECTURE.md "Quantizer", bit for bit;
+the reference itself against a worked example, pinned hash values and numpy's bit
+packing; plus error bounds, unbiasedness, the AQ-SGD cache invariant and argument
+checking. Budget: about 30 s on a loaded 2-core machine."""
 
 from __future__ import annotations
 
@@ -14,82 +16,12 @@ import pytest
 import torch
 
 from aqsgd import quant
-from aqsgd.quant import QuantConfig
+from aqsgd.quant import QuantConfig, bitpack, cpu, reference
 
 SMALL = (3, 37, 50)  # irregular: numel 5550, last dim not a multiple of 8
 PAPERISH = (2, 129, 1600)
 GROUPS = {SMALL: 111, PAPERISH: 128}  # group sizes that divide numel
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-# ---------------------------------------------------------------------------
-# Oracle: one numpy float32 operation per step of the contract, flat index by flat index
-# ---------------------------------------------------------------------------
-
-
-def group_index(shape, cfg) -> np.ndarray:
-    """Scale index of every element (flat order): channel i % D, token i // D, group i // G."""
-    i = np.arange(int(np.prod(shape)))
-    if cfg.granularity == "channel":
-        return i % shape[-1]
-    return i // (shape[-1] if cfg.granularity == "token" else cfg.group_size)
-
-
-def oracle_scales(v: np.ndarray, shape, cfg) -> np.ndarray:
-    if cfg.granularity == "channel":  # (N, D): statistic down each column
-        groups, axis = v.reshape(-1, shape[-1]), 0
-    else:  # token (R, D) or group (numel / G, G): statistic along each row
-        span = shape[-1] if cfg.granularity == "token" else cfg.group_size
-        groups, axis = v.reshape(-1, span), 1
-    if cfg.scale_method == "maxabs":
-        stat = np.abs(groups).max(axis)
-    else:
-        stat = np.float32(2) * np.sqrt(np.mean(groups * groups, axis, dtype=np.float32))
-    s = np.minimum(stat * np.float32(1 + 2**-10), np.float32(65504))
-    return s.astype(np.float16)
-
-
-def oracle_uniform(n: int, seed: int) -> np.ndarray:
-    h = (np.arange(n, dtype=np.uint64) & 0xFFFFFFFF).astype(np.uint32)
-    h ^= np.uint32((seed * 0x9E3779B9) % 2**32)
-    h ^= h >> np.uint32(16)
-    h *= np.uint32(0x7FEB352D)
-    h ^= h >> np.uint32(15)
-    h *= np.uint32(0x846CA68B)
-    h ^= h >> np.uint32(16)
-    return (h >> np.uint32(8)).astype(np.float32) * np.float32(2**-24)
-
-
-def oracle_center(cfg) -> np.float32:
-    return np.float32((2**cfg.bits - 1) / 2 if cfg.grid == "symmetric" else 2 ** (cfg.bits - 1))
-
-
-def oracle_codes(v: np.ndarray, s16: np.ndarray, shape, cfg, seed: int) -> np.ndarray:
-    s = s16.astype(np.float32).reshape(-1)[group_index(shape, cfg)]
-    c = oracle_center(cfg)
-    with np.errstate(divide="ignore"):
-        inv = np.where(s == 0, np.float32(0), c / s).astype(np.float32)
-    t = v * inv
-    if cfg.grid == "symmetric":
-        t = t + c  # h = L / 2
-    r = np.floor(t + oracle_uniform(v.size, seed)) if cfg.rounding == "stochastic" \
-        else np.floor(t + np.float32(0.5))
-    if cfg.grid == "symmetric":
-        return np.clip(r, 0, 2**cfg.bits - 1).astype(np.uint8)
-    q = 2 ** (cfg.bits - 1)
-    return (np.clip(r, -q, q - 1) + q).astype(np.uint8)
-
-
-def oracle_values(codes: np.ndarray, s16: np.ndarray, shape, cfg) -> np.ndarray:
-    s = s16.astype(np.float32).reshape(-1)[group_index(shape, cfg)]
-    c = oracle_center(cfg)
-    return (codes.astype(np.float32) - c) * (s / c)
-
-
-def oracle_pack(codes: np.ndarray, bits: int) -> np.ndarray:
-    """Code k's bit j is stream bit k * bits + j; stream bit i is bit i % 8 of byte i // 8."""
-    bit = (codes.astype(np.uint32)[:, None] >> np.arange(bits, dtype=np.uint32)) & 1
-    return np.packbits(bit.astype(np.uint8).reshape(-1), bitorder="little")
 
 
 def sample(shape, dtype=torch.float32, seed=0) -> torch.Tensor:
@@ -106,28 +38,68 @@ def seed_of(gen_seed: int) -> int:
         rounding="stochastic"))
 
 
-def check_against_oracle(x: torch.Tensor, cfg: QuantConfig, gen_seed: int = 7) -> None:
+def check_against_reference(x: torch.Tensor, cfg: QuantConfig, gen_seed: int = 7) -> None:
+    """The torch path's scales, packed codes and dequantized values against the reference."""
     shape = tuple(x.shape)
-    v = x.float().numpy().reshape(-1)
     gen = torch.Generator().manual_seed(gen_seed) if cfg.rounding == "stochastic" else None
     seed = seed_of(gen_seed) if gen is not None else 0
     packed, scales = quant.quantize_packed(x, cfg, generator=gen, backend="torch")
-    want_s = oracle_scales(v, shape, cfg)
+    want_s = reference.compute_scales(x, cfg).numpy().reshape(-1)
     got_s = scales.numpy().reshape(-1)
     if cfg.scale_method == "maxabs":
         np.testing.assert_array_equal(got_s.view(np.uint16), want_s.view(np.uint16))
     else:  # summation order is free: one fp16 ulp (ARCHITECTURE.md)
         ulps = np.abs(got_s.view(np.int16).astype(np.int32) - want_s.view(np.int16))
         assert ulps.max() <= 1, f"l2 scales differ by {ulps.max()} fp16 ulps"
-    want_codes = oracle_codes(v, got_s, shape, cfg, seed)
-    codes = quant.quantize(x, scales, cfg, seed).numpy().reshape(-1)
-    mismatch = np.flatnonzero(codes != want_codes)
+    want_codes = reference.quantize(x, scales, cfg, seed)  # under the path's own scales
+    codes = bitpack.unpack(packed, cfg.bits, x.numel()).numpy()
+    mismatch = np.flatnonzero(codes != want_codes.numpy().reshape(-1))
     assert mismatch.size == 0, f"{mismatch.size} codes differ, first at {mismatch[:5]}"
-    np.testing.assert_array_equal(packed.numpy(), oracle_pack(want_codes, cfg.bits))
+    np.testing.assert_array_equal(packed.numpy(), reference.pack(want_codes, cfg.bits).numpy())
     values = quant.dequantize_packed(packed, scales, shape, cfg, backend="torch")
-    want_v = oracle_values(want_codes, got_s, shape, cfg)
-    np.testing.assert_array_equal(values.numpy().reshape(-1).view(np.uint32),
-                                  want_v.view(np.uint32))
+    want_v = reference.dequantize(want_codes, scales, cfg)
+    np.testing.assert_array_equal(values.numpy().view(np.uint32), want_v.numpy().view(np.uint32))
+
+
+# ---------------------------------------------------------------------------
+# The reference itself: a worked example, pinned hash values, numpy's bit packing
+# ---------------------------------------------------------------------------
+
+
+def test_reference_worked_example():
+    """2 bits, channel max-abs, reference grid (Q = 2), by hand. Channel 0: s = fp16(1.0 *
+    (1 + 2**-10)) = 1 + 2**-10; 1.0 -> floor(1.998 + 0.5) = 2, clipped to Q - 1 = 1, code
+    3; 0.25 -> floor(0.4995 + 0.5) = 0, code 2. Channel 1: s = 0.5 * (1 + 2**-10); -0.5 ->
+    floor(-1.998 + 0.5) = -2, code 0; 0.0 -> code 2. Codes 3, 0, 2, 2 (flat order) pack
+    low bits first: 3 | 0 << 2 | 2 << 4 | 2 << 6 = 163."""
+    x = torch.tensor([[1.0, -0.5], [0.25, 0.0]])
+    cfg = QuantConfig(bits=2)
+    packed, scales = reference.quantize_packed(x, cfg)
+    s0, s1 = 1 + 2**-10, 0.5 * (1 + 2**-10)
+    assert scales.dtype == torch.float16 and scales.tolist() == [s0, s1]
+    assert reference.quantize(x, scales, cfg).reshape(-1).tolist() == [3, 0, 2, 2]
+    assert packed.tolist() == [163]
+    values = reference.dequantize_packed(packed, scales, x.shape, cfg)
+    assert values.tolist() == [[1 * s0 / 2, -2 * s1 / 2], [0.0, 0.0]]
+
+
+def test_reference_uniform_pinned_values():
+    """u = top 24 bits of lowbias32(index ^ (seed * 0x9E3779B9 mod 2**32)): values worked
+    out once with numpy uint32 arithmetic, straight from the contract."""
+    assert (reference.uniform(12345, 4) * 2**24).tolist() == [15367667, 2999826, 15517735,
+                                                              11483344]
+    assert (reference.uniform(0, 4) * 2**24).tolist() == [0, 6850960, 13701921, 5501417]
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_reference_pack_is_numpy_little_endian_packbits(bits):
+    """An independent route to the stream layout: each code spread into its bits, low bit
+    first, then numpy's little-endian packbits."""
+    g = torch.Generator().manual_seed(bits)
+    codes = torch.randint(0, 2**bits, (1001,), generator=g, dtype=torch.uint8)
+    bit = (codes.numpy().astype(np.uint32)[:, None] >> np.arange(bits, dtype=np.uint32)) & 1
+    want = np.packbits(bit.astype(np.uint8).reshape(-1), bitorder="little")
+    np.testing.assert_array_equal(reference.pack(codes, bits).numpy(), want)
 
 
 # ---------------------------------------------------------------------------
@@ -141,7 +113,7 @@ GRID = list(itertools.product(range(1, 9), quant.GRANULARITIES, quant.GRIDS, qua
 def test_codes_bit_exact_small(bits, granularity, grid, rounding):
     cfg = QuantConfig(bits=bits, granularity=granularity, group_size=GROUPS[SMALL], grid=grid,
                       rounding=rounding)
-    check_against_oracle(sample(SMALL, seed=bits), cfg)
+    check_against_reference(sample(SMALL, seed=bits), cfg)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -152,7 +124,7 @@ def test_codes_bit_exact_small(bits, granularity, grid, rounding):
 ], ids=str)
 def test_codes_bit_exact_dtypes_and_l2(dtype, fields):
     cfg = QuantConfig(group_size=GROUPS[SMALL], **fields)
-    check_against_oracle(sample(SMALL, dtype, seed=3), cfg)
+    check_against_reference(sample(SMALL, dtype, seed=3), cfg)
 
 
 @pytest.mark.parametrize("fields", [
@@ -161,7 +133,7 @@ def test_codes_bit_exact_dtypes_and_l2(dtype, fields):
 ], ids=str)
 def test_codes_bit_exact_paper_like_shape(fields):
     cfg = QuantConfig(group_size=GROUPS[PAPERISH], **fields)
-    check_against_oracle(sample(PAPERISH, torch.bfloat16, seed=5), cfg)
+    check_against_reference(sample(PAPERISH, torch.bfloat16, seed=5), cfg)
 
 
 @pytest.mark.parametrize("fields", [
@@ -178,8 +150,8 @@ def test_small_chunks_give_the_same_bytes(monkeypatch, fields):
     whole = quant.quantize_packed(x, cfg, generator=gen())
     m_whole = m0.clone()
     enc_whole = quant.aqsgd_encode(x, m_whole, cfg, generator=gen())
-    monkeypatch.setattr(quant, "CHUNK_ELEMENTS", 100)
-    check_against_oracle(x, cfg, gen_seed=5)
+    monkeypatch.setattr(cpu, "CHUNK_ELEMENTS", 100)
+    check_against_reference(x, cfg, gen_seed=5)
     chunked = quant.quantize_packed(x, cfg, generator=gen())
     m_chunked = m0.clone()
     enc_chunked = quant.aqsgd_encode(x, m_chunked, cfg, generator=gen())
@@ -195,16 +167,16 @@ def test_extreme_values_scale_saturates_and_tiny_scales():
     x[0, 0, 3] = 1e6  # max-abs above fp16 range: scale saturates at 65504, codes clip
     x[..., 4] *= 1e-9  # fp16-subnormal and zero scales
     for grid in quant.GRIDS:
-        check_against_oracle(x, QuantConfig(bits=3, grid=grid))
+        check_against_reference(x, QuantConfig(bits=3, grid=grid))
         values = quant.dequantize_packed(*quant.quantize_packed(x, QuantConfig(grid=grid)),
                                          SMALL, QuantConfig(grid=grid))
         assert torch.isfinite(values).all()
 
 
 @pytest.mark.parametrize("bits", [1, 2, 4, 6, 7])
-def test_integer_clamp_path_matches_oracle_at_its_edges(bits):
+def test_integer_clamp_path_matches_reference_at_its_edges(bits):
     """Max-abs scales that bound the levels take the integer-clamp path; underflowed (zero)
-    and fp16-subnormal scales keep it or fall back, and both sides agree with the oracle,
+    and fp16-subnormal scales keep it or fall back, and both sides agree with the reference,
     under both roundings (floor(t + u) may reach Q + 1 before the clamp)."""
     x = sample(SMALL, seed=20 + bits)
     x[..., 4] *= 1e-9  # scale underflows to 0: inv = 0
@@ -212,14 +184,14 @@ def test_integer_clamp_path_matches_oracle_at_its_edges(bits):
     subnormal = x.clone()
     subnormal[..., 5] *= 1e-5  # fp16-subnormal scale, may round below max |v|: fallback
     calls = []
-    store = quant._store_int_codes
+    store = cpu._store_int_codes
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(quant, "INT_CLAMP_MIN_ELEMENTS", 0)  # SMALL is below the size that uses it
-        mp.setattr(quant, "_store_int_codes", lambda *a: calls.append(1) or store(*a))
+        mp.setattr(cpu, "INT_CLAMP_MIN_ELEMENTS", 0)  # SMALL is below the size that uses it
+        mp.setattr(cpu, "_store_int_codes", lambda *a: calls.append(1) or store(*a))
         for grid, rounding in itertools.product(quant.GRIDS, quant.ROUNDINGS):
             cfg = QuantConfig(bits=bits, grid=grid, rounding=rounding)
-            check_against_oracle(x, cfg)
-            check_against_oracle(subnormal, cfg)
+            check_against_reference(x, cfg)
+            check_against_reference(subnormal, cfg)
     assert calls, "the integer-clamp path was never taken"
 
 
@@ -227,8 +199,6 @@ def test_integer_clamp_path_matches_oracle_at_its_edges(bits):
 def test_chunk_packing_and_byte_tables_match_pack(bits):
     """bitpack.pack_into (the CPU path's per-chunk packer) and byte_table (its unpacker)
     against pack/unpack, including tails that end mid-byte."""
-    from aqsgd.quant import bitpack
-
     g = torch.Generator().manual_seed(40 + bits)
     for n in (1, 7, 8, 9, 100, 4099):
         codes = torch.randint(0, 2**bits, (n,), generator=g, dtype=torch.uint8)
@@ -236,7 +206,7 @@ def test_chunk_packing_and_byte_tables_match_pack(bits):
         buf[:n] = codes
         out = torch.empty(bitpack.packed_nbytes(n, bits), dtype=torch.uint8)
         bitpack.pack_into(buf, n, bits, out)
-        packed = quant.pack(codes, bits)
+        packed = bitpack.pack(codes, bits)
         assert torch.equal(out, packed)
         if bits in bitpack.BYTE_WIDTHS:
             for offset in (0, 2 ** (bits - 1)):
@@ -251,7 +221,7 @@ def test_zero_group_encodes_zero_code_and_decodes_to_zero():
         cfg = QuantConfig(bits=bits, grid=grid)
         packed, scales = quant.quantize_packed(x, cfg)
         assert (scales == 0).all()
-        codes = quant.quantize(x, scales, cfg)
+        codes = bitpack.unpack(packed, bits, x.numel())
         assert (codes == 2 ** (bits - 1)).all()  # Q on both grids: floor(L/2 + 0.5) = Q
         assert (quant.dequantize_packed(packed, scales, x.shape, cfg) == 0).all()
 
@@ -272,8 +242,8 @@ def test_dequantize_dtype_is_one_rounding_of_fp32(out_dtype):
     fp32 = quant.dequantize_packed(packed, scales, SMALL, cfg)
     got = quant.dequantize_packed(packed, scales, SMALL, cfg, dtype=out_dtype)
     assert got.dtype == out_dtype and torch.equal(got, fp32.to(out_dtype))
-    codes = quant.unpack(packed, cfg.bits, x.numel()).view(SMALL)
-    assert torch.equal(quant.dequantize(codes, scales, cfg, dtype=out_dtype), got)
+    codes = bitpack.unpack(packed, cfg.bits, x.numel()).view(SMALL)
+    assert torch.equal(reference.dequantize(codes, scales, cfg, dtype=out_dtype), got)
 
 
 # ---------------------------------------------------------------------------
@@ -282,21 +252,22 @@ def test_dequantize_dtype_is_one_rounding_of_fp32(out_dtype):
 
 
 @pytest.mark.parametrize("bits", range(1, 9))
-def test_pack_matches_oracle_and_round_trips(bits):
+def test_pack_matches_reference_and_round_trips(bits):
     g = torch.Generator().manual_seed(bits)
     for n in (1, 5, 8, 13, 64, 999, 4096 + 3):
         codes = torch.randint(0, 2**bits, (n,), generator=g, dtype=torch.uint8)
-        packed = quant.pack(codes, bits)
+        packed = bitpack.pack(codes, bits)
         assert packed.dtype == torch.uint8 and packed.numel() == quant.packed_nbytes(n, bits)
-        np.testing.assert_array_equal(packed.numpy(), oracle_pack(codes.numpy(), bits))
-        assert torch.equal(quant.unpack(packed, bits, n), codes)
-    all_ones = quant.pack(torch.full((3,), 2**bits - 1, dtype=torch.uint8), bits)
+        np.testing.assert_array_equal(packed.numpy(), reference.pack(codes, bits).numpy())
+        assert torch.equal(bitpack.unpack(packed, bits, n), codes)
+        assert torch.equal(reference.unpack(packed, bits, n), codes)
+    all_ones = bitpack.pack(torch.full((3,), 2**bits - 1, dtype=torch.uint8), bits)
     assert int(all_ones[-1]) >> ((3 * bits - 1) % 8 + 1) == 0, "padding bits must be zero"
 
 
 def test_pack_rejects_codes_too_wide():
     with pytest.raises(ValueError, match="codes must be < 2\\*\\*bits = 8, got max 8"):
-        quant.pack(torch.tensor([1, 8], dtype=torch.uint8), 3)
+        bitpack.pack(torch.tensor([1, 8], dtype=torch.uint8), 3)
 
 
 # ---------------------------------------------------------------------------
@@ -305,8 +276,8 @@ def test_pack_rejects_codes_too_wide():
 
 
 def steps_of(scales: torch.Tensor, shape, cfg) -> torch.Tensor:
-    idx = torch.from_numpy(group_index(shape, cfg))
-    return (scales.float().reshape(-1)[idx] / float(oracle_center(cfg))).view(shape)
+    idx = reference.scale_index(shape, cfg)
+    return (scales.float().reshape(-1)[idx] / cfg.center).view(shape)
 
 
 @pytest.mark.parametrize("bits", [1, 2, 3, 4, 8])
@@ -344,7 +315,7 @@ def test_stochastic_rounding_is_unbiased(grid):
         packed, scales = quant.quantize_packed(x, cfg, generator=gen)
         total += quant.dequantize_packed(packed, scales, x.shape, cfg)[:, 1:].sum(0)
     n = rows * seeds
-    step = float(scales[0]) / float(oracle_center(cfg))
+    step = float(scales[0]) / cfg.center
     bound = 5 * (step / 2) / n**0.5
     bias = (total / n - v).abs()
     assert bias.max() <= bound, f"max bias {bias.max():.2e} > {bound:.2e}"
@@ -487,7 +458,7 @@ def test_bad_call_arguments_name_argument_and_value():
 
 def test_import_and_run_without_triton():
     """`import aqsgd` and the torch path must work where Triton cannot be imported; on CPU
-    `auto` never touches aqsgd.quant.triton_kernels; forcing Triton then fails with ImportError."""
+    `auto` never touches the Triton path; forcing Triton then fails with ImportError."""
     code = textwrap.dedent("""
         import sys
         sys.modules["triton"] = None  # any `import triton` now raises ImportError
@@ -496,6 +467,7 @@ def test_import_and_run_without_triton():
         x = torch.randn(4, 8, 16)
         for backend in ("auto", "torch"):
             p, s = aqsgd.quantize_packed(x, aqsgd.QuantConfig(bits=3), backend=backend)
+        assert "aqsgd.quant.triton_launch" not in sys.modules
         assert "aqsgd.quant.triton_kernels" not in sys.modules
         try:
             quant.quantize_packed(x, quant.QuantConfig(), backend="triton")
@@ -510,16 +482,16 @@ def test_import_and_run_without_triton():
 
 def test_dispatch_passes_one_seed_to_the_triton_side(monkeypatch):
     """Dispatch logic only (a stand-in records the calls; the real kernels are tested in
-    tests/test_kernels_triton.py): backend="triton" goes to aqsgd.quant.triton_kernels with the seed
-    drawn once from the generator, "auto" on CPU and "torch" never do."""
+    tests/test_kernels_triton.py): backend="triton" goes to aqsgd.quant.triton_launch with the
+    seed drawn once from the generator, "auto" on CPU and "torch" never do."""
     calls = []
-    fake = type(sys)("aqsgd.quant.triton_kernels")
+    fake = type(sys)("aqsgd.quant.triton_launch")
     fake.quantize_packed = lambda x, cfg, seed: calls.append(("q", seed)) or ("p", "s")
     fake.aqsgd_encode = lambda x, m, cfg, seed: calls.append(("e", seed)) or ("p", "s")
     fake.dequantize_packed = lambda p, s, shape, cfg, dtype: calls.append(("d", dtype)) or "v"
     fake.aqsgd_decode = lambda p, s, m, cfg: calls.append(("D", None)) or m
-    monkeypatch.setitem(sys.modules, "aqsgd.quant.triton_kernels", fake)
-    monkeypatch.setattr(quant, "triton_kernels", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "aqsgd.quant.triton_launch", fake)
+    monkeypatch.setattr(quant, "triton_launch", fake, raising=False)
     x, cfg = sample(SMALL), QuantConfig(rounding="stochastic")
     want = seed_of(9)
     assert quant.quantize_packed(x, cfg, torch.Generator().manual_seed(9), "triton") == ("p", "s")

@@ -1,10 +1,13 @@
-"""Scenario files: the shipped ones load, malformed ones are rejected by field."""
+"""Scenario files: the shipped ones load, malformed ones are rejected by field, and the
+committed JSON Schema is the one the types give."""
 
+import json
 from pathlib import Path
 
 import pytest
 
 from bench.net.scenario import (
+    SCENARIO_DIR,
     Layout,
     LinkSpec,
     ScenarioError,
@@ -12,6 +15,7 @@ from bench.net.scenario import (
     load_scenario,
     parse_scenario,
 )
+from bench.net.scenario_file import scenario_schema
 
 BAD_DIR = Path(__file__).parent / "scenarios_bad"
 BAD_FILES = sorted(BAD_DIR.glob("*.yaml"))
@@ -45,6 +49,43 @@ def test_asymmetric_override_is_one_direction():
     s = parse_scenario(raw, "t")
     assert s.link_spec(0, 1).rate_mbit == 10 and s.link_spec(0, 1).queue_packets is None
     assert s.link_spec(1, 0).rate_mbit == 100 and s.link_spec(1, 0).queue_packets == 1000
+
+
+def test_override_changes_only_the_keys_it_names():
+    raw = {"description": "d", "layout": {"stages": 2},
+           "link": {"rate_mbit": 100, "delay_ms": 5, "jitter_ms": 1, "queue_bytes": 30000},
+           "links": [{"hosts": [0, 1], "rate_mbit": None}, {"src": 1, "dst": 0, "delay_ms": 7}]}
+    s = parse_scenario(raw, "t")
+    assert s.link_spec(0, 1) == LinkSpec(None, 5.0, 1.0, queue_packets=None, queue_bytes=30000)
+    assert s.link_spec(1, 0) == LinkSpec(100.0, 7.0, 1.0, queue_packets=None, queue_bytes=30000)
+    with pytest.raises(ScenarioError, match=r"^t: field 'links\[0\]\.jitter_ms': expected at most"):
+        parse_scenario({**raw, "links": [{"hosts": [0, 1], "delay_ms": 0.5}]}, "t")
+
+
+def test_schema_file_is_what_the_types_give():
+    committed = json.loads((SCENARIO_DIR / "scenario.schema.json").read_text())
+    assert committed == scenario_schema(), \
+        "regenerate: python -m bench.net.scenario_file > scenarios/scenario.schema.json"
+
+
+def test_every_shipped_scenario_validates_and_names_the_schema():
+    for name in available_scenarios():
+        path = SCENARIO_DIR / f"{name}.yaml"
+        first = path.read_text().splitlines()[0]
+        assert first == "# yaml-language-server: $schema=scenario.schema.json", path.name
+        assert load_scenario(name).name == name
+
+
+def test_unreadable_files_name_the_file(tmp_path):
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("description: caf\xe9\nlayout: {stages: 2}\nlink: {rate_mbit: 1}\n"
+                       .encode("latin-1"))
+    with pytest.raises(ScenarioError, match=r"latin1\.yaml: not UTF-8 text"):
+        load_scenario(latin1)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("link: {rate_mbit: [1,\n")
+    with pytest.raises(ScenarioError, match=r"broken\.yaml: not valid YAML"):
+        load_scenario(broken)
 
 
 def test_loader_miss_lists_available_names():

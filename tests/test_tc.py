@@ -1,23 +1,35 @@
-"""tc/ip commands as data, mechanism choice, executor, multi-host plan, local launcher.
+"""tc/ip commands as data, mechanism choice, the netns shaping plan, executor, multi-host
+plan, process groups, local launcher.
 
 No root needed (except the executor test, which only runs `ip link show`)."""
 
+import dataclasses
 import json
+import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from bench.launch.local import LocalLauncher
 from bench.launch.multihost import plan_hosts
+from bench.launch.names import TopologyNames
+from bench.launch.process import spawn_group, stop_all, stop_group
+from bench.launch.shaping import plan_shaping
 from bench.net.executor import CommandError, Executor, RecordingExecutor
-from bench.net.probe import LinkProbeError, check_links
-from bench.net.scenario import LinkSpec, load_scenario
+from bench.net.probe import LinkProbeError, ProbeRecord, check_links
+from bench.net.scenario import LinkSpec, load_scenario, parse_scenario
 from bench.net.tc import (
+    UNLIMITED_BIT,
     Capabilities,
     EgressLink,
     ShapingError,
+    burst_bytes,
     choose_mechanisms,
     egress_argvs,
+    egress_path_argvs,
     fifo_argv,
     htb_class_argv,
     htb_root_argv,
@@ -98,6 +110,90 @@ def test_egress_tree_per_destination():
                         netem=True) == []
 
 
+def test_egress_path_argvs_change_what_egress_argvs_added():
+    links = [EgressLink("198.18.0.1", LinkSpec(rate_mbit=10)),
+             EgressLink("198.18.0.3", LinkSpec(rate_mbit=30, delay_ms=5))]
+    added = egress_argvs("v0", links, 50, 1.0, netem=True, netns="h")
+    restored = egress_path_argvs("v0", links, 50, 1.0, netem=True, k=1, netns="h")
+    # the uplink class and destination 1's class, as `change` with the configured rates
+    assert restored == [tuple("change" if v == "add" else v for v in added[i]) for i in (1, 5)]
+    lifted = egress_path_argvs("v0", links, 50, 1.0, netem=True, k=1, rate_bit=UNLIMITED_BIT,
+                               netns="h")
+    assert lifted[1] == htb_class_argv("v0", "1:1", "1:11", UNLIMITED_BIT, UNLIMITED_BIT,
+                                       burst_bytes(UNLIMITED_BIT), "h", verb="change")
+    unshaped = [EgressLink("198.18.0.1", LinkSpec(rate_mbit=None))]
+    assert egress_path_argvs("v0", unshaped, None, 1.0, netem=True, k=0) == []
+    with pytest.raises(ValueError, match="verb.*'replace'"):
+        tbf_argv("eth0", 8, 2000, 3000, verb="replace")
+
+
+@pytest.mark.parametrize("tun", [False, True], ids=["veth", "tun"])
+def test_shaping_plan_lifts_and_restores_one_path(tun):
+    raw = {"description": "caps", "layout": {"stages": 3}, "link": {"rate_mbit": 100},
+           "links": [{"src": 2, "dst": 1, "rate_mbit": 30}],
+           "hosts": [{"host": 1, "downlink_mbit": 20}, {"host": 2, "uplink_mbit": 50}]}
+    names = TopologyNames("aqtest0", 3)
+    plan = plan_shaping(parse_scenario(raw, "caps"), names, tun=tun, netem=False,
+                        payload_correction=True)
+    setup = plan.setup_argvs()
+    as_change = {a: tuple("change" if v == "add" else v for v in a) for a in setup}
+    (down,) = [a for a in setup if "tbf" in a]
+    assert (names.ifb(1) if tun else names.switch_veth(1)) in down
+    assert any("ifb" in a for a in setup) == tun
+    h2 = names.host_ns(2)
+    h2_classes = {a[a.index("classid") + 1]: a for a in setup if "class" in a and h2 in a}
+    # path 2 -> 1: host 2's uplink class, its class towards host 1 (its 2nd link), and
+    # host 1's downlink tbf; restored = the commands that added them, as `change`
+    restored = plan.rate_limit_argvs(2, 1, lifted=False)
+    assert restored == [as_change[h2_classes["1:1"]], as_change[h2_classes["1:11"]],
+                        as_change[down]]
+    lifted = plan.rate_limit_argvs(2, 1, lifted=True)
+    unlimited, burst = f"{UNLIMITED_BIT}bit", str(burst_bytes(UNLIMITED_BIT))
+    for cmd, before in zip(lifted, restored, strict=True):
+        assert cmd[cmd.index("rate") + 1] == unlimited
+        assert cmd[cmd.index("burst") + 1] == burst
+        assert cmd[:cmd.index("rate")] == before[:before.index("rate")]
+    assert lifted[1][lifted[1].index("ceil") + 1] == unlimited
+    assert lifted[2][-2:] == down[-2:]  # the tbf keeps its queue limit
+    assert len(plan.rate_limit_argvs(1, 2, lifted=True)) == 2  # host 2 has no downlink cap
+    with pytest.raises(ValueError, match="src and dst"):
+        plan.rate_limit_argvs(1, 1, lifted=True)
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie that nobody has reaped yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_process_groups_are_stopped_whole(tmp_path):
+    # a leader that ignores SIGTERM, with a child: both go (SIGKILL after the grace)
+    code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN); c = subprocess.Popen(['sleep', '60']); print(c.pid, flush=True);"
+            " time.sleep(60)")
+    leader = spawn_group([sys.executable, "-c", code], pipe_stdout=True)
+    child = int(leader.stdout.readline())
+    assert os.getpgid(leader.pid) == leader.pid == os.getpgid(child)
+    t0 = time.monotonic()
+    stop_group(leader, grace_s=0.5)
+    assert leader.returncode == -9 and 0.5 <= time.monotonic() - t0 < 5
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+    # output appended to a log; a process that leads no group is signalled alone
+    log = tmp_path / "out.log"
+    log.write_text("before\n")
+    spawn_group([sys.executable, "-c", "print('after')"], log_path=log).wait(timeout=30)
+    assert log.read_text() == "before\nafter\n"
+    plain = subprocess.Popen(["sleep", "60"])
+    stop_all([plain, None])
+    assert plain.returncode == -15
+
+
 def test_rate_correction_raises_tc_rate():
     argvs = egress_argvs("v0", [EgressLink("a", LinkSpec(rate_mbit=100))], None,
                          payload_factor(), netem=False)
@@ -156,14 +252,16 @@ def test_multihost_plan():
 
 
 def test_check_links_names_the_bad_link():
-    good = {"src": 0, "dst": 1, "rate_mbit_configured": 100.0, "rate_mbit_achieved": 97.0,
-            "rtt_ms": 20.5, "rtt_ms_configured": 20.0}
+    good = ProbeRecord(src=0, dst=1, rate_mbit_configured=100.0, rate_mbit_achieved=97.0,
+                       rate_mbit_first_to_last=96.0, rate_mbit_ceiling=None, host_limited=False,
+                       rtt_ms=20.5, rtt_ms_min=20.2, rtt_ms_configured=20.0,
+                       probe_bytes=12_500_000)
     check_links([good])
-    slow = dict(good, src=1, dst=2, rate_mbit_achieved=80.0)
+    slow = dataclasses.replace(good, src=1, dst=2, rate_mbit_achieved=80.0)
     with pytest.raises(LinkProbeError, match=r"host 1 -> 2: 80.0 Mbit/s achieved, 100"):
         check_links([good, slow])
     with pytest.raises(LinkProbeError, match="RTT"):
-        check_links([dict(good, rtt_ms=30.0)])
+        check_links([dataclasses.replace(good, rtt_ms=30.0)])
 
 
 @pytest.mark.timeout(60)
@@ -182,4 +280,8 @@ def test_local_launcher(tmp_path):
     assert sleeper.poll() is not None  # killed on exit
     assert json.loads(out.read_text()) == {"GLOO_SOCKET_IFNAME": "lo", "EXTRA": "x"}
     assert rec["shaped"] is False and "UNSHAPED" in rec["warning"]
-    assert probe[0]["rate_mbit_achieved"] > 100
+    assert probe[0].rate_mbit_achieved > 100
+    # the same record as every launcher's, in the run record too
+    assert probe[0].rate_mbit_configured is None and probe[0].host_limited is False
+    assert rec["probe"] == [probe[0].to_dict()]
+    assert list(rec["probe"][0]) == [f.name for f in dataclasses.fields(ProbeRecord)]

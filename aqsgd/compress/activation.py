@@ -8,11 +8,11 @@ One sender object and one receiver object per stage boundary and direction:
     # receiver: posts irecvs from fwd_recv.wire_spec((B, L, D), sample_ids), then
     x_hat = fwd_recv.decode(tensors, sample_ids)
 
-Modes (REFERENCE.md, "Baselines"):
+Modes (the AQ-SGD paper's baselines, and AQ-SGD itself):
 - ``none``: the activation in the transport dtype (fp32, fp16 or bf16).
 - ``directq``: quantize the activation itself (bits, granularity, rounding, grid).
 - ``aqsgd``: quantize the change since the sample's last visit, delta = x - m[i], against
-  a per-sample cache m held by both sides (aqsgd/cache.py, dtype fp16 or fp32).
+  a per-sample cache m held by both sides (aqsgd.compress.cache, dtype fp16 or fp32).
 - ``aqsgd-lowbits``: as ``aqsgd`` with the cache stored quantized (``cache_bits`` 1..8,
   per-token scales); both sides re-quantize m[i] after each update with round-to-nearest,
   so the copies stay identical.
@@ -22,24 +22,25 @@ Note on warm-up and first visits (the "layout"):
   sent in the transport dtype and, for the aqsgd modes, written to both caches.
 - After warm-up, a sample whose cache row was never written is sent raw by default
   (``first_visit="raw"``) and fills the cache, so its later visits are true deltas. With
-  ``first_visit="zero"`` (the reference's behaviour) it is delta-coded against a zero row,
-  which is in effect a direct quantization of its first activation.
+  ``first_visit="zero"`` (what the AQ-SGD authors' code does) it is delta-coded against a
+  zero row, which is in effect a direct quantization of its first activation.
 - A micro-batch may mix both kinds of rows. The rows of a message are split into raw rows
   (in batch order) and quantized rows (in batch order); both sides derive the split from
   the sample ids and their own copy of the "initialised" flags, which stay equal because
   both sides apply the same updates. So ``wire_spec`` can size the receives in advance.
 - Evaluation messages (``training=False``) are sent raw and never touch the cache.
 
-Wire format, in order (empty parts are left out; ``message_nbytes`` counts everything):
+Wire format, in order (empty parts are left out; ``aqsgd.compress.wire.message_nbytes``
+counts everything):
   header  int64 (3 + B,) = [format, epoch, n_raw, sample ids...], checked by the receiver
   raw     (n_raw, *S) transport dtype
   codes   (packed_nbytes(n_q * prod(S), bits),) uint8
   scales  scale_shape((n_q, *S)) fp16
 Delta rows go through quant.aqsgd_encode / aqsgd_decode (one fused pass on CUDA) with m in
 the cache's dtype: for ``aqsgd`` the receiver's stage input is the updated cache row m[i]
-itself (fp16 or fp32), as in the reference; for ``aqsgd-lowbits`` it is m[i] + deQ(q) in
-fp32, before the cache re-quantizes it, so the cache's own coarse grid adds no error to
-the stage input.
+itself (fp16 or fp32), as in the AQ-SGD authors' code; for ``aqsgd-lowbits`` it is
+m[i] + deQ(q) in fp32, before the cache re-quantizes it, so the cache's own coarse grid
+adds no error to the stage input.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ __all__ = [
     "CompressionConfig",
     "Compressor",
     "make_compressor",
-    "message_nbytes",
 ]
 
 MODES = ("none", "directq", "aqsgd", "aqsgd-lowbits")
@@ -144,11 +144,6 @@ class CompressionConfig:
             dtype="quant" if lowbits else self.cache_dtype, bits=self.cache_bits,
             grid=self.grid, storage=self.cache_storage, directory=self.cache_dir,
         )
-
-
-def message_nbytes(tensors) -> int:
-    """Exact bytes a message puts on the wire: every tensor's payload, header included."""
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """Per-sample activation cache for AQ-SGD: one row of shape (L, D) per training sample.
 
 The cache holds, for every training sample i, the reconstruction m[i] that the receiver of
-a stage boundary last saw (REFERENCE.md, "Exact semantics"). The sender and the receiver
-each keep their own copy, and both must stay bit-identical: every write goes through the
-same deterministic conversion (a cast to fp16/fp32, or a round-to-nearest re-quantization)
-on both sides.
+a stage boundary last saw: AQ-SGD codes the change of an activation against what the
+receiver already holds for that sample, not against the exact previous activation. The
+sender and the receiver each keep their own copy, and both must stay bit-identical: every
+write goes through the same deterministic conversion (a cast to fp16/fp32, or a
+round-to-nearest re-quantization) on both sides.
 
 Storage layouts (rows are indexed by sample id, capacity = data set size):
 - ``fp32`` / ``fp16``: ``values`` (N, *S) of that dtype.
@@ -18,7 +19,7 @@ fresh directory created under the directory the caller passes; the cache removes
 the directory it created on close().
 
 A per-sample ``initialised`` flag (always in memory) tells which rows have been written;
-unwritten rows read as zeros, which gives the reference behaviour for a zero cache.
+unwritten rows read as zeros, as in the AQ-SGD authors' code, whose caches start at zero.
 
 No prefetch thread: measured on the 2-core build machine (one torch thread per worker),
 gathering one 1 x 1024 x 1600 fp16 row takes 1.3-3.5 ms (memory or mmap, depending on
@@ -203,18 +204,11 @@ class ActivationCache:
         """Bytes held for rows (all N samples), scales included."""
         return self.spec.num_samples * self.spec.bytes_per_sample()
 
-    def is_initialised(self, sample_ids) -> torch.Tensor:
+    def gather(self, sample_ids) -> torch.Tensor:
+        """Rows of ``sample_ids`` (B, *S) on the cache's device, in fp32; unwritten rows
+        are 0."""
         ids = check_sample_ids(sample_ids, self.num_samples)
-        return self.initialised[ids]
-
-    def gather(self, sample_ids, keep_dtype: bool = False) -> torch.Tensor:
-        """Rows of ``sample_ids`` (B, *S) on the cache's device; unwritten rows are 0.
-
-        fp32 by default; ``keep_dtype=True`` returns fp16/fp32 rows in their stored dtype
-        (quantized rows always come back as fp32).
-        """
-        ids = check_sample_ids(sample_ids, self.num_samples)
-        return self.gather_checked(ids, None if keep_dtype else torch.float32)
+        return self.gather_checked(ids, torch.float32)
 
     def gather_checked(self, ids: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """``gather`` for ids that already passed ``check_sample_ids`` (1-D int64 CPU, in

@@ -28,6 +28,10 @@ its server-side error, compresses once more and sends the result to every peer, 
 ranks end with identical values. Every byte of every isend and irecv is counted in
 ``bytes_sent`` / ``bytes_recv``; per step and rank that is (W - 1) shards out and (W - 1)
 in, twice.
+
+One file of a little over 400 lines: the four modes share the sharded exchange and its
+byte counting, and QuantizedAdam is one of them (its exchange runs inside the optimizer
+step), so each mode reads next to the exchange it relies on.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import torch
 import torch.distributed as dist
 
 from aqsgd import quant
+from aqsgd.compress.wire import message_nbytes
 
 __all__ = [
     "GRAD_MODES",
@@ -209,11 +214,11 @@ class _Exchange:
             received[j] = bufs
             for tag, buf in enumerate(bufs):
                 works.append(dist.irecv(buf, group=self.group, group_src=j, tag=tag))
-                self.bytes_recv += buf.numel() * buf.element_size()
+            self.bytes_recv += message_nbytes(bufs)
         for j, tensors in send.items():
             for tag, t in enumerate(tensors):
                 works.append(dist.isend(t, group=self.group, group_dst=j, tag=tag))
-                self.bytes_sent += t.numel() * t.element_size()
+            self.bytes_sent += message_nbytes(tensors)
         for w in works:
             w.wait()
         return received

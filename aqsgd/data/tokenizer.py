@@ -12,7 +12,6 @@ the result is cached as JSON keyed by vocabulary size and a hash of the corpus.
 from __future__ import annotations
 
 import hashlib
-import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from aqsgd.data.sources import stdlib_sources
 from aqsgd.filecache import build_once
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "MIN_BPE_VOCAB",
     "MAX_TRAINED_VOCAB",
     "Tokenizer",
-    "stdlib_sources",
     "bpe_tokenizer",
     "gpt2_tokenizer",
     "cached_gpt2_files",
@@ -73,26 +72,6 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode(list(ids))
-
-
-def stdlib_sources(max_chars: int, skip_chars: int = 0) -> list[str]:
-    """Top-level `*.py` files of this Python's standard library, in name order,
-    whole files only, from character `skip_chars` of that stream up to `max_chars`."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(root.glob("*.py"))
-    if not files:
-        raise FileNotFoundError(f"no standard library sources (*.py) under {root}")
-    docs, seen, total = [], 0, 0
-    for path in files:
-        text = path.read_text(encoding="utf-8", errors="replace")
-        seen += len(text)
-        if seen <= skip_chars:
-            continue
-        if total + len(text) > max_chars and docs:
-            break
-        docs.append(text)
-        total += len(text)
-    return docs
 
 
 def _byte_level(tok: _HFTokenizer) -> _HFTokenizer:

@@ -1,0 +1,5 @@
+"""The model: configuration and presets (config), GPT-2 pipeline stages (gpt2),
+pretrained weights (weights), the starting checkpoint (pretrain), stage timing (measure).
+
+Imports aqsgd.data (tokenizer and windows, for pre-training) and aqsgd.filecache only.
+"""

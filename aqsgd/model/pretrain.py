@@ -30,10 +30,13 @@ from pathlib import Path
 
 import torch
 
-from aqsgd.data.tokenizer import Tokenizer, stdlib_sources, tokenizer_for
-from aqsgd.data.windows import STDLIB_CHARS, build_dataset, split_windows, token_windows
+from aqsgd.data.sources import STDLIB_CHARS, stdlib_sources
+from aqsgd.data.tokenizer import Tokenizer, tokenizer_for
+from aqsgd.data.windows import build_dataset, split_windows, token_windows
 from aqsgd.filecache import atomic_write, build_once, default_cache_dir
-from aqsgd.model.gpt2 import PRESETS, ModelConfig, build_full_model, lm_loss, load_pretrained_state
+from aqsgd.model.config import PRESETS, ModelConfig
+from aqsgd.model.gpt2 import build_full_model, lm_loss
+from aqsgd.model.weights import load_pretrained_state
 
 __all__ = [
     "MAX_PRETRAIN_PARAMS",

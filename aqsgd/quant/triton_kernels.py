@@ -1,19 +1,24 @@
-"""Triton kernels for the AQ-SGD quantizer: the GPU path of `aqsgd.quant`.
+"""Triton kernels of the AQ-SGD quantizer (device code only; launched by triton_launch).
 
-`aqsgd.quant` imports this module only when it dispatches to Triton (CUDA tensors,
-or `backend="triton"`); nothing else imports Triton. Every kernel reproduces the
-bit-exact contract of docs/ARCHITECTURE.md ("Quantizer") that the torch reference
-in `aqsgd/quant.py` implements: fp32 arithmetic, fp16 scales, `inv = Q / s` by one
-IEEE division per scale (`tl.math.div_rn`, never the approximate `/`), codes
-`floor(t + 0.5)` or `floor(t + u)` with u from the lowbias32 hash of the flat
-index, and a dense little-endian bit stream. Kernels are launched with
-`enable_fp_fusion=False`: a fused multiply-add would round `v * inv + 0.5` once
-instead of twice and break bit-exactness with torch. floor is not tl.floor (on
-NVIDIA a flush-to-zero instruction; see `_floor_clamp`). bf16 conversions are
-written out by hand because the interpreter truncates fp32 -> bf16: loads are a
-16-bit shift, stores round to nearest even on the bits, as torch does; the same
-code runs on the GPU. `python -m bench.micro.gpu_check --ptx-audit` compiles every
-kernel variant for sm_90 on a CPU-only host and checks the PTX for all of this.
+`aqsgd.quant.triton_launch` imports this module (so does the PTX audit of
+bench.micro.gpu_check), and `aqsgd.quant` imports that one only when it dispatches to
+Triton (CUDA tensors, or `backend="triton"`): importing `aqsgd` never imports Triton.
+Every kernel reproduces the bit-exact contract of docs/ARCHITECTURE.md ("Quantizer")
+that `aqsgd.quant.reference` spells out in plain torch: fp32 arithmetic, fp16 scales,
+`inv = Q / s` by one IEEE division per scale (`tl.math.div_rn`, never the approximate
+`/`), codes `floor(t + 0.5)` or `floor(t + u)` with u from the lowbias32 hash of the flat
+index, and a dense little-endian bit stream.
+Kernels are launched with `enable_fp_fusion=False`: a fused multiply-add would round
+`v * inv + 0.5` once instead of twice and break bit-exactness with torch. floor is not
+tl.floor (on NVIDIA a flush-to-zero instruction; see `_floor_clamp`). bf16 conversions
+are written out by hand because the interpreter truncates fp32 -> bf16: loads are a
+16-bit shift, stores round to nearest even on the bits, as torch does; the same code runs
+on the GPU. `python -m bench.micro.gpu_check --ptx-audit` compiles every kernel variant
+for sm_90 on a CPU-only host and checks the PTX for all of this.
+
+The seven kernels stay in one file (over 400 lines): they are built from the same device
+helpers, whose rounding rules above hold for all of them together, and the PTX audit
+compiles exactly this module's kernels.
 
 Design
 ------
@@ -30,9 +35,10 @@ Scale index of element i (flat, row-major): channel i % D, token i // D,
 group i // G. Token and group are the same thing on a (rows, span) view with
 span = D or G; channel is a column reduction on the (rows, D) view.
 
-Passes over memory (N elements; "read x" means N elements of x's dtype):
+Passes over memory (N elements; "read x" means N elements of x's dtype; the host
+code in triton_launch picks them):
 - token / group, span * bits % 8 == 0 and the padded row fits a tile (the
-  usual case: D = 1600, G = 128): ONE pass, `_encode_rows_kernel`. A program
+  usual case: D = 1600, G = 128): ONE pass, `encode_rows_kernel`. A program
   holds ROWS whole rows as a (ROWS, octets, 8) tile, takes the row statistic,
   stores the fp16 scales, quantizes and packs. Each row's packed bytes start on
   a byte boundary (span * bits % 8 == 0), so octets are counted from the start
@@ -40,86 +46,40 @@ Passes over memory (N elements; "read x" means N elements of x's dtype):
   is still a multiple of 8): the bytes come out exactly as the global stream.
   Fused encode: reads x and m once, writes codes, scales and m once.
 - token / group otherwise (span * bits not byte-aligned, or huge rows): TWO
-  passes. `_row_scales_kernel` reads x (and m) and writes scale, inv and step
-  per row; `_encode_flat_kernel` reads x (and m) again and packs octets of the
+  passes. `row_scales_kernel` reads x (and m) and writes scale, inv and step
+  per row; `encode_flat_kernel` reads x (and m) again and packs octets of the
   flat stream, gathering each element's inv/step (a few KB, cache-resident).
 - channel: TWO passes plus a tiny one. Each column max (or sum of squares for
   l2) runs over every row, so many programs must share a column: a 2-D grid of
   (row block, column block) programs writes partial statistics to a small
-  (row blocks, D) fp32 buffer (`_col_partial_kernel`); `_col_finalize_kernel`
+  (row blocks, D) fp32 buffer (`col_partial_kernel`); `col_finalize_kernel`
   reduces that buffer in a fixed order (deterministic: no atomics) into the
   fp16 scales and the fp32 inv/step per column. The quantize+pack pass is then
-  `_encode_rows_kernel` with COL_SCALES (when D * bits % 8 == 0: inv/step of
+  `encode_rows_kernel` with COL_SCALES (when D * bits % 8 == 0: inv/step of
   the program's columns loaded once, no integer division per element), else
-  `_encode_flat_kernel` (inv/step gathered by i % D). The fused AQ-SGD encode
+  `encode_flat_kernel` (inv/step gathered by i % D). The fused AQ-SGD encode
   with channel scales reads x and m in the statistics pass and again in the
   pack pass (2 reads of x and m, 1 write of codes and m).
 - dequantize and the fused AQ-SGD decode: ONE pass: read packed bytes and the
-  scales, write the values (or read m, write m). `_decode_rows_kernel` on whole
+  scales, write the values (or read m, write m). `decode_rows_kernel` on whole
   byte-aligned rows (a step per row, or per column loaded once per program);
-  `_decode_flat_kernel` otherwise (scale gathered per element by i % D or i // span).
-
-Tiles: few, large programs. The interpreter costs milliseconds per program, so
-on CPU tensors (TRITON_INTERPRET=1) the tiles hold up to 64K elements; on CUDA
-they hold a few thousand elements per program, enough programs to fill the GPU.
+  `decode_flat_kernel` otherwise (scale gathered per element by i % D or i // span).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
-import torch
 import triton
 import triton.language as tl
 
-__all__ = ["quantize_packed", "dequantize_packed", "aqsgd_encode", "aqsgd_decode"]
-
-_GOLDEN32 = 0x9E3779B9
-_INT32_LIMIT = 2**31 - 2**20  # int32 index headroom: larger tensors use int64 indices
-
-
-@dataclass(frozen=True)
-class _Tiles:
-    """Launch geometry for one kind of device (all sizes are powers of two)."""
-
-    flat_octets: int  # octets (8 codes) per program in the flat kernels
-    rows_elems: int  # target padded elements per program in the one-pass rows kernel
-    max_row_elems: int  # longest padded row the one-pass kernel takes
-    stat_cols: int  # column block of the statistics kernels
-    stat_elems: int  # elements per loop step of the statistics kernels
-    target_programs: int  # programs the channel statistics pass aims for
-    elems_per_thread: int  # sets num_warps per launch (registers: see _launch)
-    idx64_from: int = _INT32_LIMIT  # element count from which indices are int64
-
-    def __post_init__(self) -> None:
-        for name in ("flat_octets", "rows_elems", "max_row_elems", "stat_cols", "stat_elems",
-                     "elems_per_thread"):
-            value = getattr(self, name)
-            if value < 1 or value & (value - 1):
-                raise ValueError(f"_Tiles.{name} must be a power of two, got {value}")
-
-
-_TILES = {
-    "cuda": _Tiles(
-        flat_octets=128,
-        rows_elems=2048,
-        max_row_elems=8192,
-        stat_cols=128,
-        stat_elems=2048,
-        target_programs=1024,
-        elems_per_thread=4,
-    ),
-    "interpreter": _Tiles(
-        flat_octets=8192,
-        rows_elems=65536,
-        max_row_elems=65536,
-        stat_cols=4096,
-        stat_elems=65536,
-        target_programs=1,
-        elems_per_thread=65536,
-    ),
-}
+__all__ = [
+    "col_finalize_kernel",
+    "col_partial_kernel",
+    "decode_flat_kernel",
+    "decode_rows_kernel",
+    "encode_flat_kernel",
+    "encode_rows_kernel",
+    "row_scales_kernel",
+]
 
 
 # ---------------------------------------------------------------------------
@@ -251,7 +211,7 @@ def _word_bytes(words, lane, AXIS: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["seed_mix"])
-def _encode_rows_kernel(
+def encode_rows_kernel(
     x_ptr, m_ptr, scale_ptr, inv_ptr, step_ptr, out_ptr, n_rows, span, seed_mix,
     BITS: tl.constexpr, SYMMETRIC: tl.constexpr, STOCHASTIC: tl.constexpr, L2: tl.constexpr,
     COL_SCALES: tl.constexpr, HAS_M: tl.constexpr, X_BF16: tl.constexpr, M_BF16: tl.constexpr,
@@ -322,7 +282,7 @@ def _accumulate_stat(acc, x_ptr, m_ptr, idx, mask, L2: tl.constexpr, HAS_M: tl.c
 
 
 @triton.jit
-def _row_scales_kernel(
+def row_scales_kernel(
     x_ptr, m_ptr, scale_ptr, inv_ptr, step_ptr, n_rows, span,
     BITS: tl.constexpr, SYMMETRIC: tl.constexpr, L2: tl.constexpr,
     HAS_M: tl.constexpr, X_BF16: tl.constexpr, M_BF16: tl.constexpr,
@@ -352,7 +312,7 @@ def _row_scales_kernel(
 
 
 @triton.jit
-def _col_partial_kernel(
+def col_partial_kernel(
     x_ptr, m_ptr, part_ptr, n_rows, n_cols, rows_per_prog,
     L2: tl.constexpr, HAS_M: tl.constexpr, X_BF16: tl.constexpr, M_BF16: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, IDX64: tl.constexpr,
@@ -379,7 +339,7 @@ def _col_partial_kernel(
 
 
 @triton.jit
-def _col_finalize_kernel(
+def col_finalize_kernel(
     part_ptr, scale_ptr, inv_ptr, step_ptr, n_blocks, n_rows, n_cols,
     BITS: tl.constexpr, SYMMETRIC: tl.constexpr, L2: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
@@ -404,7 +364,7 @@ def _col_finalize_kernel(
 
 
 @triton.jit(do_not_specialize=["seed_mix"])
-def _encode_flat_kernel(
+def encode_flat_kernel(
     x_ptr, m_ptr, inv_ptr, step_ptr, out_ptr, n, n_bytes, span, seed_mix,
     BY_ROW: tl.constexpr, BITS: tl.constexpr, SYMMETRIC: tl.constexpr,
     STOCHASTIC: tl.constexpr, HAS_M: tl.constexpr, X_BF16: tl.constexpr,
@@ -439,7 +399,7 @@ def _encode_flat_kernel(
 
 
 @triton.jit
-def _decode_rows_kernel(
+def decode_rows_kernel(
     packed_ptr, scale_ptr, out_ptr, n_rows, span,
     BITS: tl.constexpr, SYMMETRIC: tl.constexpr, COL_SCALES: tl.constexpr,
     ACCUMULATE: tl.constexpr, OUT_BF16: tl.constexpr,
@@ -476,7 +436,7 @@ def _decode_rows_kernel(
 
 
 @triton.jit
-def _decode_flat_kernel(
+def decode_flat_kernel(
     packed_ptr, scale_ptr, out_ptr, n, n_bytes, span,
     BY_ROW: tl.constexpr, BITS: tl.constexpr, SYMMETRIC: tl.constexpr,
     ACCUMULATE: tl.constexpr, OUT_BF16: tl.constexpr, OCTETS: tl.constexpr,
@@ -503,200 +463,3 @@ def _decode_flat_kernel(
     if ACCUMULATE:
         value = _load_f32(out_ptr + idx, mask, OUT_BF16) + value
     _store_f32(out_ptr + idx, value, mask, OUT_BF16)
-
-
-# ---------------------------------------------------------------------------
-# Host side
-# ---------------------------------------------------------------------------
-
-
-def _interpreted() -> bool:
-    """Were the kernels built by the Triton interpreter (TRITON_INTERPRET=1 at import)?"""
-    return not isinstance(_encode_rows_kernel, triton.runtime.JITFunction)
-
-
-def _tiles_for(t: torch.Tensor) -> _Tiles:
-    if _interpreted():
-        return _TILES["interpreter"]
-    if t.device.type == "cuda":
-        return _TILES["cuda"]
-    raise RuntimeError(
-        f"aqsgd.quant.triton_kernels: tensors on device {t.device} need the Triton interpreter "
-        "(TRITON_INTERPRET=1 set before aqsgd.quant.triton_kernels is imported); "
-        "Triton compiles for CUDA"
-    )
-
-
-def _kernel_view(t: torch.Tensor) -> torch.Tensor:
-    # The kernels read and write bf16 through int16 views (see the module docstring).
-    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
-
-
-def _seed_arg(seed: int | None, stochastic: bool) -> int:
-    if not stochastic:
-        return 0
-    if seed is None:
-        raise ValueError("rounding='stochastic' needs a seed, got seed=None")
-    mix = (int(seed) * _GOLDEN32) % 2**32
-    return mix - 2**32 if mix >= 2**31 else mix  # int32 bit pattern of the uint32
-
-
-def _span(shape: torch.Size, cfg) -> int:
-    return cfg.group_size if cfg.granularity == "group" else shape[-1]
-
-
-def _scale_shape(shape: torch.Size, n: int, cfg) -> tuple[int, ...]:
-    if cfg.granularity == "channel":
-        return (shape[-1],)
-    if cfg.granularity == "token":
-        return tuple(shape[:-1])
-    return (n // cfg.group_size,)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
-
-
-def _launch(kernel, grid, tiles: _Tiles, tile_elems: int, *args, **meta) -> None:
-    # About 4 elements per thread keeps these kernels near 32-64 registers on sm_90
-    # (measured with cuobjdump -res-usage: 32 elements per thread took 234-255), so
-    # enough warps stay resident to keep HBM busy.
-    warps = min(32, max(1, tile_elems // (32 * tiles.elems_per_thread)))
-    kernel[grid](*args, **meta, num_warps=warps, enable_fp_fusion=False)
-
-
-def _encode(x: torch.Tensor, m: torch.Tensor | None, cfg, seed: int | None,
-            tiles: _Tiles | None = None):
-    """Shared body of quantize_packed (m None) and aqsgd_encode (m updated in place)."""
-    tiles = tiles or _tiles_for(x)
-    x = x.contiguous()
-    work_m = None if m is None else (m if m.is_contiguous() else m.contiguous())
-    n = x.numel()
-    span = _span(x.shape, cfg)
-    n_rows = n // span
-    n_bytes = (n * cfg.bits + 7) // 8
-    stochastic = cfg.rounding == "stochastic"
-    channel = cfg.granularity == "channel"
-    flags = dict(
-        BITS=cfg.bits,
-        SYMMETRIC=cfg.grid == "symmetric",
-        HAS_M=m is not None,
-        X_BF16=x.dtype == torch.bfloat16,
-        M_BF16=m is not None and m.dtype == torch.bfloat16,
-        IDX64=n >= tiles.idx64_from,
-    )
-    seed_mix = _seed_arg(seed, stochastic)
-    xk = _kernel_view(x)
-    mk = xk if work_m is None else _kernel_view(work_m)  # unread when HAS_M is False
-    packed = torch.empty(n_bytes, dtype=torch.uint8, device=x.device)
-    scales = torch.empty(_scale_shape(x.shape, n, cfg), dtype=torch.float16, device=x.device)
-    if n == 0:
-        return packed, scales
-
-    octets = _pow2((span + 7) // 8)
-    whole_rows = (span * cfg.bits) % 8 == 0 and octets * 8 <= tiles.max_row_elems
-    if channel or not whole_rows:
-        inv = torch.empty(scales.numel(), dtype=torch.float32, device=x.device)
-        step = torch.empty_like(inv)
-        _scales_pass(xk, mk, scales, inv, step, n_rows, span, cfg, tiles, flags)
-    else:
-        inv = step = scales  # unread: the one-pass kernel makes its own
-    if whole_rows:
-        rows = max(1, min(tiles.rows_elems // (octets * 8), _pow2(n_rows)))
-        _launch(_encode_rows_kernel, (triton.cdiv(n_rows, rows),), tiles, rows * octets * 8,
-                xk, mk, scales, inv, step, packed, n_rows, span, seed_mix,
-                STOCHASTIC=stochastic, L2=cfg.scale_method == "l2", COL_SCALES=channel,
-                ROWS=rows, OCTETS=octets, **flags)
-    else:
-        _launch(_encode_flat_kernel, (triton.cdiv(n, 8 * tiles.flat_octets),), tiles,
-                8 * tiles.flat_octets,
-                xk, mk, inv, step, packed, n, n_bytes, span, seed_mix,
-                BY_ROW=not channel, STOCHASTIC=stochastic, OCTETS=tiles.flat_octets, **flags)
-    if work_m is not None and work_m is not m:
-        m.copy_(work_m)
-    return packed, scales
-
-
-def _scales_pass(xk, mk, scales, inv, step, n_rows, span, cfg, tiles: _Tiles, flags) -> None:
-    """First pass of the two-pass encode: fp16 scales plus fp32 inv and step per scale."""
-    l2 = cfg.scale_method == "l2"
-    common = {k: flags[k] for k in ("HAS_M", "X_BF16", "M_BF16", "IDX64")}
-    if cfg.granularity != "channel":
-        cols = min(_pow2(span), tiles.stat_cols)
-        rows = max(1, min(tiles.stat_elems // cols, _pow2(n_rows)))
-        _launch(_row_scales_kernel, (triton.cdiv(n_rows, rows),), tiles, rows * cols,
-                xk, mk, scales, inv, step, n_rows, span,
-                BITS=cfg.bits, SYMMETRIC=flags["SYMMETRIC"], L2=l2, ROWS=rows, COLS=cols,
-                **common)
-        return
-    block_c = min(_pow2(span), tiles.stat_cols)
-    block_r = max(1, min(tiles.stat_elems // block_c, _pow2(n_rows)))
-    n_cb = triton.cdiv(span, block_c)
-    want_rb = max(1, min(triton.cdiv(tiles.target_programs, n_cb), triton.cdiv(n_rows, block_r)))
-    rows_per_prog = triton.cdiv(triton.cdiv(n_rows, want_rb), block_r) * block_r
-    n_rb = triton.cdiv(n_rows, rows_per_prog)
-    part = torch.empty((n_rb, span), dtype=torch.float32, device=scales.device)
-    _launch(_col_partial_kernel, (n_rb, n_cb), tiles, block_r * block_c,
-            xk, mk, part, n_rows, span, rows_per_prog,
-            L2=l2, BLOCK_R=block_r, BLOCK_C=block_c, **common)
-    _launch(_col_finalize_kernel, (n_cb,), tiles, block_c,
-            part, scales, inv, step, n_rb, n_rows, span,
-            BITS=cfg.bits, SYMMETRIC=flags["SYMMETRIC"], L2=l2, BLOCK_C=block_c)
-
-
-def _decode_into(packed: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, cfg,
-                 accumulate: bool, tiles: _Tiles | None = None) -> None:
-    """out = deQ(packed, scales), or out += deQ when accumulating; one pass."""
-    tiles = tiles or _tiles_for(out)
-    n = out.numel()
-    if n == 0:
-        return
-    scales = scales.contiguous()
-    span = _span(out.shape, cfg)
-    n_rows = n // span
-    channel = cfg.granularity == "channel"
-    octets = _pow2((span + 7) // 8)
-    common = dict(BITS=cfg.bits, SYMMETRIC=cfg.grid == "symmetric", ACCUMULATE=accumulate,
-                  OUT_BF16=out.dtype == torch.bfloat16, IDX64=n >= tiles.idx64_from)
-    if (span * cfg.bits) % 8 == 0 and octets * 8 <= tiles.max_row_elems:
-        rows = max(1, min(tiles.rows_elems // (octets * 8), _pow2(n_rows)))
-        _launch(_decode_rows_kernel, (triton.cdiv(n_rows, rows),), tiles, rows * octets * 8,
-                packed, scales, _kernel_view(out), n_rows, span,
-                COL_SCALES=channel, ROWS=rows, OCTETS=octets, **common)
-    else:
-        _launch(_decode_flat_kernel, (triton.cdiv(n, 8 * tiles.flat_octets),), tiles,
-                8 * tiles.flat_octets,
-                packed, scales, _kernel_view(out), n, packed.numel(), span,
-                BY_ROW=not channel, OCTETS=tiles.flat_octets, **common)
-
-
-# ---------------------------------------------------------------------------
-# Public API (arguments already validated by aqsgd.quant)
-# ---------------------------------------------------------------------------
-
-
-def quantize_packed(x: torch.Tensor, cfg, seed: int | None = None):
-    """x (any shape, fp32/fp16/bf16) -> (packed uint8 (ceil(n*bits/8),), scales fp16)."""
-    return _encode(x, None, cfg, seed)
-
-
-def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape, cfg,
-                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Inverse of quantize_packed: a tensor of `shape` and `dtype` (values computed in fp32)."""
-    out = torch.empty(tuple(shape), dtype=dtype, device=packed.device)
-    _decode_into(packed, scales, out, cfg, accumulate=False)
-    return out
-
-
-def aqsgd_encode(x: torch.Tensor, m: torch.Tensor, cfg, seed: int | None = None):
-    """Sender step: quantize x - m, then m += deQ (in m's dtype, in place), one fused call."""
-    return _encode(x, m, cfg, seed)
-
-
-def aqsgd_decode(packed: torch.Tensor, scales: torch.Tensor, m: torch.Tensor, cfg) -> torch.Tensor:
-    """Receiver step: m += deQ(packed, scales) in place (in m's dtype); returns m."""
-    work = m if m.is_contiguous() else m.contiguous()
-    _decode_into(packed, scales, work, cfg, accumulate=True)
-    if work is not m:
-        m.copy_(work)
-    return m

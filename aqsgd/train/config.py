@@ -2,14 +2,15 @@
 
     python -m aqsgd.train.config examples/tiny-2stage.yaml     # validate and print resolved
 
-Sections: `model` (aqsgd.model.gpt2.ModelConfig; `preset: tiny` picks a preset and the
+Sections: `model` (aqsgd.model.config.ModelConfig; `preset: tiny` picks a preset and the
 other keys override it), `pipeline`, `forward` and `backward`
 (aqsgd.compress.activation.CompressionConfig), `grad`
 (aqsgd.compress.gradient.GradCompressionConfig),
-`train`, `data`, `dist`, `output`. Unknown keys and values of the wrong type are
-rejected with the full key path (`train.lr: expected a number, got 'fast'`); each
-section's own `__post_init__` checks ranges. `RunConfig.to_dict()` is the resolved
-configuration, for the run record.
+`train`, `data`, `dist`, `output`. Files and dicts are checked by specfile against the
+dataclasses' type hints: unknown keys and values of the wrong type are rejected with the
+full key path (`train.lr: expected a number, got 'fast'`), and each section's own
+`__post_init__` checks ranges. `RunConfig.to_dict()` is the resolved configuration, for
+the run record.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,9 +26,10 @@ import yaml
 
 from aqsgd.compress.activation import CompressionConfig
 from aqsgd.compress.gradient import GradCompressionConfig
-from aqsgd.data.windows import DATASETS
-from aqsgd.model.gpt2 import PRESETS, ModelConfig
+from aqsgd.data.sources import DATASETS
+from aqsgd.model.config import PRESETS, ModelConfig
 from aqsgd.train.schedule import SCHEDULES
+from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
 __all__ = [
     "ConfigError",
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(SpecError):
     """A configuration file or value that cannot be used; names the key path."""
 
 
@@ -113,7 +113,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    # aqsgd.data.windows.DATASETS, or "synthetic" (no tokenizer; tests, benchmarks)
+    # aqsgd.data.sources.DATASETS, or "synthetic" (no tokenizer; tests, benchmarks)
     name: str = "pydoc"
     path: str | None = None  # local file or directory for file-backed data sets
     max_samples: int | None = None  # cap on training windows (None: all)
@@ -158,6 +158,8 @@ def _default_backward() -> CompressionConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
+    __pydantic_config__ = SPEC_CONFIG  # what specfile.validate checks files against
+
     model: ModelConfig = field(default_factory=lambda: PRESETS["tiny"])
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     forward: CompressionConfig = field(default_factory=_default_backward)
@@ -193,99 +195,35 @@ class RunConfig:
 # ------------------------------------------------------------------- loading
 
 
-def _type_ok(hint: Any, value: Any) -> bool:
-    """Does `value` (from YAML/JSON) fit the annotation `hint`?"""
-    origin = typing.get_origin(hint)
-    if hint is Any:
-        return True
-    if origin is Literal:
-        return value in typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(h, value) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    if origin in (tuple, list):
-        return isinstance(value, (list, tuple))
-    return True  # anything richer is left to the dataclass's own validation
+def _message(err: SpecError) -> str:
+    """Run-config errors read `KEY.PATH: what is wrong` (the form the worker's users know)."""
+    if err.kind == "unknown":
+        return f"unknown key {err.field} (known keys: {', '.join(err.known)})"
+    return f"{err.field}: {err.text}" if err.field else err.text
 
 
-def _build(cls: type, data: Any, path: str, base: Any = None) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path or 'config'}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        where = f"{path}." if path else ""
-        known = ", ".join(sorted(names))
-        raise ConfigError(f"unknown key {where}{unknown[0]} (known keys: {known})")
-    kwargs = {}
-    for name, value in data.items():
-        key = f"{path}.{name}" if path else name
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            kwargs[name] = _build_section(name, hint, value, key)
-        else:
-            if isinstance(value, list) and typing.get_origin(hint) is tuple:
-                value = tuple(value)
-            if not _type_ok(hint, value):
-                raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
-            kwargs[name] = value
-    try:
-        if base is not None:
-            return dataclasses.replace(base, **kwargs)
-        return cls(**kwargs)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{path or 'config'}: {e}") from e
-
-
-def _build_section(name: str, cls: type, value: Any, key: str) -> Any:
-    if cls is ModelConfig and isinstance(value, dict) and "preset" in value:
-        value = dict(value)
-        preset = value.pop("preset")
-        if preset not in PRESETS:
-            raise ConfigError(f"{key}.preset: expected one of {sorted(PRESETS)}, got {preset!r}")
-        return _build(cls, value, key, base=PRESETS[preset])
-    return _build(cls, value, key)
-
-
-def _type_name(hint: Any) -> str:
-    if typing.get_origin(hint) is Literal:
-        return "one of " + "|".join(map(str, typing.get_args(hint)))
-    names = {bool: "true/false", int: "an integer", float: "a number", str: "a string",
-             type(None): "null"}  # fmt: skip
-    args = typing.get_args(hint) if typing.get_origin(hint) else (hint,)
-    return " or ".join(names.get(a, getattr(a, "__name__", str(a))) for a in args)
+def _with_preset(data: Any) -> Any:
+    """`model: {preset: NAME, ...}`: that preset's fields, the other keys overriding them."""
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict) or "preset" not in model:
+        return data
+    overrides = dict(model)
+    preset = overrides.pop("preset")
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise SpecError.at("model.preset", f"one of {sorted(PRESETS)}", preset)
+    return {**data, "model": {**PRESETS[preset].to_dict(), **overrides}}
 
 
 def config_from_dict(data: dict) -> RunConfig:
-    return _build(RunConfig, data, "")
+    with raising(ConfigError, render=_message):
+        return validate(RunConfig, _with_preset(data))
 
 
 def load_config(path: str | Path) -> RunConfig:
     """Read a RunConfig from a .yaml/.yml or .json file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read run config {path}: {e}") from e
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        kind = "JSON" if path.suffix == ".json" else "YAML"
-        raise ConfigError(f"{path}: not valid {kind}: {e}") from e
-    try:
-        return config_from_dict(data or {})
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from e
+    data = read_file(path, error=ConfigError, what="run config")
+    with raising(ConfigError, source=str(path), render=_message):
+        return validate(RunConfig, _with_preset(data or {}))
 
 
 if __name__ == "__main__":

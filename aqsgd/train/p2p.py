@@ -22,6 +22,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from aqsgd.compress.wire import message_nbytes
 from aqsgd.train.metrics import StepMeter
 
 __all__ = ["PendingRecv", "P2P"]
@@ -51,7 +52,7 @@ class P2P:
         """Post one message; returns at once (the tensors are kept until sent)."""
         msg = [t.contiguous() for t in tensors]
         works = [dist.isend(t, dst=peer) for t in msg]
-        self.meter.add_bytes(kind, peer, sent=_nbytes(msg))
+        self.meter.add_bytes(kind, peer, sent=message_nbytes(msg))
         self._sends.append((peer, kind, works, msg, self.meter.now_us()))
 
     def post_recv(self, peer: int, kind: str, label: str,
@@ -73,7 +74,7 @@ class P2P:
         """Block until the message has arrived; returns its tensors."""
         with self.meter.span("comm_wait", f"wait {pending.label}"):
             self._wait(pending.works, f"receiving {pending.label} from rank {pending.peer}")
-        self.meter.add_bytes(pending.kind, pending.peer, recv=_nbytes(pending.tensors))
+        self.meter.add_bytes(pending.kind, pending.peer, recv=message_nbytes(pending.tensors))
         self.meter.add_trace(f"recv {pending.label}", "recv", pending.posted_us,
                              self.meter.now_us() - pending.posted_us)  # fmt: skip
         return pending.tensors
@@ -88,7 +89,3 @@ class P2P:
                 self.meter.add_trace(f"send {kind}", "send", posted_us,
                                      self.meter.now_us() - posted_us)  # fmt: skip
         self._sends.clear()
-
-
-def _nbytes(tensors: list[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)

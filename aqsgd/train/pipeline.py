@@ -13,7 +13,7 @@ the global gradient norm). Per micro-batch k with sample ids ids[k] (B,):
 
 Receives of each kind are posted one message ahead, in the schedule's order, so
 they overlap with compute; sends complete in the background until OPT_STEP.
-Note on sample ids: every rank derives ids from (seed, step) with aqsgd.data.windows.Sampler, so no
+Note on sample ids: every rank derives ids from (seed, step) with aqsgd.data.sampler.Sampler, so no
 rank waits on another to learn them; the compressor's header carries them and
 the receiver's decode checks them.
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from aqsgd.data.windows import Sampler
+from aqsgd.data.sampler import Sampler
 from aqsgd.train.metrics import StepMeter
 from aqsgd.train.p2p import P2P, PendingRecv
 from aqsgd.train.schedule import Op, Schedule

@@ -3,7 +3,7 @@
     python -m aqsgd.train.schedule --stages 4 --micro-batches 6 --schedule 1f1b
 
 A schedule says, for every stage, in which order it waits for inputs, computes,
-sends and steps. The executor (aqsgd/pipeline.py) walks one stage's list; sends
+sends and steps. The executor (aqsgd.train.pipeline) walks one stage's list; sends
 never block (isend completes in the background) and a RECV_* action is where the
 executor *waits* for data whose receive it posted earlier. `validate` checks a
 schedule under exactly those semantics, so a schedule it accepts cannot deadlock
@@ -26,6 +26,7 @@ __all__ = [
     "make_schedule",
     "validate",
     "format_grid",
+    "main",
     "SCHEDULES",
 ]
 
@@ -312,14 +313,16 @@ def format_grid(sched: Schedule) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _main() -> None:
-    p = argparse.ArgumentParser(description="Print and validate a pipeline schedule.")
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m aqsgd.train.schedule", description="Print and validate a pipeline schedule."
+    )
     p.add_argument("--stages", type=int, default=4)
     p.add_argument("--micro-batches", type=int, default=4)
     p.add_argument("--schedule", choices=sorted(SCHEDULES), default="gpipe")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     print(format_grid(make_schedule(a.schedule, a.stages, a.micro_batches)), end="")
 
 
 if __name__ == "__main__":
-    _main()
+    main()

@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.gradient import make_data_parallel
-from aqsgd.data.windows import Sampler
+from aqsgd.data.sampler import Sampler
 from aqsgd.model.gpt2 import init_stage, lm_loss
 from aqsgd.train.config import ConfigError, RunConfig, load_config
 from aqsgd.train.metrics import MetricsWriter, StepMeter
@@ -72,7 +72,7 @@ def load_tokens(cfg: RunConfig) -> tuple[torch.Tensor, torch.Tensor]:
     # imported here: only text runs need the tokenizer stack
     from aqsgd.data import windows as data
 
-    return data.load_windows(d, cfg.model, seed=cfg.train.seed)
+    return data.load_windows(d, cfg.model)
 
 
 # ------------------------------------------------------------------- one rank

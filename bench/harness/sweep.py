@@ -3,7 +3,7 @@ runs them, resumably, with a progress bar.
 
     python -m bench sweep scenarios/sweeps/paper.yaml
 
-A sweep file (YAML, unknown keys rejected):
+A sweep file (YAML, checked against SweepFile: unknown keys and wrong types rejected):
 
     name: paper                       # results go to results/<name>/
     description: throughput against bandwidth, every mode
@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
 __all__ = [
     "MODE_NAMES",
@@ -39,6 +39,7 @@ __all__ = [
     "Workload",
     "CellSpec",
     "SweepSpec",
+    "SweepFile",
     "parse_mode",
     "load_sweep",
 ]
@@ -46,7 +47,7 @@ __all__ = [
 MODE_NAMES = ("fp32", "directq", "aqsgd", "aqsgd+gc")
 # (forward bits, backward bits) used when a quantized mode is named bare.
 DEFAULT_BITS = {"directq": (4, 8), "aqsgd": (2, 4), "aqsgd+gc": (2, 4)}
-# The grid `python -m bench run` runs by default (issue #6).
+# The grid `python -m bench run` runs by default: every mode, AQ-SGD at three bit widths.
 DEFAULT_GRID = ("fp32", "directq:4/8", "aqsgd:2/4", "aqsgd:3/6", "aqsgd:4/8", "aqsgd+gc:2/4")
 BITS_RANGE = (1, 8)
 
@@ -61,7 +62,7 @@ def _check_int(owner: str, name: str, value, lo: int, hi: int | None = None) -> 
 
 @dataclass(frozen=True)
 class ModeSpec:
-    """One compression mode of the comparison (REFERENCE.md, baselines table).
+    """One compression mode of the comparison: AQ-SGD and the baselines it is measured against.
 
     fp32: nothing compressed. directq: activations and their gradients
     quantized directly. aqsgd: activation deltas against the per-sample cache
@@ -139,7 +140,7 @@ class Workload:
     preset: str = "tiny"
     stages: int = 2
     replicas: int = 1
-    micro_batch_size: int = 16  # aqsgd.model.gpt2.TINY_PIPELINE: comm-bound at 100 Mbit/s
+    micro_batch_size: int = 16  # aqsgd.model.config.TINY_PIPELINE: comm-bound at 100 Mbit/s
     num_micro_batches: int = 4
     steps: int = 10
     warmup_epochs: int = 1
@@ -286,60 +287,56 @@ class SweepSpec:
         return cells
 
 
-_SWEEP_KEYS = {"name", "description", "scenarios", "modes", "bits", "workload", "reference",
-               "gc_reference"}
+@dataclass(frozen=True, kw_only=True)
+class SweepFile:
+    """What a sweep file may contain (see the module docstring); specfile checks a file
+    against it and load_sweep expands it into a SweepSpec."""
+
+    __pydantic_config__ = SPEC_CONFIG
+
+    name: str
+    scenarios: tuple[str, ...]
+    modes: tuple[str, ...]
+    description: str = ""
+    bits: tuple[tuple[int, ...], ...] | None = None
+    workload: Workload = field(default_factory=Workload)
+    reference: str | None = None
+    gc_reference: bool = True
+
+    def __post_init__(self):
+        if self.bits is not None and not all(len(pair) == 2 for pair in self.bits):
+            raise ValueError("bits must be a list of [forward, backward] pairs, "
+                             f"got {[list(pair) for pair in self.bits]}")
 
 
-def _expand_modes(modes: list, bits: list | None, where: str) -> tuple[ModeSpec, ...]:
-    if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
-        raise ValueError(f"{where}: modes must be a list of strings, got {modes!r}")
-    if bits is not None and (not isinstance(bits, list) or not all(
-            isinstance(b, list) and len(b) == 2 for b in bits)):
-        raise ValueError(f"{where}: bits must be a list of [forward, backward] pairs, "
-                         f"got {bits!r}")
+def _expand_modes(modes: tuple[str, ...], bits: tuple[tuple[int, ...], ...] | None
+                  ) -> tuple[ModeSpec, ...]:
+    """Mode names as ModeSpecs; with `bits`, a bare quantized name runs at every pair."""
     out: list[ModeSpec] = []
-    for text in modes:
-        if bits is not None and text in DEFAULT_BITS:
-            out.extend(ModeSpec(text, fw, bw) for fw, bw in bits)
-        else:
-            out.append(parse_mode(text))
+    for k, text in enumerate(modes):
+        try:
+            if bits is not None and text in DEFAULT_BITS:
+                out.extend(ModeSpec(text, fw, bw) for fw, bw in bits)
+            else:
+                out.append(parse_mode(text))
+        except ValueError as e:
+            raise SpecError(str(e), f"modes[{k}]") from None
     return tuple(out)
 
 
+def _sweep(file: SweepFile) -> SweepSpec:
+    modes = _expand_modes(file.modes, file.bits)
+    try:
+        return SweepSpec(name=file.name, scenarios=file.scenarios, modes=modes,
+                         workload=file.workload, description=file.description,
+                         reference_scenario=file.reference, gc_reference=file.gc_reference)
+    except ValueError as e:
+        raise SpecError(str(e), "") from None
+
+
 def load_sweep(path: str | Path) -> SweepSpec:
-    """Parse and validate a sweep file; errors name the file and the field."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"sweep file {path} does not exist") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: a sweep file must be a mapping, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _SWEEP_KEYS)
-    if unknown:
-        raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}; "
-                         f"allowed: {', '.join(sorted(_SWEEP_KEYS))}")
-    for key in ("name", "scenarios", "modes"):
-        if key not in raw:
-            raise ValueError(f"{path}: missing field {key!r}")
-    workload_raw = raw.get("workload") or {}
-    allowed = {f.name for f in dataclasses.fields(Workload)}
-    unknown = sorted(set(workload_raw) - allowed)
-    if unknown:
-        raise ValueError(f"{path}: unknown workload field(s) {', '.join(unknown)}; "
-                         f"allowed: {', '.join(sorted(allowed))}")
-    scenarios = raw["scenarios"]
-    if not isinstance(scenarios, list) or not all(isinstance(s, str) for s in scenarios):
-        raise ValueError(f"{path}: scenarios must be a list of names, got {scenarios!r}")
-    try:
-        return SweepSpec(
-            name=str(raw["name"]),
-            description=str(raw.get("description", "")),
-            scenarios=tuple(scenarios),
-            modes=_expand_modes(raw["modes"], raw.get("bits"), str(path)),
-            workload=Workload(**workload_raw),
-            reference_scenario=raw.get("reference"),
-            gc_reference=bool(raw.get("gc_reference", True)),
-        )
-    except (TypeError, ValueError) as err:
-        raise type(err)(f"{path}: {err}") from None
+    """Parse and validate a sweep file; errors (SpecError, a ValueError) name the file
+    and the field."""
+    raw = read_file(path, what="sweep file")
+    with raising(source=str(path)):
+        return _sweep(validate(SweepFile, raw))

@@ -18,24 +18,13 @@ import sys
 import time
 from pathlib import Path
 
-from bench.launch.netns import DEFAULT_STATE_DIR, NetnsLauncher, teardown_recorded
-from bench.net.executor import Executor
-from bench.net.probe import LinkProbeError, check_links, host_limited_warning
+from aqsgd.filecache import atomic_write_text
+from bench.launch.netns import NetnsLauncher
+from bench.launch.state import DEFAULT_STATE_DIR, cleanup, recorded_state_files
+from bench.net.probe import LinkProbeError, check_links, format_table, host_limited_warning
 from bench.net.scenario import load_scenario, with_link
 
-__all__ = ["calibrate", "cleanup", "main"]
-
-
-def cleanup(state_files: list[Path]) -> list[str]:
-    """Tear down what each state file records, then delete the file."""
-    removed = []
-    ex = Executor()
-    for path in state_files:
-        state = json.loads(path.read_text())
-        removed += teardown_recorded(state, ex)
-        path.unlink()
-        path.with_name(f"{state['prefix']}-delayline.json").unlink(missing_ok=True)
-    return removed
+__all__ = ["calibrate", "main"]
 
 
 def _launcher(args) -> NetnsLauncher:
@@ -51,14 +40,14 @@ def _probe(args) -> int:
     print(f"scenario {args.scenario}: {hosts.n_hosts} hosts, shaping {record['shaping']}, "
           f"data plane {record['data_plane']}, payload correction "
           f"x{record['payload_correction_factor']:.4f}")
-    print(hosts.probe_table())
+    print(format_table(results))
     warning = host_limited_warning(results)
     if warning:
         print(warning, file=sys.stderr)
     print(f"bring-up {record['timing']['up_s']:.2f} s, tear-down "
           f"{record['timing']['down_s']:.2f} s")
     if args.json:
-        args.json.write_text(json.dumps(record, indent=1))
+        atomic_write_text(args.json, json.dumps(record, indent=1))
     try:
         check_links(results, args.tolerance)
     except LinkProbeError as e:
@@ -95,17 +84,17 @@ def calibrate(repeats: int, state_dir: Path, rates_mbit=(10, 100, 1000),
             with NetnsLauncher(scenario, n_hosts, state_dir=state_dir) as hosts:
                 results = hosts.probe(links=[(0, 1), (1, 0)], check=False,
                                       duration_s=duration_s)
-            table.setdefault(key, []).extend(value(r, hosts) for r in results)
+            table.setdefault(key, []).extend(value(r) for r in results)
             print(f"{key}: {[round(v, 3) for v in table[key]]}", file=out, flush=True)
 
     for rate in rates_mbit:
         run(with_link(base, rate_mbit=rate), f"rate {rate} Mbit/s: achieved/configured",
-            lambda r, h, rate=rate: r["rate_mbit_achieved"] / rate)
+            lambda r, rate=rate: r.rate_mbit_achieved / rate)
     for delay in delays_ms:
         run(with_link(base, delay_ms=float(delay)), f"delay {delay} ms: one-way ms",
-            lambda r, h: r["rtt_ms"] / 2, duration_s=0.5)
+            lambda r: r.rtt_ms / 2, duration_s=0.5)
     run(with_link(base, rate_mbit=None, delay_ms=1.0), "delay mechanism ceiling Mbit/s",
-        lambda r, h: r["rate_mbit_achieved"])
+        lambda r: r.rate_mbit_achieved)
     for _ in range(repeats):
         with NetnsLauncher(load_scenario("wan"), 4, state_dir=state_dir) as hosts:
             pass
@@ -124,11 +113,7 @@ def _calibrate(args) -> int:
 
 
 def _cleanup(args) -> int:
-    if args.state:
-        files = [args.state]
-    else:
-        files = sorted(args.state_dir.glob("aq*.json"))
-        files = [f for f in files if not f.name.endswith("-delayline.json")]
+    files = [args.state] if args.state else recorded_state_files(args.state_dir)
     for line in cleanup(files):
         print(f"removed {line}")
     print(f"cleaned {len(files)} recorded run(s)")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from bench.launch.base import Launcher
 
 __all__ = ["LAUNCHERS", "LauncherChoice", "choose_launcher"]
 
@@ -21,13 +22,19 @@ LAUNCHERS = ("auto", "netns", "local")  # the --launcher choices
 class LauncherChoice:
     """Which launcher builds the hosts, and why (printed, and kept in meta)."""
 
-    name: str  # netns | local
+    name: str  # netns | local: the factory's `name`
     reason: str
-    factory: Callable = field(repr=False, compare=False)
+    factory: type[Launcher] = field(repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.factory.name != self.name:
+            raise ValueError(f"LauncherChoice.name: expected the factory's name "
+                             f"{self.factory.name!r}, got {self.name!r}")
 
     @property
     def shaped(self) -> bool:
-        return self.name != "local"
+        """Whether the factory's links carry the scenario's rates and delays."""
+        return self.factory.shaped
 
 
 def _netns_usable() -> tuple[bool, str]:

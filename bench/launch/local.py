@@ -5,21 +5,20 @@ delays are not applied, and the run record says so (`"shaped": false`).
     with LocalLauncher(load_scenario("100mbps"), n_hosts=2) as hosts:
         p = hosts.spawn(0, [sys.executable, "-m", "aqsgd.train.worker", ...], env, log)
 
-Same interface as bench/netns.py's NetnsLauncher (see docs/ARCHITECTURE.md).
+The same contract as the netns launcher (bench/launch/base.py's Launcher).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from bench.net.probe import format_table, measure, serve
+from bench.launch.process import TEARDOWN_GRACE_S, free_port, spawn_group, stop_all
+from bench.net.probe import ProbeRecord, measure, serve
 from bench.net.scenario import NetworkScenario
 
 __all__ = ["LocalLauncher", "UNSHAPED_WARNING"]
@@ -28,14 +27,23 @@ UNSHAPED_WARNING = ("UNSHAPED: local launcher, all workers on 127.0.0.1; the sce
                     "rates, delays, jitter and loss are NOT emulated")
 LOOPBACK = "127.0.0.1"
 PROBE_BYTES = 64 << 20
-KILL_GRACE_S = 2.0
+SERVER_START_TIMEOUT_S = 10.0
 
 
 class LocalLauncher:
+    """Context manager for `n_hosts` hosts that are all this machine (see module doc).
+
+    `run_id` as NetnsLauncher's; `state_dir` is accepted for the same reason and
+    unused: the local launcher creates nothing that outlives its processes.
+    `warn`: where the UNSHAPED warning goes on entry: True = the sys.stderr of that
+    moment (resolved late, so a replaced sys.stderr is not captured), a file, or
+    None to stay quiet."""
+
+    name = "local"
+    shaped = False
+
     def __init__(self, scenario: NetworkScenario | None = None, n_hosts: int | None = None, *,
-                 run_id: str | None = None, warn=True, **_ignored_netns_options):
-        # warn: True = the sys.stderr of the moment the launcher is entered, a file, or
-        # None to stay quiet (resolved late so a replaced sys.stderr is not captured).
+                 run_id: str | None = None, state_dir: Path | str | None = None, warn=True):
         if n_hosts is None and scenario is None:
             raise ValueError("LocalLauncher: give n_hosts or a scenario (its layout's hosts)")
         self.scenario = scenario
@@ -43,10 +51,9 @@ class LocalLauncher:
         if self.n_hosts < 1:
             raise ValueError(f"n_hosts: expected >= 1, got {self.n_hosts}")
         self.run_id = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        self.ignored_options = sorted(_ignored_netns_options)
         self._warn = warn
         self._procs: list[subprocess.Popen] = []
-        self._probe_results: list[dict] = []
+        self._probe_records: list[ProbeRecord] = []
 
     def __enter__(self) -> LocalLauncher:
         if self._warn is not None:
@@ -55,15 +62,7 @@ class LocalLauncher:
         return self
 
     def __exit__(self, *exc) -> None:
-        for proc in self._procs:
-            if proc.poll() is None:
-                for sig in (signal.SIGTERM, signal.SIGKILL):
-                    try:
-                        os.killpg(proc.pid, sig)
-                        proc.wait(timeout=KILL_GRACE_S)
-                        break
-                    except (ProcessLookupError, subprocess.TimeoutExpired):
-                        continue
+        stop_all(self._procs, TEARDOWN_GRACE_S)
 
     def _check_host(self, i: int) -> None:
         if not 0 <= i < self.n_hosts:
@@ -82,18 +81,15 @@ class LocalLauncher:
         """Run argv as a local process in its own process group; env as NetnsLauncher."""
         full_env = dict(os.environ if env is None else env)
         full_env.update(self.worker_env(i))
-        if log_path is not None:
-            with open(log_path, "ab") as log:
-                proc = subprocess.Popen(argv, env=full_env, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
-        else:
-            proc = subprocess.Popen(argv, env=full_env, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+        proc = spawn_group(argv, full_env, log_path)
         self._procs.append(proc)
         return proc
 
-    def probe(self, links=None, check: bool = True, **_ignored) -> list[dict]:
-        """One loopback measurement (every local 'link' is the same loopback)."""
+    def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
+              tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
+        """One loopback measurement of PROBE_BYTES: every local 'link' is the same
+        loopback, so `links` and `duration_s` change nothing, and an unshaped link
+        promises no rate, so `check` and `tolerance` have nothing to hold it to."""
         ready = threading.Event()
 
         class _ReadySignal:  # stands in for serve()'s output stream
@@ -104,32 +100,25 @@ class LocalLauncher:
             def flush(self) -> None:
                 pass
 
-        with socket.socket() as s:  # ask the kernel for a free port
-            s.bind((LOOPBACK, 0))
-            port = s.getsockname()[1]
+        port = free_port(LOOPBACK)
         server = threading.Thread(target=serve, args=(LOOPBACK, port, 1, _ReadySignal()),
                                   daemon=True)
         server.start()
-        if not ready.wait(10):
-            raise RuntimeError("local probe server did not start within 10 s")
+        if not ready.wait(SERVER_START_TIMEOUT_S):
+            raise RuntimeError(f"local probe server did not start within "
+                               f"{SERVER_START_TIMEOUT_S:g} s")
         m = measure(LOOPBACK, port, PROBE_BYTES)
-        server.join(10)
-        self._probe_results = [{"src": 0, "dst": 1 if self.n_hosts > 1 else 0,
-                                "rate_mbit_configured": None,
-                                "rate_mbit_achieved": m["rate_mbit"],
-                                "rate_mbit_first_to_last": m["rate_mbit_first_to_last"],
-                                "rtt_ms": m["rtt_ms"], "rtt_ms_min": m["rtt_ms_min"],
-                                "rtt_ms_configured": 0.0, "probe_bytes": m["bytes"]}]
-        return self._probe_results
-
-    def probe_table(self) -> str:
-        return format_table(self._probe_results)
+        server.join(SERVER_START_TIMEOUT_S)
+        self._probe_records = [ProbeRecord.from_measurement(
+            0, 1 if self.n_hosts > 1 else 0, m, rate_mbit_configured=None,
+            rtt_ms_configured=0.0)]
+        return self._probe_records
 
     def record(self) -> dict:
         none = "none (local launcher: loopback, not emulated)"
         return {
-            "launcher": "local",
-            "shaped": False,
+            "launcher": self.name,
+            "shaped": self.shaped,
             "warning": UNSHAPED_WARNING,
             "run_id": self.run_id,
             "n_hosts": self.n_hosts,
@@ -137,6 +126,5 @@ class LocalLauncher:
             "shaping": {p: none for p in ("rate", "delay", "jitter", "loss")},
             "hosts": [{"host": i, "addr": LOOPBACK, "device": "lo"}
                       for i in range(self.n_hosts)],
-            "ignored_options": self.ignored_options,
-            "probe": self._probe_results,
+            "probe": [r.to_dict() for r in self._probe_records],
         }

@@ -1,4 +1,4 @@
-"""Multi-host path: the commands to run a scenario on real machines.
+"""Multi-host planner: the commands to run a scenario on real machines.
 
     python -m bench.launch.multihost --scenario 100mbps --hosts 10.0.0.1,10.0.0.2 --iface eth0 \\
         -- --config run.yaml
@@ -6,7 +6,9 @@
 prints, for each host, the tc commands shaping its interface (egress per
 destination with htb, netem for delay/jitter/loss; downlink through an ifb),
 the commands removing them, and the torchrun line starting its worker. Nothing
-is executed. Most GPU servers have netem; pass --no-netem for hosts without it
+is executed: this is a planner (`plan_hosts` returns the commands as data), not
+a Launcher context manager (bench/launch/base.py); the user runs the commands on
+each host. Most GPU servers have netem; pass --no-netem for hosts without it
 (delay, jitter and loss are then refused unless --allow-drop).
 """
 
@@ -22,9 +24,9 @@ from bench.net.tc import (
     Capabilities,
     EgressLink,
     burst_bytes,
-    choose_mechanisms,
     egress_argvs,
     ifb_redirect_argvs,
+    mechanisms_for,
     payload_factor,
     tbf_argv,
 )
@@ -66,12 +68,8 @@ def plan_hosts(scenario: NetworkScenario, hosts: list[str], iface: str, worker_a
     n = len(hosts)
     if n < 2:
         raise ValueError(f"hosts: expected at least 2 addresses, got {hosts!r}")
-    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
-    uses_caps = any(scenario.caps(h).uplink_mbit or scenario.caps(h).downlink_mbit
-                    for h in range(n))
-    mechanisms = choose_mechanisms([scenario.link_spec(a, b) for a, b in pairs],
-                                   Capabilities(netem=netem, delay_line=False), allow_drop,
-                                   uses_caps)
+    mechanisms = mechanisms_for(scenario, n, Capabilities(netem=netem, delay_line=False),
+                                allow_drop)
     factor = payload_factor() if payload_correction else 1.0
     plans = []
     for i, address in enumerate(hosts):

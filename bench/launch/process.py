@@ -1,29 +1,117 @@
-"""Processes of a run: a free port, waiting for a group of ranks, stopping them.
+"""Processes of a run: starting one in its own process group, waiting for a group of
+ranks, stopping them, a free port. Every launcher starts and stops processes here.
 
-    port = free_port()
+    proc = spawn_group(argv, env, log_path)            # own session; output -> log
+    line = read_ready_line(proc, "listening", "probe server")
     failure = wait_for_workers(procs, timeout_s=600)   # None when every rank exits 0
     stop_all(procs)                                    # whatever is still running
+    port = free_port()
 
-Every process a launcher spawns runs in its own process group
-(`start_new_session=True`), so stopping one stops its children too.
+A process from `spawn_group` leads its own process group (`start_new_session`), so
+stopping it signals the whole group: its children (data loaders, `ip netns exec`
+helpers) stop with it. A process that leads no group (started elsewhere) is
+signalled alone.
 """
 
 from __future__ import annotations
 
+import os
+import select
+import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["FAIL_GRACE_S", "free_port", "stop_all", "wait_for_workers"]
+__all__ = ["FAIL_GRACE_S", "REPO_ROOT", "STOP_GRACE_S", "TEARDOWN_GRACE_S", "env_with_repo",
+           "free_port",
+           "read_ready_line", "spawn_group", "stop_all", "stop_group", "wait_for_workers"]
 
 FAIL_GRACE_S = 20.0  # after one rank fails, how long the others get to exit
+STOP_GRACE_S = 5.0  # SIGTERM to SIGKILL, for the harness's ranks
+TEARDOWN_GRACE_S = 2.0  # the same when a launcher exits or drops a helper
+KILL_WAIT_S = 10.0  # after SIGKILL; longer only in uninterruptible sleep (left to the kernel)
+READY_TIMEOUT_S = 20.0
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port(addr: str = "127.0.0.1") -> int:
-    """A TCP port the kernel says is free on `addr` now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((addr, 0))
-        return s.getsockname()[1]
+def spawn_group(argv: Sequence[str], env: dict[str, str] | None = None,
+                log_path: Path | str | None = None, *,
+                pipe_stdout: bool = False) -> subprocess.Popen:
+    """Start argv in a new session (its own process group) with stdin on /dev/null.
+    env None: this process's environment. Output: stderr, and stdout unless
+    `pipe_stdout`, appended to `log_path`; `pipe_stdout` puts stdout (and stderr,
+    when there is no log) on a pipe for the caller to read; else both are inherited."""
+    stdout = subprocess.PIPE if pipe_stdout else None
+    stderr = subprocess.PIPE if pipe_stdout else None
+    common = dict(env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    if log_path is None:
+        return subprocess.Popen(list(argv), stdout=stdout, stderr=stderr, **common)
+    with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(list(argv), stdout=stdout or log, stderr=log, **common)
+
+
+def env_with_repo(env: dict[str, str] | None = None) -> dict[str, str]:
+    """env (None: os.environ) with this repository first on PYTHONPATH, so that a helper
+    started as `python -m bench...` inside a namespace imports this checkout."""
+    out = dict(os.environ if env is None else env)
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), out.get("PYTHONPATH")]))
+    return out
+
+
+def read_ready_line(proc: subprocess.Popen, expected: str, what: str,
+                    log: Path | None = None, timeout_s: float = READY_TIMEOUT_S) -> str:
+    """The first stdout line of `proc` (started with pipe_stdout), which must start with
+    `expected` within timeout_s; else stop proc and raise RuntimeError with its
+    stderr (from `log` when it writes there)."""
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    line = proc.stdout.readline().decode().strip() if ready else ""
+    if not line.startswith(expected):
+        stop_group(proc, grace_s=0.0)
+        err = log.read_text() if log else proc.stderr.read().decode()
+        raise RuntimeError(f"{what} did not start (expected {expected!r} within "
+                           f"{timeout_s} s, got {line!r}); stderr:\n{err}")
+    return line
+
+
+def _signal(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    """Send sig to proc's process group when proc leads one, else to proc alone."""
+    try:
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        pass  # exited since it was polled
+
+
+def _wait_until(procs: list[subprocess.Popen], deadline: float) -> list[subprocess.Popen]:
+    """Wait for procs until the monotonic deadline; return those still running."""
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    return [p for p in procs if p.poll() is None]
+
+
+def stop_all(procs: Sequence[subprocess.Popen | None], grace_s: float = STOP_GRACE_S) -> None:
+    """Stop every process still running: SIGTERM to each (its group, see module doc),
+    up to grace_s for all of them to exit, then SIGKILL to the rest. Entries that are
+    None (a helper that was never started) are skipped."""
+    running = [p for p in procs if p is not None and p.poll() is None]
+    for p in running:
+        _signal(p, signal.SIGTERM)
+    running = _wait_until(running, time.monotonic() + grace_s)
+    for p in running:
+        _signal(p, signal.SIGKILL)
+    _wait_until(running, time.monotonic() + KILL_WAIT_S)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop one process and its group (see stop_all)."""
+    stop_all([proc], grace_s)
 
 
 def wait_for_workers(procs: list[subprocess.Popen], timeout_s: float,
@@ -55,14 +143,8 @@ def wait_for_workers(procs: list[subprocess.Popen], timeout_s: float,
         time.sleep(0.05)
 
 
-def stop_all(procs: list[subprocess.Popen]) -> None:
-    """Terminate every process still running, then kill those that do not exit."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=5)
+def free_port(addr: str = "127.0.0.1") -> int:
+    """A TCP port the kernel says is free on `addr` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]

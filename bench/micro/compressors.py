@@ -24,12 +24,14 @@ from pathlib import Path
 
 import torch
 
-from aqsgd.compress.activation import CompressionConfig, make_compressor, message_nbytes
+from aqsgd.compress.activation import CompressionConfig, make_compressor
 from aqsgd.compress.cache import ActivationCache, CacheSpec
+from aqsgd.compress.wire import message_nbytes
+from bench.micro.console import new_table, print_table
 
 __all__ = ["main", "bench_compressor", "bench_cache", "default_shapes"]
 
-LINK_BIT_PER_S = 1e9  # the 1 Gbit/s reference link of the issue's target
+LINK_BIT_PER_S = 1e9  # the comparison link: 1 Gbit/s, a slow network of the kind AQ-SGD targets
 
 FULL_CASES = (
     [("none", "fp32", 32), ("none", "fp16", 16)]
@@ -45,13 +47,10 @@ def default_shapes(smoke: bool) -> dict[str, tuple[int, int, int]]:
     """Micro-batch activation shapes (B, L, D): the tiny preset's and the paper's."""
     if smoke:
         return {"smoke": (2, 8, 16)}
-    try:
-        from aqsgd.model.gpt2 import PRESETS, TINY_PIPELINE
+    from aqsgd.model.config import PRESETS, TINY_PIPELINE
 
-        tiny = PRESETS["tiny"]
-        tiny_shape = (TINY_PIPELINE.micro_batch_size, tiny.seq_len, tiny.n_embd)
-    except ImportError:  # model module not installed: the issue's fallback shape
-        tiny_shape = (4, 128, 128)
+    tiny = PRESETS["tiny"]
+    tiny_shape = (TINY_PIPELINE.micro_batch_size, tiny.seq_len, tiny.n_embd)
     return {"tiny": tiny_shape, "paper": (1, 1024, 1600)}
 
 
@@ -115,29 +114,30 @@ def bench_cache(dtype: str, bits: int, shape, repeats: int, directory: str) -> d
     return out
 
 
-def _format(rows: list[dict], cache_rows: list[dict], threads: int) -> str:
-    lines = [f"compressors: steady-state encode+decode per micro-batch, torch threads={threads}",
-             f"{'shape':>15} {'mode':>14} {'bits':>4} {'wire bytes':>11} {'x fp32':>7} "
-             f"{'enc+dec ms':>10} {'p10-p90 ms':>15} {'/1Gbit fp32':>11}"]  # fmt: skip
+def _print_tables(rows: list[dict], cache_rows: list[dict], threads: int) -> None:
+    print(f"compressors: steady-state encode+decode per micro-batch, torch threads={threads}")
+    table = new_table("shape", "mode", "bits", "wire bytes", "x fp32", "enc+dec ms",
+                      "p10-p90 ms", "/1Gbit fp32", numeric=("shape", "mode", "bits",
+                      "wire bytes", "x fp32", "enc+dec ms", "/1Gbit fp32"))  # fmt: skip
     for r in rows:
-        shape = "x".join(map(str, r["shape"]))
         name = r["mode"] if r["mode"] != "none" else f"none-{r['dtype']}"
-        bits = "-" if r["bits"] is None else str(r["bits"])
-        lines.append(
-            f"{shape:>15} {name:>14} {bits:>4} {r['wire_bytes']:>11} "
-            f"{r['wire_bytes'] / r['wire_bytes_fp32']:>7.4f} {r['encode_decode_ms']:>10.2f} "
-            f"{r['p10_ms']:>7.2f}-{r['p90_ms']:<7.2f} {r['ratio_1gbit']:>11.3f}"
+        table.add_row(
+            "x".join(map(str, r["shape"])), name, "-" if r["bits"] is None else str(r["bits"]),
+            str(r["wire_bytes"]), f"{r['wire_bytes'] / r['wire_bytes_fp32']:.4f}",
+            f"{r['encode_decode_ms']:.2f}", f"{r['p10_ms']:.2f}-{r['p90_ms']:.2f}",
+            f"{r['ratio_1gbit']:.3f}",
         )
-    lines += ["", "activation cache: stored bytes per element and gather of one micro-batch",
-              f"{'shape':>15} {'cache':>7} {'bytes/elem':>10} {'gather mem ms':>13} "
-              f"{'gather mmap ms':>14}"]  # fmt: skip
+    print_table(table)
+    print()
+    print("activation cache: stored bytes per element and gather of one micro-batch")
+    table = new_table("shape", "cache", "bytes/elem", "gather mem ms", "gather mmap ms",
+                      numeric=("shape", "cache", "bytes/elem", "gather mem ms",
+                               "gather mmap ms"))  # fmt: skip
     for r in cache_rows:
-        shape = "x".join(map(str, r["shape"]))
-        lines.append(
-            f"{shape:>15} {r['cache_dtype']:>7} {r['bytes_per_element']:>10.4f} "
-            f"{r['gather_memory_ms']:>13.3f} {r['gather_mmap_ms']:>14.3f}"
-        )
-    return "\n".join(lines)
+        table.add_row("x".join(map(str, r["shape"])), r["cache_dtype"],
+                      f"{r['bytes_per_element']:.4f}", f"{r['gather_memory_ms']:.3f}",
+                      f"{r['gather_mmap_ms']:.3f}")  # fmt: skip
+    print_table(table)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
                 cache_rows.append(bench_cache(dtype, max(bits, 1), shape, repeats, cache_dir))
     result = {"threads": args.threads, "repeats": repeats, "link_bit_per_s": LINK_BIT_PER_S,
               "compressors": rows, "cache": cache_rows}  # fmt: skip
-    print(_format(rows, cache_rows, args.threads))
+    _print_tables(rows, cache_rows, args.threads)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")

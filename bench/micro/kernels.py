@@ -1,13 +1,14 @@
-"""Quantizer benchmark: GB/s per op and path, beside a naive reference-style baseline.
+"""Quantizer benchmark: GB/s per op and path, beside the plain-torch reference as baseline.
 
     python -m bench.micro.kernels                    # paper shape 1x1024x1600, bits 2 3 4 8
     python -m bench.micro.kernels --smoke            # tiny shape, a few seconds
     python -m bench.micro.kernels --bits 4 --sizes 1x1024x1600,8x1024x1600 --json out.json
 
 GB/s = (bytes read + bytes written) / time of one call; median, p20 and p80 over
-`--repeats` calls. Paths: `naive` (the paper code's way in plain torch ops: separate
-abs-max, divide, multiply, round, clip, offset, then pack), `torch` (aqsgd.quant's torch
-path) and, on CUDA with Triton, `triton`. Calls of the paths are interleaved in a
+`--repeats` calls. Paths: `naive` (aqsgd.quant.reference: the contract in plain torch,
+one op per step, every element's scale looked up by index, bits packed one by one; the
+same bytes as the other paths), `torch` (aqsgd.quant's chunked torch path,
+aqsgd.quant.cpu) and, on CUDA with Triton, `triton`. Calls of the paths are interleaved in a
 rotating order, so load on the machine and cold caches hit them alike; `x naive` is the
 naive median time over the path's.
 Default config: per-channel max-abs scales, reference grid, round to nearest; one CPU
@@ -18,88 +19,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
+from rich.table import Table
 
 from aqsgd import quant
+from aqsgd.quant import reference
+from bench.micro.console import new_table, print_table
 
-__all__ = ["Row", "main", "naive_pack", "naive_quantize_pack", "naive_unpack_dequantize", "run"]
+__all__ = ["OPS", "Row", "main", "rows_table", "run"]
 
 PAPER_SHAPE = (1, 1024, 1600)  # GPT2-XL micro-batch: (batch, sequence, hidden)
 LARGE_SHAPE = (64, 1024, 1024)  # 64M elements, CUDA only
 SMOKE_SHAPE = (2, 16, 64)
 OPS = ("quantize+pack", "unpack+dequantize", "aqsgd encode", "aqsgd decode")
-
-
-# ---------------------------------------------------------------------------
-# Naive baseline: the reference code's way, one torch op per step
-# ---------------------------------------------------------------------------
-
-
-def naive_pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """Little-endian stream of uint8 codes (n,). Widths dividing 8 or-shift strided slices
-    (as the reference does for 2/4/8 bits); others spread codes into bits and regroup."""
-    if 8 % bits == 0:
-        per = 8 // bits  # codes per byte; n must be a multiple
-        c = codes.view(-1, per)
-        out = c[:, 0].clone()
-        for k in range(1, per):
-            out |= c[:, k] << (k * bits)
-        return out
-    shifts = torch.arange(bits, dtype=torch.uint8, device=codes.device)
-    bit = ((codes.unsqueeze(1) >> shifts) & 1).view(-1)  # (n * bits,)
-    pad = -bit.numel() % 8
-    bit = torch.cat([bit, bit.new_zeros(pad)]).view(-1, 8)
-    weights = 2 ** torch.arange(8, device=codes.device)
-    return (bit * weights).sum(1).to(torch.uint8)
-
-
-def naive_unpack(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
-    if 8 % bits == 0:
-        per = 8 // bits
-        mask = (1 << bits) - 1
-        parts = [(packed >> (k * bits)) & mask for k in range(per)]
-        return torch.stack(parts, 1).view(-1)[:n]
-    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
-    bit = ((packed.unsqueeze(1) >> shifts) & 1).view(-1)[: n * bits].view(n, bits)
-    weights = 2 ** torch.arange(bits, device=packed.device)
-    return (bit * weights).sum(1).to(torch.uint8)
-
-
-def naive_quantize_pack(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel max-abs, reference grid, round to nearest even (torch.round)."""
-    q = 2 ** (bits - 1)
-    v = x.float()
-    scale = v.abs().amax(dim=tuple(range(v.dim() - 1))).half()  # (D,) stored fp16
-    t = v / scale.float()
-    t = t * q
-    t = t.round()
-    t = t.clamp(-q, q - 1)
-    codes = (t + q).to(torch.uint8)
-    return naive_pack(codes.view(-1), bits), scale
-
-
-def naive_unpack_dequantize(packed: torch.Tensor, scale: torch.Tensor, shape: Sequence[int],
-                            bits: int) -> torch.Tensor:
-    q = 2 ** (bits - 1)
-    codes = naive_unpack(packed, bits, math.prod(shape)).view(shape)
-    return (codes.float() - q) * scale.float() / q
-
-
-def naive_encode(x: torch.Tensor, m: torch.Tensor, bits: int):
-    delta = x.float() - m.float()
-    packed, scale = naive_quantize_pack(delta, bits)
-    m.copy_(m.float() + naive_unpack_dequantize(packed, scale, x.shape, bits))
-    return packed, scale
-
-
-def naive_decode(packed: torch.Tensor, scale: torch.Tensor, m: torch.Tensor, bits: int):
-    return m.copy_(m.float() + naive_unpack_dequantize(packed, scale, m.shape, bits))
 
 
 # ---------------------------------------------------------------------------
@@ -127,26 +64,25 @@ class Row:
 def _op_calls(op: str, path: str, x: torch.Tensor, cfg: quant.QuantConfig
               ) -> tuple[Callable[[], object], int]:
     """(call, bytes moved) of one op on one path; inputs are built here, outside timing."""
-    n, bits = x.numel(), cfg.bits
+    n = x.numel()
     packed, scales = quant.quantize_packed(x, cfg, backend="torch")
     moved_codes = packed.numel() + 2 * scales.numel()
     m = torch.zeros_like(x)
-    backend = "torch" if path == "naive" else path
+    naive = path == "naive"  # round to nearest: the reference's seed is unused
     if op == "quantize+pack":
-        call = (lambda: naive_quantize_pack(x, bits)) if path == "naive" else \
-            (lambda: quant.quantize_packed(x, cfg, backend=backend))
+        call = (lambda: reference.quantize_packed(x, cfg)) if naive else \
+            (lambda: quant.quantize_packed(x, cfg, backend=path))
         return call, n * x.element_size() + moved_codes
     if op == "unpack+dequantize":
-        call = (lambda: naive_unpack_dequantize(packed, scales, x.shape, bits)) \
-            if path == "naive" else \
-            (lambda: quant.dequantize_packed(packed, scales, x.shape, cfg, backend=backend))
+        call = (lambda: reference.dequantize_packed(packed, scales, x.shape, cfg)) if naive \
+            else (lambda: quant.dequantize_packed(packed, scales, x.shape, cfg, backend=path))
         return call, moved_codes + 4 * n
     if op == "aqsgd encode":
-        call = (lambda: naive_encode(x, m, bits)) if path == "naive" else \
-            (lambda: quant.aqsgd_encode(x, m, cfg, backend=backend))
+        call = (lambda: reference.aqsgd_encode(x, m, cfg)) if naive else \
+            (lambda: quant.aqsgd_encode(x, m, cfg, backend=path))
         return call, n * x.element_size() + 2 * n * m.element_size() + moved_codes
-    call = (lambda: naive_decode(packed, scales, m, bits)) if path == "naive" else \
-        (lambda: quant.aqsgd_decode(packed, scales, m, cfg, backend=backend))
+    call = (lambda: reference.aqsgd_decode(packed, scales, m, cfg)) if naive else \
+        (lambda: quant.aqsgd_decode(packed, scales, m, cfg, backend=path))
     return call, moved_codes + 2 * n * m.element_size()
 
 
@@ -220,16 +156,15 @@ def run(shapes: Sequence[tuple[int, ...]], bits_list: Sequence[int], repeats: in
     return rows
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    head = (f"{'device':<7} {'shape':<13} {'bits':>4} {'op':<18} {'path':<7} {'ms':>8} "
-            f"{'GB/s':>8} {'p20':>8} {'p80':>8} {'x naive':>8}")
-    lines = [head, "-" * len(head)]
+def rows_table(rows: Sequence[Row]) -> Table:
+    """The rows as a rich table: one line per (device, shape, bits, op, path)."""
+    table = new_table("device", "shape", "bits", "op", "path", "ms", "GB/s", "p20", "p80",
+                      "x naive", numeric=("bits", "ms", "GB/s", "p20", "p80", "x naive"))
     for r in rows:
         ratio = "" if r.speedup_vs_naive is None else f"{r.speedup_vs_naive:.2f}"
-        lines.append(f"{r.device:<7} {r.shape:<13} {r.bits:>4} {r.op:<18} {r.path:<7} "
-                     f"{r.ms_median:>8.3f} {r.gbps_median:>8.2f} {r.gbps_p20:>8.2f} "
-                     f"{r.gbps_p80:>8.2f} {ratio:>8}")
-    return "\n".join(lines)
+        table.add_row(r.device, r.shape, str(r.bits), r.op, r.path, f"{r.ms_median:.3f}",
+                      f"{r.gbps_median:.2f}", f"{r.gbps_p20:.2f}", f"{r.gbps_p80:.2f}", ratio)
+    return table
 
 
 def _parse_shape(text: str) -> tuple[int, ...]:
@@ -292,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     print(f"torch {torch.__version__}, {args.threads} CPU threads, "
           f"{args.clock} clock on CPU"
           + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
-    print(format_table(rows))
+    print_table(rows_table(rows))
     if args.json:
         meta = {"torch": torch.__version__, "threads": args.threads,
                 "clock": args.clock,

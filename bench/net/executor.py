@@ -1,6 +1,6 @@
 """Run argv lists (never shell strings) and fail loudly on a non-zero exit.
 
-The tc/ip builders in bench/tc.py return plain data; this is the only place that
+The tc/ip builders in bench/net/tc.py return plain data; this is the only place that
 executes them, so a dry run or a test can record the commands instead.
 """
 

@@ -24,20 +24,28 @@ rate limit lifted (`rate_mbit_ceiling`, the host's ceiling for that path);
 the tolerance) means the link is host-limited, which is recorded
 (`host_limited: true`) and warned about but does not stop the run; a ceiling
 that would carry the configured rate means the shaping is off, which stops it.
+
+Every launcher returns its measurements as `ProbeRecord`s (one per directed
+link); `check_links`, `host_limited_warning` and `format_table` read them.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
 import json
 import socket
 import statistics
 import struct
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["CEILING_TOLERANCE", "LinkProbeError", "bulk_bytes_for", "check_links",
-           "format_table", "host_limited_warning", "measure", "rate_verdict", "serve"]
+__all__ = ["CEILING_TOLERANCE", "LinkProbeError", "ProbeRecord", "bulk_bytes_for",
+           "check_links", "format_table", "host_limited_warning", "measure", "rate_verdict",
+           "serve"]
 
 PING_BYTES = 64
 STEADY_FROM_FRACTION = 0.10
@@ -54,6 +62,87 @@ CEILING_TOLERANCE = 0.35
 
 class LinkProbeError(RuntimeError):
     """A link delivers something other than its scenario promises."""
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One directed link src -> dst as the probe measured it; every launcher returns
+    these, with every field filled. Rates are TCP payload Mbit/s, times ms.
+
+    `rate_mbit_configured`: what the link should carry (None = unshaped: loopback,
+    the local launcher). `rate_mbit_achieved`: steady-state rate (`measure`'s
+    `rate_mbit`); `rate_mbit_first_to_last`: first to last byte. `rate_mbit_ceiling`:
+    what the host carries on that path with its rate limits lifted, measured only
+    when the shaped link fell short (else None). `host_limited`: that ceiling is
+    below the configured rate too, so the shortfall is the host's (`rate_verdict`).
+    `rtt_ms` / `rtt_ms_min`: median / least ping-pong round trip;
+    `rtt_ms_configured`: the round trip the scenario's delays add up to (0.0 when
+    none is emulated). `probe_bytes`: size of the bulk transfer."""
+
+    src: int
+    dst: int
+    rate_mbit_configured: float | None
+    rate_mbit_achieved: float
+    rate_mbit_first_to_last: float
+    rate_mbit_ceiling: float | None
+    host_limited: bool
+    rtt_ms: float
+    rtt_ms_min: float
+    rtt_ms_configured: float
+    probe_bytes: int
+
+    def __post_init__(self) -> None:
+        for name in ("src", "dst"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"ProbeRecord.{name}: expected a host index >= 0, "
+                                 f"got {value!r}")
+        def number(value) -> bool:
+            return isinstance(value, int | float) and not isinstance(value, bool)
+
+        configured = self.rate_mbit_configured
+        if configured is not None and not (number(configured) and configured > 0):
+            raise ValueError(f"ProbeRecord.rate_mbit_configured: expected > 0 or None "
+                             f"(unshaped), got {configured!r}")
+        for name in ("rate_mbit_achieved", "rate_mbit_first_to_last", "rtt_ms", "rtt_ms_min",
+                     "rtt_ms_configured"):
+            value = getattr(self, name)
+            if not (number(value) and value >= 0):
+                raise ValueError(f"ProbeRecord.{name}: expected a number >= 0, got {value!r}")
+        ceiling = self.rate_mbit_ceiling
+        if ceiling is not None and not (number(ceiling) and ceiling >= 0):
+            raise ValueError(f"ProbeRecord.rate_mbit_ceiling: expected >= 0 or None, "
+                             f"got {ceiling!r}")
+        if self.host_limited and (self.rate_mbit_ceiling is None
+                                  or self.rate_mbit_configured is None):
+            raise ValueError(f"ProbeRecord.host_limited: True needs a configured rate and a "
+                             f"measured ceiling, got rate_mbit_configured="
+                             f"{self.rate_mbit_configured!r}, rate_mbit_ceiling="
+                             f"{self.rate_mbit_ceiling!r}")
+        if not isinstance(self.probe_bytes, int) or self.probe_bytes <= 0:
+            raise ValueError(f"ProbeRecord.probe_bytes: expected an int > 0, "
+                             f"got {self.probe_bytes!r}")
+
+    @classmethod
+    def from_measurement(cls, src: int, dst: int, measured: dict[str, Any], *,
+                         rate_mbit_configured: float | None, rtt_ms_configured: float,
+                         rate_mbit_ceiling: float | None = None,
+                         host_limited: bool = False) -> ProbeRecord:
+        """A record from `measure`'s result and what the scenario configured."""
+        return cls(src=src, dst=dst, rate_mbit_configured=rate_mbit_configured,
+                   rate_mbit_achieved=measured["rate_mbit"],
+                   rate_mbit_first_to_last=measured["rate_mbit_first_to_last"],
+                   rate_mbit_ceiling=rate_mbit_ceiling, host_limited=host_limited,
+                   rtt_ms=measured["rtt_ms"], rtt_ms_min=measured["rtt_ms_min"],
+                   rtt_ms_configured=rtt_ms_configured, probe_bytes=measured["bytes"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form kept in meta.json (`probe`) and the launcher record."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProbeRecord:
+        return cls(**data)
 
 
 def bulk_bytes_for(rate_mbit: float | None, duration_s: float = 1.0) -> int:
@@ -207,24 +296,24 @@ def rate_verdict(configured: float | None, achieved: float, ceiling: float | Non
     return "off"
 
 
-def check_links(results: list[dict], tolerance: float = 0.10, rtt_slack_ms: float = 2.0) -> None:
+def check_links(records: list[ProbeRecord], tolerance: float = 0.10,
+                rtt_slack_ms: float = 2.0) -> None:
     """Raise LinkProbeError if a link's rate is off by more than `tolerance` of its
     configured payload rate (a host-limited link, see `rate_verdict`, is not), or its
     RTT by more than max(tolerance, rtt_slack_ms)."""
     bad = []
-    for r in results:
-        want = r["rate_mbit_configured"]
-        ceiling = r.get("rate_mbit_ceiling")
-        verdict = rate_verdict(want, r["rate_mbit_achieved"], ceiling, tolerance)
+    for r in records:
+        want, ceiling = r.rate_mbit_configured, r.rate_mbit_ceiling
+        verdict = rate_verdict(want, r.rate_mbit_achieved, ceiling, tolerance)
         if verdict in ("short", "off"):
             why = "" if ceiling is None else (
                 f" (the host carries {ceiling:.1f} Mbit/s on this path with the rate limit "
                 f"lifted: the shaping is wrong)")
-            bad.append(f"host {r['src']} -> {r['dst']}: {r['rate_mbit_achieved']:.1f} Mbit/s "
+            bad.append(f"host {r.src} -> {r.dst}: {r.rate_mbit_achieved:.1f} Mbit/s "
                        f"achieved, {want:g} Mbit/s configured{why}")
-        rtt_want = r["rtt_ms_configured"]
-        if abs(r["rtt_ms"] - rtt_want) > max(tolerance * rtt_want, rtt_slack_ms):
-            bad.append(f"host {r['src']} -> {r['dst']}: RTT {r['rtt_ms']:.2f} ms achieved, "
+        rtt_want = r.rtt_ms_configured
+        if abs(r.rtt_ms - rtt_want) > max(tolerance * rtt_want, rtt_slack_ms):
+            bad.append(f"host {r.src} -> {r.dst}: RTT {r.rtt_ms:.2f} ms achieved, "
                        f"{rtt_want:g} ms configured")
     if bad:
         raise LinkProbeError(
@@ -232,36 +321,54 @@ def check_links(results: list[dict], tolerance: float = 0.10, rtt_slack_ms: floa
             f"(is the machine overloaded, or the rate above what this machine or the delay "
             f"mechanism carries? `python -m bench.launch calibrate` measures both; "
             f"probe(check=False) runs anyway):\n  " + "\n  ".join(bad) + "\n"
-            + format_table(results))
+            + format_table(records))
 
 
-def host_limited_warning(results: list[dict]) -> str | None:
+def host_limited_warning(records: list[ProbeRecord]) -> str | None:
     """A loud multi-line warning naming every host-limited link, or None."""
-    limited = [r for r in results if r.get("host_limited")]
+    limited = [r for r in records if r.host_limited]
     if not limited:
         return None
-    lines = [f"  host {r['src']} -> {r['dst']}: {r['rate_mbit_configured']:g} Mbit/s "
-             f"configured, {r['rate_mbit_achieved']:.1f} achieved, host ceiling "
-             f"{r['rate_mbit_ceiling']:.1f} Mbit/s" for r in limited]
+    lines = [f"  host {r.src} -> {r.dst}: {r.rate_mbit_configured:g} Mbit/s "
+             f"configured, {r.rate_mbit_achieved:.1f} achieved, host ceiling "
+             f"{r.rate_mbit_ceiling:.1f} Mbit/s" for r in limited]
     return ("WARNING: HOST-LIMITED LINK(S): this machine cannot carry the scenario's rate "
             "even unshaped; results on these links reflect the host's ceiling, not the "
             "configured rate (recorded as host_limited in meta.json and labelled in the "
             "table, report and figures):\n" + "\n".join(lines))
 
 
-def format_table(results: list[dict]) -> str:
-    lines = [f"{'link':>8} {'configured':>12} {'achieved':>10} {'ratio':>6} "
-             f"{'ceiling':>10} {'RTT cfg':>8} {'RTT':>8}  (Mbit/s payload, ms)"]
-    for r in results:
-        want = r["rate_mbit_configured"]
-        ratio = f"{r['rate_mbit_achieved'] / want:.3f}" if want else "-"
-        ceiling = r.get("rate_mbit_ceiling")
-        lines.append(f"{r['src']:>3} -> {r['dst']:<2} {want if want else 'unshaped':>12} "
-                     f"{r['rate_mbit_achieved']:>10.1f} {ratio:>6} "
-                     f"{'-' if ceiling is None else f'{ceiling:.1f}':>10} "
-                     f"{r['rtt_ms_configured']:>8.2f} {r['rtt_ms']:>8.2f}"
-                     + ("  HOST-LIMITED" if r.get("host_limited") else ""))
-    return "\n".join(lines)
+TABLE_WIDTH = 120  # wide enough that rich never wraps a row
+
+
+def format_table(records: list[ProbeRecord]) -> str:
+    """The probe table as plain text: a header line, then one line per link (ending in
+    HOST-LIMITED where the host, not the shaping, limits it), then the units."""
+    # imported here: the server and client above start once per probed link and need
+    # not load rich
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, caption="rates: TCP payload Mbit/s; RTT: ms",
+                  caption_justify="left")
+    table.add_column("link")
+    for name in ("configured", "achieved", "ratio", "ceiling", "RTT cfg", "RTT"):
+        table.add_column(name, justify="right")
+    table.add_column("")  # the HOST-LIMITED marker
+    for r in records:
+        want, ceiling = r.rate_mbit_configured, r.rate_mbit_ceiling
+        table.add_row(f"{r.src} -> {r.dst}",
+                      "unshaped" if want is None else f"{want:.1f}",
+                      f"{r.rate_mbit_achieved:.1f}",
+                      "-" if want is None else f"{r.rate_mbit_achieved / want:.3f}",
+                      "-" if ceiling is None else f"{ceiling:.1f}",
+                      f"{r.rtt_ms_configured:.2f}", f"{r.rtt_ms:.2f}",
+                      "HOST-LIMITED" if r.host_limited else "")
+    out = io.StringIO()
+    Console(file=out, width=TABLE_WIDTH, markup=False, highlight=False,
+            color_system=None).print(table)
+    # rich pads every line to the table's width; callers embed the text in messages
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,14 +1,20 @@
 """tc and ip commands as pure data (tuples of argv), and the choice of which
 mechanism emulates each property of a link.
 
-Nothing here runs a command except `probe_capabilities`; bench/executor.py runs
-the lists. Shaping layout on one device (egress of the sending host):
+Nothing here runs a command except `probe_capabilities`; bench/net/executor.py
+runs the lists. Shaping layout on one device (egress of the sending host):
 
     root htb 1:  -- class 1:1 (the host's uplink cap, or unlimited)
                       +-- class 1:10+k  rate of the link to destination k
                       |     leaf: netem (delay/jitter/loss, where the kernel has it)
                       |           or pfifo/bfifo (the link's queue)
                       +-- u32 filter: ip dst == address of k -> 1:10+k
+
+The builders of rate-limiting commands (`htb_class_argv`, `tbf_argv`) take a
+`verb`: "add" creates the class or qdisc, "change" resets its rate in place.
+`egress_path_argvs` builds the "change" commands of one path from the same
+links as `egress_argvs`, e.g. to lift its limits (rate UNLIMITED_BIT) and put
+them back.
 
 Note on payload rates: tc counts whole frames, so a TCP bulk transfer through a
 shaper set to R carries about R * 1448/1514 of payload (MSS 1448 with
@@ -24,20 +30,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.net.executor import Argv, CommandError, Executor
-from bench.net.scenario import LinkSpec
+from bench.net.scenario import LinkSpec, NetworkScenario
 
 __all__ = [
     "Capabilities",
     "EgressLink",
     "ShapingError",
     "UNLIMITED_BIT",
+    "UPLINK_CLASSID",
     "burst_bytes",
     "choose_mechanisms",
     "egress_argvs",
+    "egress_path_argvs",
     "fifo_argv",
     "htb_class_argv",
     "htb_root_argv",
     "ifb_redirect_argvs",
+    "link_classid",
+    "mechanisms_for",
     "netem_argv",
     "payload_factor",
     "probe_capabilities",
@@ -48,6 +58,8 @@ __all__ = [
 UNLIMITED_BIT = 100_000_000_000  # htb needs a rate on every class: 100 Gbit/s = "unlimited"
 TCP_IP_HEADER_BYTES = 52  # IPv4 20 + TCP 20 + timestamp option 12
 ETHERNET_HEADER_BYTES = 14
+UPLINK_CLASSID = "1:1"  # the htb class every destination's class hangs under
+VERBS = ("add", "change")
 
 
 class ShapingError(ValueError):
@@ -61,9 +73,17 @@ def payload_factor(mtu: int = 1500, l2_header_bytes: int = ETHERNET_HEADER_BYTES
 
 def burst_bytes(rate_bit: float) -> int:
     """Token-bucket depth: 2 ms at the rate, at least 16 KiB (a few full frames and
-    room for timer slack; at 1 Gbit/s and above this is >= 64 KiB as DESIGN.md found
-    necessary). Small enough that the initial burst is a few percent of a 1 s probe."""
+    room for timer slack). Fast links need the 2 ms: measured through veths on a
+    2-core machine, a 3 Gbit/s htb class delivered 99.4% of its rate with this
+    bucket (750 kB) but 94-96% with 16 KiB, and a 1 Gbit/s class 97% with 4 KiB.
+    Small enough that the initial burst is a few percent of a 1 s probe."""
     return max(16 * 1024, int(rate_bit / 8 * 0.002))
+
+
+def _checked_verb(verb: str) -> str:
+    if verb not in VERBS:
+        raise ValueError(f"verb: expected one of {', '.join(VERBS)}, got {verb!r}")
+    return verb
 
 
 def _tc(netns: str | None) -> list[str]:
@@ -80,19 +100,22 @@ def htb_root_argv(dev: str, netns: str | None = None) -> Argv:
 
 
 def htb_class_argv(dev: str, parent: str, classid: str, rate_bit: int, ceil_bit: int,
-                   burst: int, netns: str | None = None) -> Argv:
-    return (*_tc(netns), "class", "add", "dev", dev, "parent", parent, "classid", classid,
-            "htb", "rate", f"{rate_bit}bit", "ceil", f"{ceil_bit}bit",
+                   burst: int, netns: str | None = None, verb: str = "add") -> Argv:
+    """An htb class (rates in bit/s, burst in bytes); verb "change" resets an existing one."""
+    return (*_tc(netns), "class", _checked_verb(verb), "dev", dev, "parent", parent,
+            "classid", classid, "htb", "rate", f"{rate_bit}bit", "ceil", f"{ceil_bit}bit",
             "burst", str(burst), "cburst", str(burst))
 
 
 def tbf_argv(dev: str, rate_bit: int, burst: int, limit_bytes: int, parent: str = "root",
-             handle: str | None = None, netns: str | None = None) -> Argv:
+             handle: str | None = None, netns: str | None = None, verb: str = "add") -> Argv:
+    """A token-bucket qdisc (rate in bit/s, burst and limit in bytes); verb "change"
+    resets an existing one."""
     where = ["root"] if parent == "root" else ["parent", parent]
     if handle:
         where += ["handle", handle]
-    return (*_tc(netns), "qdisc", "add", "dev", dev, *where, "tbf", "rate", f"{rate_bit}bit",
-            "burst", str(burst), "limit", str(limit_bytes))
+    return (*_tc(netns), "qdisc", _checked_verb(verb), "dev", dev, *where, "tbf",
+            "rate", f"{rate_bit}bit", "burst", str(burst), "limit", str(limit_bytes))
 
 
 def netem_argv(dev: str, parent: str, handle: str, delay_ms: float, jitter_ms: float = 0.0,
@@ -148,7 +171,7 @@ class EgressLink:
 @dataclass(frozen=True)
 class Capabilities:
     """What this host can emulate. `delay_line`: a TUN device is available, so the
-    userspace delay line (bench/delayline.py) can add delay, jitter and loss."""
+    userspace delay line (bench/net/delayline.py) can add delay, jitter and loss."""
 
     netem: bool
     delay_line: bool
@@ -203,9 +226,57 @@ def choose_mechanisms(specs: Iterable[LinkSpec], caps: Capabilities, allow_drop:
         else:
             raise ShapingError(
                 f"the scenario asks for {prop} but this host has no netem qdisc and no TUN "
-                f"device for the delay line; pass allow_drop=True (--allow-drop) to run "
-                f"without emulating {prop}")
+                f"device for the delay line; to run without emulating {prop}, pass "
+                f"allow_drop=True (NetnsLauncher, plan_hosts), or --allow-drop to "
+                f"`python -m bench.launch probe|up` or `python -m bench.launch.multihost`")
     return chosen
+
+
+def mechanisms_for(scenario: NetworkScenario, n_hosts: int, caps: Capabilities,
+                   allow_drop: bool) -> dict[str, str]:
+    """`choose_mechanisms` for every directed link between n_hosts hosts of the
+    scenario (a host's uplink or downlink cap needs htb too)."""
+    pairs = [(a, b) for a in range(n_hosts) for b in range(n_hosts) if a != b]
+    uses_caps = any(scenario.caps(h).uplink_mbit or scenario.caps(h).downlink_mbit
+                    for h in range(n_hosts))
+    return choose_mechanisms([scenario.link_spec(a, b) for a, b in pairs], caps, allow_drop,
+                             uses_caps)
+
+
+def link_classid(k: int) -> str:
+    """The htb class of the k-th destination on a device (k counts the device's links)."""
+    return f"1:{10 + k}"
+
+
+def _impaired(link: EgressLink, netem: bool) -> bool:
+    """Whether the link's delay, jitter or loss go into its netem leaf."""
+    s = link.spec
+    return netem and (s.delay_ms > 0 or s.jitter_ms > 0 or s.loss_pct > 0)
+
+
+def _class_rates_bit(links: list[EgressLink], uplink_mbit: float | None,
+                     factor: float) -> tuple[int, list[int]]:
+    """tc rates (bit/s) of the uplink class and of each destination's class, from
+    payload rates (Mbit/s) times `factor`."""
+
+    def bits(mbit: float | None) -> int:
+        return UNLIMITED_BIT if mbit is None else math.ceil(mbit * 1e6 * factor)
+
+    top = bits(uplink_mbit)
+    return top, [min(bits(lk.spec.rate_mbit), top) for lk in links]
+
+
+def _shapes(links: list[EgressLink], uplink_mbit: float | None, netem: bool) -> bool:
+    """Whether the device needs an htb tree: a rate, a cap or a netem leaf."""
+    return (uplink_mbit is not None or any(_impaired(lk, netem) for lk in links)
+            or any(lk.spec.rate_mbit is not None for lk in links))
+
+
+def _rate_class_argv(dev: str, parent: str, classid: str, rate_bit: int, netns: str | None,
+                     verb: str) -> Argv:
+    # rate = ceil: a class never borrows beyond its link's rate
+    return htb_class_argv(dev, parent, classid, rate_bit, rate_bit, burst_bytes(rate_bit),
+                          netns, verb)
 
 
 def egress_argvs(dev: str, links: list[EgressLink], uplink_mbit: float | None,
@@ -213,28 +284,38 @@ def egress_argvs(dev: str, links: list[EgressLink], uplink_mbit: float | None,
     """htb tree on `dev` giving each destination its rate (and, with `netem`, its
     delay, jitter and loss); `uplink_mbit` caps their sum. Rates are payload rates,
     multiplied by `factor` (see `payload_factor`; 1.0 = configure tc literally)."""
-
-    def bits(mbit: float | None) -> int:
-        return UNLIMITED_BIT if mbit is None else math.ceil(mbit * 1e6 * factor)
-
-    impaired = [lk for lk in links if netem and (lk.spec.delay_ms > 0 or lk.spec.jitter_ms > 0
-                                                or lk.spec.loss_pct > 0)]
-    if uplink_mbit is None and not impaired and all(lk.spec.rate_mbit is None for lk in links):
+    if not _shapes(links, uplink_mbit, netem):
         return []
-    top = bits(uplink_mbit)
+    top, rates = _class_rates_bit(links, uplink_mbit, factor)
     argvs = [htb_root_argv(dev, netns),
-             htb_class_argv(dev, "1:", "1:1", top, top, burst_bytes(top), netns)]
-    for k, lk in enumerate(links):
-        minor = 10 + k
-        rate = min(bits(lk.spec.rate_mbit), top)
-        argvs.append(htb_class_argv(dev, "1:1", f"1:{minor}", rate, rate, burst_bytes(rate),
-                                    netns))
-        if lk in impaired:
+             _rate_class_argv(dev, "1:", UPLINK_CLASSID, top, netns, "add")]
+    for k, (lk, rate) in enumerate(zip(links, rates, strict=True)):
+        classid, handle = link_classid(k), f"{10 + k}:"
+        argvs.append(_rate_class_argv(dev, UPLINK_CLASSID, classid, rate, netns, "add"))
+        if _impaired(lk, netem):
             limit = lk.spec.queue_packets or max(1, lk.spec.queue_bytes // 1514)
-            argvs.append(netem_argv(dev, f"1:{minor}", f"{minor}:", lk.spec.delay_ms,
+            argvs.append(netem_argv(dev, classid, handle, lk.spec.delay_ms,
                                     lk.spec.jitter_ms, lk.spec.loss_pct, limit, netns))
         else:
-            argvs.append(fifo_argv(dev, f"1:{minor}", f"{minor}:", lk.spec.queue_packets,
+            argvs.append(fifo_argv(dev, classid, handle, lk.spec.queue_packets,
                                    lk.spec.queue_bytes, netns))
-        argvs.append(u32_dst_filter_argv(dev, "1:", lk.dst_ip, f"1:{minor}", netns=netns))
+        argvs.append(u32_dst_filter_argv(dev, "1:", lk.dst_ip, classid, netns=netns))
     return argvs
+
+
+def egress_path_argvs(dev: str, links: list[EgressLink], uplink_mbit: float | None,
+                      factor: float, netem: bool, k: int, rate_bit: int | None = None,
+                      netns: str | None = None) -> list[Argv]:
+    """`tc class change` commands for the htb classes a packet to links[k] passes on
+    `dev` (the uplink class, then the link's), built from the same arguments as
+    `egress_argvs`: at `rate_bit` (bit/s; UNLIMITED_BIT lifts the limits), or with
+    rate_bit None at the rates egress_argvs configured. [] when it built no tree."""
+    if not 0 <= k < len(links):
+        raise IndexError(f"k: expected a link index in [0, {len(links)}), got {k}")
+    if not _shapes(links, uplink_mbit, netem):
+        return []
+    top, rates = _class_rates_bit(links, uplink_mbit, factor)
+    if rate_bit is not None:
+        top, rates = rate_bit, [rate_bit] * len(links)
+    return [_rate_class_argv(dev, "1:", UPLINK_CLASSID, top, netns, "change"),
+            _rate_class_argv(dev, UPLINK_CLASSID, link_classid(k), rates[k], netns, "change")]

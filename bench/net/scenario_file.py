@@ -1,0 +1,165 @@
+"""What a scenario file may contain: keys, types, units and bounds of scenarios/*.yaml.
+
+    python -m bench.net.scenario_file > scenarios/scenario.schema.json   # after a change here
+
+specfile checks every file against these types (unknown keys, missing keys, wrong types),
+and the JSON Schema that editors use comes from them too (each shipped scenario names it in
+its first line). What the values mean lives in bench.net.scenario, whose dataclasses check
+the bounds below in `__post_init__`; here the bounds only annotate the schema.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import MISSING, ConfigDict, WithJsonSchema
+
+from specfile import SPEC_CONFIG, SpecError, Unit, json_schema
+
+__all__ = [
+    "DEFAULT_QUEUE_PACKETS",
+    "LINK_KEYS",
+    "HostEntry",
+    "LayoutEntry",
+    "LinkEntry",
+    "LinkOverrideEntry",
+    "ScenarioFile",
+    "scenario_schema",
+]
+
+# Bounds on what one emulated link may ask for: beyond them a value is a typo.
+MAX_RATE_MBIT = 400_000.0  # 400 Gbit/s
+MAX_DELAY_MS = 10_000.0
+MAX_LOSS_PCT = 99.0
+MAX_QUEUE_PACKETS = 1_000_000
+MIN_QUEUE_BYTES = 1514  # one full Ethernet frame
+MAX_QUEUE_BYTES = 1 << 30
+MAX_STAGES = 64
+MAX_REPLICAS = 64
+MAX_HOSTS = 200  # addresses are 198.18.0.1 .. 198.18.0.200 (one /24)
+DEFAULT_QUEUE_PACKETS = 1000
+
+LINK_KEYS = ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "queue_packets", "queue_bytes")
+
+
+def _range(kind: str, lo: float, hi: float, lo_open: bool = False) -> WithJsonSchema:
+    low = "exclusiveMinimum" if lo_open else "minimum"
+    return WithJsonSchema({"type": kind, low: lo, "maximum": hi})
+
+
+RateMbit = Annotated[float, Unit("Mbit/s"), _range("number", 0, MAX_RATE_MBIT, lo_open=True)]
+DelayMs = Annotated[float, Unit("ms"), _range("number", 0, MAX_DELAY_MS)]
+LossPct = Annotated[float, Unit("percent"), _range("number", 0, MAX_LOSS_PCT)]
+QueuePackets = Annotated[int, Unit("packets"), _range("integer", 1, MAX_QUEUE_PACKETS)]
+QueueBytes = Annotated[int, Unit("bytes"), _range("integer", MIN_QUEUE_BYTES, MAX_QUEUE_BYTES)]
+HostIndex = Annotated[int, _range("integer", 0, MAX_HOSTS - 1)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutEntry:
+    stages: Annotated[int, _range("integer", 1, MAX_STAGES)]
+    """Pipeline stages."""
+    replicas: Annotated[int, _range("integer", 1, MAX_REPLICAS)] = 1
+    """Data-parallel copies of the pipeline; hosts = stages * replicas, host i = rank i."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkEntry:
+    """The default for every directed host-to-host link."""
+
+    rate_mbit: RateMbit | None
+    """Payload rate in Mbit/s; null = unshaped."""
+    delay_ms: DelayMs = 0.0
+    """One-way delay in ms."""
+    jitter_ms: DelayMs = 0.0
+    """Uniform +- jitter around delay_ms, in ms; at most delay_ms."""
+    loss_pct: LossPct = 0.0
+    """Random packet loss in percent."""
+    queue_packets: QueuePackets | None = None
+    """Queue length in packets (1000 when neither queue key is given)."""
+    queue_bytes: QueueBytes | None = None
+    """Queue length in bytes, instead of queue_packets."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkOverrideEntry:
+    """A link that differs from the default: src -> dst, or both directions between
+    `hosts`. It changes only the link keys it names; the others are the default link's."""
+
+    src: HostIndex | MISSING = MISSING
+    dst: HostIndex | MISSING = MISSING
+    hosts: tuple[HostIndex, HostIndex] | MISSING = MISSING
+    """Two hosts: the override applies in both directions."""
+    rate_mbit: RateMbit | None | MISSING = MISSING
+    delay_ms: DelayMs | MISSING = MISSING
+    jitter_ms: DelayMs | MISSING = MISSING
+    loss_pct: LossPct | MISSING = MISSING
+    queue_packets: QueuePackets | None | MISSING = MISSING
+    queue_bytes: QueueBytes | None | MISSING = MISSING
+
+    def __post_init__(self) -> None:
+        given = {k: v for k, v in vars(self).items() if v is not MISSING}
+        if self.hosts is not MISSING and (self.src is not MISSING or self.dst is not MISSING):
+            raise SpecError.at("hosts", "either hosts: [a, b] or src/dst, not both", given)
+        if self.hosts is MISSING and (self.src is MISSING or self.dst is MISSING):
+            raise SpecError.at("src", "src and dst, or hosts: [a, b]", given)
+        if not self.changes():
+            raise SpecError.at("", f"at least one of {list(LINK_KEYS)}", given)
+
+    def changes(self) -> dict[str, Any]:
+        """The link keys this override names, with their values."""
+        return {k: getattr(self, k) for k in LINK_KEYS if getattr(self, k) is not MISSING}
+
+    def ends(self) -> list[tuple[str, int]]:
+        """(key, host index) of the two ends, in the order src, dst."""
+        if self.hosts is not MISSING:
+            return [("hosts[0]", self.hosts[0]), ("hosts[1]", self.hosts[1])]
+        return [("src", self.src), ("dst", self.dst)]
+
+    def directions(self) -> list[tuple[int, int]]:
+        """The directed links (src, dst) this override applies to."""
+        (_, a), (_, b) = self.ends()
+        return [(a, b), (b, a)] if self.hosts is not MISSING else [(a, b)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostEntry:
+    """Aggregate caps on everything one host sends (uplink) or receives (downlink)."""
+
+    host: HostIndex
+    uplink_mbit: RateMbit | None = None
+    """Cap in Mbit/s on all the host sends."""
+    downlink_mbit: RateMbit | None = None
+    """Cap in Mbit/s on all the host receives."""
+
+    def __post_init__(self) -> None:
+        if self.uplink_mbit is None and self.downlink_mbit is None:
+            raise SpecError.at("", "uplink_mbit or downlink_mbit", {"host": self.host})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScenarioFile:
+    """A network scenario: the hosts of one pipeline and the links between them."""
+
+    __pydantic_config__ = ConfigDict(**SPEC_CONFIG, title="Network scenario",
+                                     use_attribute_docstrings=True)
+
+    description: str
+    """What the scenario stands for, in a sentence or two."""
+    layout: LayoutEntry
+    link: LinkEntry
+    links: tuple[LinkOverrideEntry, ...] = ()
+    """Links that differ from the default; later entries win."""
+    hosts: tuple[HostEntry, ...] = ()
+    """Per-host aggregate caps."""
+
+
+def scenario_schema() -> dict:
+    """The JSON Schema of scenario files (committed as scenarios/scenario.schema.json)."""
+    return json_schema(ScenarioFile)
+
+
+if __name__ == "__main__":
+    print(json.dumps(scenario_schema(), indent=2))
