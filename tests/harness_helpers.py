@@ -26,9 +26,11 @@ from pathlib import Path
 from bench.harness.meta import meta_head
 from bench.harness.run import collect_metrics
 from bench.harness.sweep import CellSpec
-from bench.launch.base import ProbeRecord
 from bench.launch.choice import LauncherChoice, choose_launcher
+from bench.launch.local import LocalLauncher
+from bench.launch.netns import NetnsLauncher
 from bench.launch.process import free_port, wait_for_workers
+from bench.net.probe import ProbeRecord
 from bench.net.scenario import load_scenario, with_link
 from bench.results.files import write_json
 
@@ -121,7 +123,8 @@ def write_cell(sweep_dir: Path, cell: CellSpec, *, rate_mbit: float | None,
                             act_bytes, step_time_s, loss0, replica=rank // w.stages)
         path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert collect_metrics(cell, cell_dir) is None
-    choice = LauncherChoice(launcher, "test", factory=object)
+    factories = {"netns": NetnsLauncher, "local": LocalLauncher}
+    choice = LauncherChoice(launcher, "test", factory=factories[launcher])
     scn = with_link(load_scenario("100mbps"), rate_mbit=rate_mbit, delay_ms=0.0)
     achieved = (rate_mbit or 1000.0) if achieved_mbit is None else achieved_mbit
     probe = [ProbeRecord(src=0, dst=1, rate_mbit_configured=rate_mbit,

@@ -21,7 +21,7 @@ import yaml
 from aqsgd.compress.activation import CompressionConfig
 from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.filecache import atomic_write_text
-from aqsgd.model.gpt2 import PRESETS
+from aqsgd.model.config import PRESETS
 from aqsgd.train.config import (
     DataConfig,
     DistConfig,

@@ -9,8 +9,8 @@ The schema is docs/results-schema.md ("meta.json").
 from __future__ import annotations
 
 from bench.harness.sweep import CellSpec
-from bench.launch.base import ProbeRecord
 from bench.launch.choice import LauncherChoice
+from bench.net.probe import ProbeRecord
 from bench.net.scenario import NetworkScenario
 from bench.results.files import SCHEMA_VERSION
 

@@ -38,10 +38,10 @@ from bench.harness.checkpoint import prepare_checkpoints
 from bench.harness.meta import meta_head
 from bench.harness.progress import Progress
 from bench.harness.sweep import CellSpec, SweepSpec
-from bench.launch.base import Launcher, ProbeRecord
+from bench.launch.base import Launcher
 from bench.launch.choice import LauncherChoice, choose_launcher
 from bench.launch.process import free_port, stop_all, wait_for_workers
-from bench.net.probe import format_table, host_limited_warning
+from bench.net.probe import ProbeRecord, format_table, host_limited_warning
 from bench.net.scenario import NetworkScenario, load_scenario
 from bench.results.files import (
     is_finished,
