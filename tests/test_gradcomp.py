@@ -7,7 +7,6 @@ saw, and the tests check those files against the exact mean and each compressor'
 """
 
 import math
-import socket
 from datetime import timedelta
 
 import pytest
@@ -23,6 +22,7 @@ from aqsgd.compress.gradient import (
     natural_compress,
     natural_decompress,
 )
+from bench.launch.process import free_port
 
 SIZES = [(37,), (13, 11)]  # 180 parameters: divides by neither 2*8 nor 3*8 buckets
 NUMEL = 180
@@ -127,19 +127,13 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def spawned(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("gradcomp")
     # The first optimizer built in a process imports torch._dynamo (seconds); do it once
     # here so the forked ranks inherit it.
     torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
-    mp.start_processes(_worker, args=(_free_port(), str(out_dir)), nprocs=3, join=True,
+    mp.start_processes(_worker, args=(free_port(), str(out_dir)), nprocs=3, join=True,
                        start_method="fork")  # fork: no re-import of torch per process
     return out_dir
 

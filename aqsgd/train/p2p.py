@@ -1,6 +1,6 @@
 """Point-to-point messages between pipeline stages over torch.distributed.
 
-A message is the list of tensors a compressor's `encode` returns (aqsgd/compress.py:
+A message is the list of tensors a compressor's `encode` returns (aqsgd.compress.activation:
 its own int64 header [format, epoch, n_raw, sample ids...] first, then the payload).
 Both ends derive every micro-batch's sample ids from the sampler and compute
 `wire_spec` identically, so the receiver posts `irecv`s of exactly the right sizes

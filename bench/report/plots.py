@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from aqsgd.filecache import atomic_write  # noqa: E402
 from bench.report.summary import MODE_RANK, host_limited_flags, summarize  # noqa: E402
 from bench.results.files import BYTE_KINDS, load_results  # noqa: E402
 
@@ -69,9 +70,8 @@ def save(fig, out_dir: Path, stem: str) -> list[Path]:
     paths = []
     for fmt in FORMATS:
         path = out_dir / f"{stem}.{fmt}"
-        tmp = out_dir / f".{stem}.{fmt}.tmp"
-        fig.savefig(tmp, format=fmt, dpi=120, bbox_inches="tight")
-        tmp.replace(path)
+        atomic_write(path, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=120,
+                                                            bbox_inches="tight"))
         paths.append(path)
     plt.close(fig)
     return paths
