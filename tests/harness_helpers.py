@@ -132,7 +132,9 @@ def write_cell(sweep_dir: Path, cell: CellSpec, *, rate_mbit: float | None,
                          rate_mbit_ceiling=ceiling_mbit, host_limited=ceiling_mbit is not None,
                          rtt_ms=0.1, rtt_ms_min=0.1, rtt_ms_configured=0.0,
                          probe_bytes=1 << 20)]
-    prov = {"git": {"commit": "abc", "dirty": False}, "versions": {}, "hardware": {}}
+    prov = {"git": {"commit": "abc", "dirty": False}, "versions": {},
+            "hardware": {"cpu_model": "test cpu", "cpu_cores": 2, "memory_gib": 24.0,
+                         "gpus": [], "hostname": "test", "os": "Linux"}}
     write_json(cell_dir / "meta.json", {**meta_head(cell, sweep, choice, scn, probe, prov),
                                         "status": "ok", "wall_s": 1.0})
     return cell_dir

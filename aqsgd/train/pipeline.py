@@ -253,7 +253,7 @@ class PipelineRunner:
         opt = self.dp.optimizer
         lr = opt.param_groups[0]["lr"]
         # qadam exchanges Adam's first moment inside step(): that is data-parallel time
-        exchanges = self.topo.replicas > 1 and getattr(self.dp.cfg, "mode", None) == "qadam"
+        exchanges = self.topo.replicas > 1 and self.dp.cfg.mode == "qadam"
         with self.meter.span("dp_sync" if exchanges else "compute", "optimizer step"):
             opt.step()
             self.lr_scheduler.step()

@@ -150,7 +150,7 @@ def _fail_group(cells: list[CellSpec], sweep_dir: Path, sweep: str, choice: Laun
         if cell_dir.exists():
             shutil.rmtree(cell_dir)
         write_json(cell_dir / "meta.json", {
-            **meta_head(cell, sweep, choice, None, [], prov), "status": "failed",
+            **meta_head(cell, sweep, choice, None, [], prov), "status": "failed", "wall_s": 0.0,
             "failure": {"rank": None, "returncode": None, "reason": reason},
         })
         outcomes.append(CellOutcome(cell.name, "failed", 0.0, reason))

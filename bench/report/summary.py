@@ -141,12 +141,12 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
     frames = load_results(paths)
     rows = []
     for meta in metas:
-        cell = meta.get("cell", {})
-        row = {k: cell.get(k) for k in SUMMARY_COLUMNS if k in cell}
-        row["cell"] = cell.get("name")
-        row["status"] = meta.get("status")
-        row["wall_s"] = meta.get("wall_s")
-        if meta.get("status") == "ok":
+        cell = meta["cell"]
+        row = {k: cell[k] for k in SUMMARY_COLUMNS if k in cell}
+        row["cell"] = cell["name"]
+        row["status"] = meta["status"]
+        row["wall_s"] = meta["wall_s"]
+        if meta["status"] == "ok":
             mine = frames[frames["cell_dir"] == meta["cell_dir"]]
             row.update(summarize_cell(mine))
         rows.append(row)

@@ -126,17 +126,17 @@ def _provenance_lines(metas: list[dict]) -> list[str]:
     if not metas:
         return []
     meta = metas[0]
-    prov = meta.get("provenance", {})
-    git, versions, hw = prov.get("git", {}), prov.get("versions", {}), prov.get("hardware", {})
-    launchers = sorted({m.get("cell", {}).get("launcher") or "?" for m in metas})
+    prov = meta["provenance"]
+    git, versions, hw = prov["git"], prov["versions"], prov["hardware"]
+    launchers = sorted({m["cell"]["launcher"] for m in metas})
     lines = [
-        f"- git: `{git.get('commit')}`{' (dirty)' if git.get('dirty') else ''}",
+        f"- git: `{git['commit']}`{' (dirty)' if git['dirty'] else ''}",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
-        f"- hardware: {hw.get('cpu_model')}, {hw.get('cpu_cores')} cores, "
-        f"{hw.get('memory_gib')} GiB" + (f", GPUs {hw.get('gpus')}" if hw.get("gpus") else ""),
+        f"- hardware: {hw['cpu_model']}, {hw['cpu_cores']} cores, "
+        f"{hw['memory_gib']} GiB" + (f", GPUs {hw['gpus']}" if hw["gpus"] else ""),
         f"- launcher(s): {', '.join(launchers)}",
     ]
-    if any(m.get("cell", {}).get("launcher") == "local" for m in metas):
+    if any(m["cell"]["launcher"] == "local" for m in metas):
         lines.append("- **WARNING: some cells ran on unshaped links (local launcher); their "
                      "scenario names do not describe the network they saw.**")
     return lines
@@ -180,13 +180,12 @@ def _probe_lines(metas: list[dict]) -> list[str]:
 def _failure_lines(metas: list[dict]) -> list[str]:
     lines = []
     for meta in metas:
-        if meta.get("status") == "ok":
+        if meta["status"] == "ok":
             continue
-        failure = meta.get("failure") or {}
-        lines += [f"### {meta.get('cell', {}).get('name')}", "",
-                  f"{failure.get('reason')}", ""]
-        if failure.get("log_tail"):
-            lines += [f"Tail of rank {failure.get('rank')}'s log:", "", "```",
+        failure = meta["failure"]
+        lines += [f"### {meta['cell']['name']}", "", f"{failure['reason']}", ""]
+        if "log_tail" in failure:  # only when the failing rank is known
+            lines += [f"Tail of rank {failure['rank']}'s log:", "", "```",
                       failure["log_tail"], "```", ""]
     return (["## Failed cells", "", *lines]) if lines else []
 

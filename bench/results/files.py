@@ -85,11 +85,11 @@ def is_finished(cell_dir: str | Path, spec_key: str | None = None,
     `git_commit` is given, by the same commit of the suite, so a rerun after a
     code change measures the new code instead of reusing old figures)."""
     meta = read_meta(cell_dir)
-    if meta is None or meta.get("status") != "ok":
+    if meta is None or meta["status"] != "ok":
         return False
-    if spec_key is not None and meta.get("spec_key") != spec_key:
+    if spec_key is not None and meta["spec_key"] != spec_key:
         return False
-    recorded = (meta.get("provenance") or {}).get("git", {}).get("commit")
+    recorded = meta["provenance"]["git"]["commit"]
     return git_commit is None or recorded == git_commit
 
 
@@ -287,16 +287,15 @@ def load_results(paths: Iterable[str | Path], include_failed: bool = False) -> p
     bits, launcher, link rate, ...) as columns."""
     frames = []
     for meta in load_metas(paths):
-        if meta.get("status") != "ok" and not include_failed:
+        if meta["status"] != "ok" and not include_failed:
             continue
         metrics_path = Path(meta["cell_dir"]) / "metrics.csv"
         if not metrics_path.is_file():
             continue
         frame = pd.read_csv(metrics_path)
-        cell = meta.get("cell", {})
+        cell = meta["cell"]
         for col in _META_COLUMNS:
-            value = cell.get(col, meta.get(col))
-            frame[col] = value
+            frame[col] = meta["status"] if col == "status" else cell[col]
         frame["cell_dir"] = meta["cell_dir"]
         frames.append(frame)
     if not frames:
