@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
+import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -40,12 +40,12 @@ def _locked(path: Path) -> Iterator[None]:
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call write(tmp) on a fresh temporary name in path's directory (created if
     missing), then rename it to `path`: readers see the old file or the whole new one,
-    and a failure leaves the old file and no temporary behind."""
+    and a failure leaves the old file and no temporary behind. The temporary name is
+    unique per call but not pre-created, so the file gets the usual permissions (umask),
+    as a file written in place would."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         write(tmp)
         os.replace(tmp, path)
