@@ -1,5 +1,6 @@
 """Starting checkpoint: built once, cached by config and tokenizer, reused, race-safe."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from aqsgd.model.pretrain import (
     PretrainConfig,
     checkpoint_path,
     main,
+    pretrain,
     starting_checkpoint,
     starting_checkpoint_path,
 )
@@ -113,3 +115,21 @@ def test_cli_reports_reuse(cache_dir, capsys, monkeypatch):
     main(argv)
     out = capsys.readouterr().out
     assert "built starting checkpoint" in out and "reusing starting checkpoint" in out
+
+
+@pytest.mark.timeout(120)
+def test_two_builds_of_one_key_give_the_same_weights(cache_dir):
+    """Dropout masks are drawn from a generator seeded by the pre-training seed, so a
+    fresh clone builds the same starting checkpoint as any other (and the caller's global
+    random state is left as it was)."""
+    cfg = dataclasses.replace(SMALL, dropout=0.1)
+    tokenizer = bpe_tokenizer(cfg.vocab_size, cache_dir)
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    first, _ = pretrain(cfg, tokenizer, QUICK)
+    after_first = torch.rand(3)
+    second, _ = pretrain(cfg, tokenizer, QUICK)
+    assert torch.equal(after_first, before)
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)

@@ -128,21 +128,9 @@ def _eval_loss(model, tokens: torch.Tensor, batch_size: int, batches: int) -> fl
     return sum(losses) / len(losses)
 
 
-def pretrain(
-    cfg: ModelConfig,
-    tokenizer: Tokenizer,
-    pretrain_cfg: PretrainConfig = PretrainConfig(),
-    log: Callable[[str], None] | None = None,
-) -> tuple[dict[str, torch.Tensor], dict]:
-    """Train `cfg` from a random init on stdlib windows; returns (state dict, stats)."""
-    p = pretrain_cfg
-    start, start_cpu = time.perf_counter(), time.process_time()
-    windows = token_windows(stdlib_sources(p.corpus_chars), tokenizer, cfg.seq_len)
-    train, held_out = split_windows(windows, "train"), split_windows(windows, "eval")  # (N, L)
-    task_eval = windows[:0]  # the fine-tuning task's held-out windows, if evaluated
-    if p.eval_batches:
-        task = build_dataset("pydoc", seq_len=cfg.seq_len, tokenizer=tokenizer, split="eval")
-        task_eval = task.tokens[: p.eval_batches * p.batch_size]
+def _train(cfg: ModelConfig, p: PretrainConfig, train: torch.Tensor, task_eval: torch.Tensor,
+           log: Callable[[str], None] | None) -> tuple[torch.nn.Module, float, list[float]]:
+    """The pre-training loop: (trained model, task loss before, loss of every step)."""
     model = build_full_model(cfg, seed=p.seed).train()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=p.lr, betas=(0.9, 0.95), weight_decay=p.weight_decay
@@ -163,6 +151,29 @@ def pretrain(
         losses.append(loss.item())
         if log is not None and (step + 1) % max(1, p.steps // 10) == 0:
             log(f"step {step + 1}/{p.steps} loss {loss.item():.3f}")
+    return model, before, losses
+
+
+def pretrain(
+    cfg: ModelConfig,
+    tokenizer: Tokenizer,
+    pretrain_cfg: PretrainConfig = PretrainConfig(),
+    log: Callable[[str], None] | None = None,
+) -> tuple[dict[str, torch.Tensor], dict]:
+    """Train `cfg` from a random init on stdlib windows; returns (state dict, stats)."""
+    p = pretrain_cfg
+    start, start_cpu = time.perf_counter(), time.process_time()
+    windows = token_windows(stdlib_sources(p.corpus_chars), tokenizer, cfg.seq_len)
+    train, held_out = split_windows(windows, "train"), split_windows(windows, "eval")  # (N, L)
+    task_eval = windows[:0]  # the fine-tuning task's held-out windows, if evaluated
+    if p.eval_batches:
+        task = build_dataset("pydoc", seq_len=cfg.seq_len, tokenizer=tokenizer, split="eval")
+        task_eval = task.tokens[: p.eval_batches * p.batch_size]
+    # Dropout draws from the global generator: seed it (inside a fork, so the caller's
+    # random state is untouched) so that two builds of one key give the same weights.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(p.seed)
+        model, before, losses = _train(cfg, p, train, task_eval, log)
     stats = {
         "train_loss_first": losses[0],
         "train_loss_last10": sum(losses[-10:]) / len(losses[-10:]),
