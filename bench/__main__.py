@@ -8,7 +8,7 @@
     python -m bench regress [--update-baseline]            # CI regression check
 
 Launchers (--launcher, bench.launch.choice.LAUNCHERS): auto (netns when root and
-`ip netns` works, else local), netns, local.
+`ip netns` works, else local), netns, docker (containers, docs/docker.md), local.
 
 Exit codes: 0 all cells ok (regress: no regression), 1 a cell failed or a
 regression was found, 2 bad input (unknown scenario, bad mode, bad file).
