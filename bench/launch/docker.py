@@ -10,7 +10,10 @@ default socket; `docker/dockerd.sh start` runs one of the suite's own). The imag
 (bench.launch.dockerspec.DOCKER_IMAGE, `make docker-image`) holds Python and the
 pinned packages; the checkout is mounted read-only at its own path, the results
 directory (the parent of `state_dir`, or `results_dir`) read-write, so the harness's
-argv, PYTHONPATH and output paths mean the same inside and out.
+argv, PYTHONPATH and output paths mean the same inside and out. The cache (.cache/:
+tokenizers, starting checkpoints) is the run's volume, mounted at the host cache's
+real path and seeded from it: the non-root worker may build what is missing there
+without writing into the host's cache.
 
 Each container gets NET_ADMIN only (never --privileged): the tc commands of
 bench.launch.dockerspec run in it as root through `docker exec`, then the shaped
@@ -37,7 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-from aqsgd.filecache import atomic_write_text
+from aqsgd.filecache import atomic_write_text, default_cache_dir
 from bench.launch.dockerspec import (
     SHAPED_FILE,
     WORKER_USER,
@@ -63,6 +66,7 @@ __all__ = ["ContainerExecutor", "DockerLauncher", "docker_client", "gpu_count",
 PROBE_PORT = 5201
 MEASURE_TIMEOUT_S = 120.0
 MAX_NAME_DRAWS = 5
+HOST_CACHE = "/run/aqsgd/host-cache"  # the host's .cache, read-only, seeds the run's volume
 # Host variables a worker keeps inside its container besides those the caller set.
 PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
 
@@ -164,11 +168,20 @@ class DockerLauncher:
 
     def _mounts(self) -> dict[str, dict]:
         binds = {str(REPO_ROOT): {"bind": str(REPO_ROOT), "mode": "ro"}}
+        # the cache: the run's volume at the host cache's real path (.cache may be a
+        # link), seeded from the host's cache mounted read-only beside it
+        cache = self._cache_dir()
+        cache.mkdir(parents=True, exist_ok=True)
+        binds[str(cache)] = {"bind": HOST_CACHE, "mode": "ro"}
+        binds[self.spec.volume] = {"bind": str(cache), "mode": "rw"}
         if self.results_dir is not None:
             self.results_dir.mkdir(parents=True, exist_ok=True)
             binds[str(self.results_dir)] = {"bind": str(self.results_dir), "mode": "rw"}
-        binds[self.spec.volume] = {"bind": "/scratch", "mode": "rw"}
         return binds
+
+    @staticmethod
+    def _cache_dir() -> Path:
+        return default_cache_dir().resolve()
 
     def _write_state(self) -> None:
         """Every name the run may create, before it is created (and the pids spawned)."""
@@ -230,6 +243,10 @@ class DockerLauncher:
         self._created["volumes"].append(sp.volume)
         for i in range(self.n_hosts):
             self._containers[i] = self._create_container(i)
+        seed = ContainerExecutor(self._containers[0], self.history)
+        cache = str(self._cache_dir())
+        seed.run(("cp", "-a", f"{HOST_CACHE}/.", cache))
+        seed.run(("chown", "-R", f"{WORKER_USER}:{WORKER_USER}", cache))
         self.capabilities = self._probe_capabilities()
         self.mechanisms = mechanisms_for(self.scenario, self.n_hosts, self.capabilities,
                                          self.allow_drop)

@@ -7,7 +7,7 @@ and the compose file (bench/launch/compose.py) are both built from these.
     spec.shaping_argvs(0)                               # tc commands run inside container 0
 
 Every name carries the per-run prefix P ("aqd" + 5 hex digits): containers P-hI,
-network P-net, volume P-scratch. Each is written to the state file before it is
+network P-net, volume P-cache. Each is written to the state file before it is
 created and removed by that exact name (bench/launch/state.py).
 
 Addresses: the run's network is a /24 of 198.18.0.0/15 (RFC 2544's benchmarking
@@ -121,8 +121,8 @@ class DockerRunSpec:
 
     @property
     def volume(self) -> str:
-        """Scratch space shared by nothing but one run (mounted at /scratch)."""
-        return f"{self.prefix}-scratch"
+        """The run's cache (tokenizers, checkpoints), shared by its containers only."""
+        return f"{self.prefix}-cache"
 
     # -- addresses ---------------------------------------------------------------------
     @property
