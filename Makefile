@@ -87,7 +87,7 @@ docker-base:
 # from whatever index or local wheel directory this host's pip is configured with.
 docker-wheelhouse: setup
 	mkdir -p $(WHEELHOUSE)
-	$(PY) docker/requirements.py pyproject.toml > $(WHEELHOUSE)/requirements.txt
+	$(PY) docker/requirements.py > $(WHEELHOUSE)/requirements.txt
 	$(VENV)/bin/pip download -q -d $(WHEELHOUSE) --only-binary=:all: --python-version 3.11 \
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 		--platform manylinux2014_x86_64 --platform linux_x86_64 --platform any \

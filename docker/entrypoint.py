@@ -6,6 +6,14 @@
     AQ_SHAPING=none                      # an unshaped container: do not wait
     AQ_WORKER_USER=worker                # who runs the command (root is refused)
 
+    aqsgd-entrypoint --tied CMD ARG...   # what `docker exec -i` runs (the launcher)
+
+`--tied` runs CMD in its own process group and stops that group (SIGTERM, then
+SIGKILL) as soon as its own stdin reaches end of file: the Docker launcher keeps
+the `docker exec -i` client's stdin open, so when the harness stops the client
+(or dies), the worker inside the container stops too. `docker exec` alone does
+not pass signals on to what it runs.
+
 Two ways a container gets shaped: the Docker launcher runs the tc commands with
 `docker exec` and then creates AQ_SHAPED_FILE; a compose file passes them as
 AQ_SHAPING_ARGVS (a JSON list of argv lists, run here without a shell) and this
@@ -16,12 +24,15 @@ exists, so no worker byte ever leaves on an unshaped link.
 import json
 import os
 import pwd
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 POLL_S = 0.1
+TIED_GRACE_S = 5.0
 
 
 def apply_shaping(argvs_json: str) -> None:
@@ -56,9 +67,30 @@ def drop_to(user: str) -> None:
     os.environ.update(HOME=entry.pw_dir, USER=entry.pw_name)
 
 
+def run_tied(argv: list[str]) -> int:
+    """Run argv until it exits, or until stdin closes (then stop its group)."""
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def watch_stdin() -> None:
+        while sys.stdin.buffer.read(65536):
+            pass
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGTERM)
+            try:
+                child.wait(TIED_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    code = child.wait()
+    return code if code >= 0 else 128 - code
+
+
 def main(argv: list[str]) -> None:
     if not argv:
-        sys.exit("usage: aqsgd-entrypoint COMMAND [ARG...]")
+        sys.exit("usage: aqsgd-entrypoint [--tied] COMMAND [ARG...]")
+    if argv[0] == "--tied":
+        sys.exit(run_tied(argv[1:]))
     flag = Path(os.environ.get("AQ_SHAPED_FILE", "/run/aqsgd/shaped"))
     if os.environ.get("AQ_SHAPING") != "none":
         if "AQ_SHAPING_ARGVS" in os.environ:

@@ -1,24 +1,28 @@
-"""Print the project's pinned runtime dependencies (pyproject.toml) for the worker image.
+"""Print the project's pinned runtime dependencies for the worker image, as the
+installed package declares them (`make setup` installs it from pyproject.toml).
 
-    python docker/requirements.py pyproject.toml > docker/wheelhouse/requirements.txt
+    python docker/requirements.py > docker/wheelhouse/requirements.txt
 
-Triton is left out: the workers run the CPU quantizer on CPU hosts, and a CUDA
-PyTorch base image brings the Triton its torch build requires.
+Left out: Triton (the workers run the CPU quantizer on CPU hosts, and a CUDA PyTorch
+base image brings the Triton its torch build requires) and the Docker SDK (the
+launcher uses it on the host, never inside a container). Extras (dev) are skipped.
 """
 
-import sys
-import tomllib
+import re
+from importlib.metadata import requires
 
-LEFT_OUT = ("triton",)
+PACKAGE = "aqsgd-bench"
+LEFT_OUT = {"triton", "docker"}
 
 
-def main(path: str) -> None:
-    with open(path, "rb") as f:
-        deps = tomllib.load(f)["project"]["dependencies"]
-    for dep in deps:
-        if not dep.split("=")[0].strip().lower().startswith(LEFT_OUT):
-            print(dep)
+def main() -> None:
+    for req in requires(PACKAGE) or []:
+        if "extra ==" in req:
+            continue
+        name = re.split(r"[<>=!~ ;\[]", req, maxsplit=1)[0].lower()
+        if name not in LEFT_OUT:
+            print(req)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

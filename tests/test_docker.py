@@ -265,3 +265,26 @@ def test_a_killed_run_is_removed_by_net_cleanup(tmp_path):
     assert done.returncode == 0, done.stderr
     time.sleep(0.1)
     assert _left_over(names) == [] and not state.exists()
+
+
+@needs_docker
+@pytest.mark.timeout(120)
+def test_stopping_a_spawned_worker_stops_it_inside_its_container(tmp_path):
+    from bench.launch.process import stop_group
+
+    with DockerLauncher(load_scenario("100mbps"), 2, state_dir=tmp_path / ".launcher") as hosts:
+        proc = hosts.spawn(1, ["sleep", "300"], None, tmp_path / "sleep.log")
+        container = hosts._containers[1]
+
+        def sleeping() -> bool:
+            return any("sleep 300" in " ".join(p) for p in container.top()["Processes"])
+
+        deadline = time.monotonic() + 20
+        while not sleeping():
+            assert time.monotonic() < deadline, "the spawned command never started"
+            time.sleep(0.2)
+        stop_group(proc, 2.0)  # what the harness does: signals the docker exec client
+        deadline = time.monotonic() + 20
+        while sleeping():
+            assert time.monotonic() < deadline, "the command outlived its docker exec client"
+            time.sleep(0.2)

@@ -19,7 +19,10 @@ Each container gets NET_ADMIN only (never --privileged): the tc commands of
 bench.launch.dockerspec run in it as root through `docker exec`, then the shaped
 file is created, which the image's entrypoint waits for. Workers run as the image's
 non-root `worker` user (`docker exec -u worker`), so the results directory is
-handed to that user before each spawn. Delay, jitter and loss use netem where the
+handed to that user before each spawn. `docker exec` does not pass signals on, so
+each worker runs under the entrypoint's `--tied` mode: stopping the client (the
+harness's stop_all, or the harness dying) closes its stdin, and the worker's
+process group inside the container is stopped. Delay, jitter and loss use netem where the
 kernel has it; the userspace delay line is not run inside containers, so without
 netem they are refused (or, with allow_drop, recorded as dropped).
 
@@ -66,6 +69,7 @@ __all__ = ["ContainerExecutor", "DockerLauncher", "docker_client", "gpu_count",
 PROBE_PORT = 5201
 MEASURE_TIMEOUT_S = 120.0
 MAX_NAME_DRAWS = 5
+ENTRYPOINT = ("python3", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
 HOST_CACHE = "/run/aqsgd/host-cache"  # the host's .cache, read-only, seeds the run's volume
 # Host variables a worker keeps inside its container besides those the caller set.
 PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
@@ -303,11 +307,13 @@ class DockerLauncher:
 
     # -- processes -----------------------------------------------------------------
     def exec_argv(self, i: int, argv: list[str], env: dict[str, str] | None = None,
-                  user: str = WORKER_USER, interactive: bool = False) -> list[str]:
+                  user: str = WORKER_USER, tied: bool = False) -> list[str]:
         """`docker exec` running argv in container i as `user`: a Python interpreter path
         of this host becomes the image's `python3`; env holds only what the worker
         needs (worker_env(i), what the caller set on top of this process's
-        environment, and the NCCL/gloo/torch/OMP variables of this process)."""
+        environment, and the NCCL/gloo/torch/OMP variables of this process). `tied`:
+        through the entrypoint's --tied mode, so that argv stops when the client's
+        stdin closes (spawn with stdin_pipe=True)."""
         if argv and (argv[0] == sys.executable or Path(argv[0]).name.startswith("python")):
             argv = ["python3", *argv[1:]]
         full = {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES)}
@@ -320,11 +326,12 @@ class DockerLauncher:
         cwd = Path.cwd()
         workdir = cwd if cwd.is_relative_to(REPO_ROOT) or (
             self.results_dir and cwd.is_relative_to(self.results_dir)) else REPO_ROOT
-        flags = ["-i"] if interactive else []
+        flags = ["-i"] if tied else []
         for k, v in sorted(full.items()):
             flags += ["-e", f"{k}={v}"]
+        tie = [*ENTRYPOINT, "--tied"] if tied else []
         return ["docker", "exec", *flags, "-u", user, "-w", str(workdir),
-                self.spec.container(i), *argv]
+                self.spec.container(i), *tie, *argv]
 
     def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
               log_path: Path | str | None = None) -> subprocess.Popen:
@@ -334,7 +341,8 @@ class DockerLauncher:
         if self.results_dir is not None:
             ContainerExecutor(self._containers[i], self.history).run(
                 ("chown", "-R", f"{WORKER_USER}:{WORKER_USER}", str(self.results_dir)))
-        proc = spawn_group(self.exec_argv(i, argv, env), dict(os.environ), log_path)
+        proc = spawn_group(self.exec_argv(i, argv, env, tied=True), dict(os.environ), log_path,
+                           stdin_pipe=True)
         self._procs.append(proc)
         self._write_state()
         return proc
@@ -375,7 +383,7 @@ class DockerLauncher:
     def _measure(self, src: int, dst: int, bulk_bytes: int) -> dict:
         server = spawn_group(self.exec_argv(dst, [
             "python3", "-m", "bench.net.probe", "serve", "--addr", self.addr(dst), "--port",
-            str(PROBE_PORT)]), dict(os.environ), pipe_stdout=True)
+            str(PROBE_PORT)], tied=True), dict(os.environ), pipe_stdout=True, stdin_pipe=True)
         try:
             read_ready_line(server, "listening", f"probe server in container {dst}")
             out = subprocess.run(self.exec_argv(src, [
