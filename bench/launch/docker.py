@@ -230,7 +230,7 @@ class DockerLauncher:
                 self._client.networks.create(self.spec.network, driver="bridge", ipam=ipam,
                                              check_duplicate=True)
             except docker.errors.APIError as err:
-                if err.status_code not in (400, 403, 409):
+                if err.status_code not in (403, 409):  # pool overlaps, name taken
                     raise
                 self.state_path.unlink(missing_ok=True)
                 self.spec = DockerRunSpec.new(self.scenario, self.n_hosts, self.run_id,
