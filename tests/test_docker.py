@@ -224,7 +224,7 @@ needs_docker = pytest.mark.skipif(os.geteuid() != 0 or _daemon_and_image() is no
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_stage_cell_across_two_shaped_containers(tmp_path):
-    from tests.test_harness_e2e import _check_smoke_cell, _smoke
+    from test_harness_e2e import _check_smoke_cell, _smoke
 
     out, outcomes = _smoke(tmp_path, "docker")
     assert [o.status for o in outcomes] == ["ok"]
