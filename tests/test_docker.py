@@ -288,3 +288,29 @@ def test_stopping_a_spawned_worker_stops_it_inside_its_container(tmp_path):
         while sleeping():
             assert time.monotonic() < deadline, "the command outlived its docker exec client"
             time.sleep(0.2)
+
+
+@needs_docker
+@pytest.mark.timeout(120)
+def test_the_entrypoint_shapes_first_then_runs_the_command_as_the_worker_user():
+    import secrets
+
+    import docker
+
+    client = docker.from_env()
+    spec = _spec(n=2)
+    name = f"aqdtest-{secrets.token_hex(3)}"
+    try:
+        out = client.containers.run(
+            DOCKER_IMAGE, ["sh", "-c", "id -u; tc qdisc show dev eth0"], name=name,
+            environment={"AQ_SHAPING_ARGVS": json.dumps([list(a)
+                                                         for a in spec.shaping_argvs(0)])},
+            cap_add=["NET_ADMIN"]).decode()
+    finally:
+        try:
+            client.containers.get(name).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+    uid, *qdiscs = out.splitlines()
+    assert uid == "1000"
+    assert any(q.startswith("qdisc htb 1: root") for q in qdiscs), out
