@@ -72,7 +72,7 @@ def run_tied(argv: list[str]) -> int:
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def watch_stdin() -> None:
-        while sys.stdin.buffer.read(65536):
+        while os.read(0, 65536):  # the raw descriptor: no buffer lock held at exit
             pass
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGTERM)
@@ -83,14 +83,21 @@ def run_tied(argv: list[str]) -> int:
 
     threading.Thread(target=watch_stdin, daemon=True).start()
     code = child.wait()
-    return code if code >= 0 else 128 - code
+    return code if code >= 0 else 128 - code  # a signal -N as the shell reports it
+
+
+def exit_now(code: int) -> None:
+    """Exit without interpreter shutdown, which would wait on the stdin watcher."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str]) -> None:
     if not argv:
         sys.exit("usage: aqsgd-entrypoint [--tied] COMMAND [ARG...]")
     if argv[0] == "--tied":
-        sys.exit(run_tied(argv[1:]))
+        exit_now(run_tied(argv[1:]))
     flag = Path(os.environ.get("AQ_SHAPED_FILE", "/run/aqsgd/shaped"))
     if os.environ.get("AQ_SHAPING") != "none":
         if "AQ_SHAPING_ARGVS" in os.environ:
