@@ -44,30 +44,28 @@ import time
 from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text, default_cache_dir
+from bench.launch.dockerprobe import probe_containers
 from bench.launch.dockerspec import (
     SHAPED_FILE,
     WORKER_USER,
     DockerRunSpec,
 )
+from bench.launch.probing import default_probe_links
 from bench.launch.process import (
     REPO_ROOT,
     TEARDOWN_GRACE_S,
-    read_ready_line,
     spawn_group,
     stop_all,
-    stop_group,
 )
 from bench.launch.state import DEFAULT_STATE_DIR
 from bench.net.executor import Argv, CommandError, Executor
-from bench.net.probe import ProbeRecord, bulk_bytes_for, check_links, rate_verdict
+from bench.net.probe import ProbeRecord, check_links
 from bench.net.scenario import NetworkScenario
 from bench.net.tc import Capabilities, mechanisms_for
 
 __all__ = ["ContainerExecutor", "DockerLauncher", "docker_client", "gpu_count",
            "teardown_docker"]
 
-PROBE_PORT = 5201
-MEASURE_TIMEOUT_S = 120.0
 MAX_NAME_DRAWS = 5
 ENTRYPOINT = ("python3", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
 HOST_CACHE = "/run/aqsgd/host-cache"  # the host's .cache, read-only, seeds the run's volume
@@ -353,60 +351,17 @@ class DockerLauncher:
         """bench.net.probe inside the containers, one directed link after the other
         (default: those the pipeline layout uses); raise LinkProbeError if one is off
         by more than `tolerance`. A link that falls short is measured again with its
-        limits lifted (the host's ceiling), as on the netns launcher."""
-        from bench.launch.probing import default_probe_links
-
+        limits lifted (the host's ceiling), as on the netns launcher
+        (bench/launch/dockerprobe.py)."""
         links = links or default_probe_links(self.scenario, self.n_hosts)
-        records = []
-        for src, dst in links:
-            want = self.scenario.payload_rate_mbit(src, dst)
-            expect = None if want is None else want * (
-                1.0 if self.spec.payload_correction else 1.0 / self.spec.factor)
-            bulk = bulk_bytes_for(want, duration_s)
-            m = self._measure(src, dst, bulk)
-            ceiling = None
-            if rate_verdict(expect, m["rate_mbit"], None, tolerance) == "short":
-                ceiling = self._measure_ceiling(src, dst, bulk)
-            verdict = rate_verdict(expect, m["rate_mbit"], ceiling, tolerance)
-            rtt = self.scenario.link_spec(src, dst).delay_ms + \
-                self.scenario.link_spec(dst, src).delay_ms
-            if self.mechanisms.get("delay", "none").startswith("dropped"):
-                rtt = 0.0
-            records.append(ProbeRecord.from_measurement(
-                src, dst, m, rate_mbit_configured=expect, rtt_ms_configured=rtt,
-                rate_mbit_ceiling=ceiling, host_limited=verdict == "host_limited"))
-        self._probe_records = records
+        self._probe_records = probe_containers(self, links, tolerance, duration_s)
         if check:
-            check_links(records, tolerance)
-        return records
+            check_links(self._probe_records, tolerance)
+        return self._probe_records
 
-    def _measure(self, src: int, dst: int, bulk_bytes: int) -> dict:
-        server = spawn_group(self.exec_argv(dst, [
-            "python3", "-m", "bench.net.probe", "serve", "--addr", self.addr(dst), "--port",
-            str(PROBE_PORT)], tied=True), dict(os.environ), pipe_stdout=True, stdin_pipe=True)
-        try:
-            read_ready_line(server, "listening", f"probe server in container {dst}")
-            out = subprocess.run(self.exec_argv(src, [
-                "python3", "-m", "bench.net.probe", "measure", "--addr", self.addr(dst),
-                "--port", str(PROBE_PORT), "--bytes", str(bulk_bytes)]),
-                capture_output=True, text=True, timeout=MEASURE_TIMEOUT_S)
-            if out.returncode != 0:
-                raise RuntimeError(f"link probe {src} -> {dst} failed:\n{out.stderr}")
-            server.wait(timeout=10)
-            return json.loads(out.stdout)
-        finally:
-            stop_group(server, TEARDOWN_GRACE_S)
-
-    def _measure_ceiling(self, src: int, dst: int, bulk_bytes: int) -> float:
-        def apply(lifted: bool) -> None:
-            for i, argv in self.spec.rate_limit_argvs(src, dst, lifted):
-                ContainerExecutor(self._containers[i], self.history).run(argv)
-
-        apply(True)
-        try:
-            return self._measure(src, dst, bulk_bytes)["rate_mbit"]
-        finally:
-            apply(False)
+    def run_as_root(self, i: int, argv: Argv) -> subprocess.CompletedProcess:
+        """One command (tc, ip) in container i as root, kept in the run's history."""
+        return ContainerExecutor(self._containers[i], self.history).run(argv)
 
     def record(self) -> dict:
         """meta.json's launcher block: as the netns launcher's, with the containers,
