@@ -5,9 +5,19 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SCENARIO ?= 100mbps
 PYTEST_ARGS ?=
+LAUNCHER ?= auto
+# The Docker images: the offline base (debootstrap) and the worker built on it, or on
+# a registry's CUDA PyTorch base (DOCKER_BASE=pytorch/pytorch:...-cuda...-runtime).
+DOCKER_BASE_IMAGE ?= aqsgd-bench-base:bookworm
+DOCKER_BASE ?= $(DOCKER_BASE_IMAGE)
+DOCKER_IMAGE ?= aqsgd-bench-worker:latest
+# inside the build context (docker/), git-ignored
+WHEELHOUSE := docker/wheelhouse
+DEBIAN_SUITE ?= bookworm
 
 .PHONY: setup test lint bench bench-kernels bench-compressors regress paper finetune \
-	pretrain probe net-cleanup gpu-check clean-venv
+	pretrain probe net-cleanup gpu-check clean-venv docker-base docker-image docker-wheelhouse \
+	docker-daemon-start docker-daemon-stop
 
 setup: $(STAMP)
 
@@ -24,10 +34,11 @@ test: setup
 lint: setup
 	$(VENV)/bin/ruff check aqsgd bench specfile tests examples
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	if [ -f docker/Dockerfile ]; then $(VENV)/bin/hadolint docker/Dockerfile; fi
 
 # The main job: one scenario, every compression mode, a table and figures.
 bench: setup
-	$(PY) -m bench run --scenario $(SCENARIO)
+	$(PY) -m bench run --scenario $(SCENARIO) --launcher $(LAUNCHER)
 
 # CI regression check against results/baseline/.
 regress: setup
@@ -35,7 +46,7 @@ regress: setup
 
 # The paper's bandwidth sweep (resumable) and its figures with the published claims.
 paper: setup
-	$(PY) -m bench paper
+	$(PY) -m bench paper --launcher $(LAUNCHER)
 
 # A 2-stage fine-tune on loopback (no shaping) that writes metrics under runs/.
 finetune: setup
@@ -49,9 +60,13 @@ pretrain: setup
 probe: setup
 	$(PY) -m bench.launch probe $(SCENARIO)
 
-# Remove what a killed run left behind, by the names it recorded.
+# Remove what a killed run left behind (namespaces, containers, networks, volumes), by
+# the names it recorded: runs outside the harness, and harness runs under results/.
 net-cleanup: setup
 	$(PY) -m bench.launch cleanup --all-recorded
+	for d in results/*/.launcher; do \
+		if [ -d "$$d" ]; then $(PY) -m bench.launch cleanup --all-recorded --state-dir "$$d"; fi; \
+	done
 
 bench-compressors: setup
 	$(PY) -m bench.micro.compressors
@@ -64,3 +79,31 @@ gpu-check: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The offline base image: a minimal Debian with Python 3.11 and iproute2, no registry.
+docker-base:
+	rootfs=$$(mktemp -d) && trap 'rm -rf "$$rootfs"' EXIT && \
+	debootstrap --variant=minbase --include=iproute2,python3,python3-venv $(DEBIAN_SUITE) \
+		"$$rootfs" >/dev/null && \
+	tar -C "$$rootfs" -c . | docker import - $(DOCKER_BASE_IMAGE)
+
+# The project's pinned packages as wheels for the image (CPython 3.11, x86_64), taken
+# from whatever index or local wheel directory this host's pip is configured with.
+docker-wheelhouse: setup
+	mkdir -p $(WHEELHOUSE)
+	$(PY) docker/requirements.py > $(WHEELHOUSE)/requirements.txt
+	$(VENV)/bin/pip download -q -d $(WHEELHOUSE) --only-binary=:all: --python-version 3.11 \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 --platform linux_x86_64 --platform any \
+		-r $(WHEELHOUSE)/requirements.txt
+
+# The worker image (docker/Dockerfile) on DOCKER_BASE, packages from the wheelhouse.
+docker-image: docker-wheelhouse
+	docker build -f docker/Dockerfile --build-arg BASE=$(DOCKER_BASE) -t $(DOCKER_IMAGE) docker
+
+# A Docker daemon of the suite's own (iptables off); stop stops exactly that one.
+docker-daemon-start:
+	docker/dockerd.sh start
+
+docker-daemon-stop:
+	docker/dockerd.sh stop

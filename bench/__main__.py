@@ -6,9 +6,10 @@
     python -m bench report results/100mbps                 # table + figures + report.md again
     python -m bench paper                                  # paper-style figures with claims
     python -m bench regress [--update-baseline]            # CI regression check
+    python -m bench docker compose --scenario 100mbps      # the equivalent compose file
 
 Launchers (--launcher, bench.launch.choice.LAUNCHERS): auto (netns when root and
-`ip netns` works, else local), netns, local.
+`ip netns` works, else local), netns, docker (containers, docs/docker.md), local.
 
 Exit codes: 0 all cells ok (regress: no regression), 1 a cell failed or a
 regression was found, 2 bad input (unknown scenario, bad mode, bad file).
@@ -79,6 +80,23 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="table, figures and report.md from results")
     report.add_argument("paths", nargs="+", type=Path)
 
+    docker = sub.add_parser("docker", help="Docker helpers (docs/docker.md)")
+    docker_sub = docker.add_subparsers(dest="docker_command", required=True)
+    compose = docker_sub.add_parser("compose", help="write the compose file equivalent "
+                                                     "to a Docker launcher run")
+    compose.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
+    compose.add_argument("--config", default="examples/tiny-2stage.yaml",
+                         help="the worker's run config, relative to the checkout "
+                              "(default examples/tiny-2stage.yaml); one service per rank "
+                              "(its stages x replicas)")
+    compose.add_argument("--gpus", action="store_true",
+                         help="reserve GPU i for rank i (NVIDIA runtime)")
+    compose.add_argument("--image", default=None, help="worker image (default: the one "
+                                                       "`make docker-image` builds)")
+    compose.add_argument("--out", type=Path, default=Path("compose.yaml"),
+                         help="where to write it (default compose.yaml)")
+    compose.set_defaults(func=_cmd_docker_compose)
+
     from bench.harness import paper, regress
 
     paper.add_arguments(sub.add_parser("paper", help="paper-style figures with the "
@@ -137,6 +155,22 @@ def _cmd_run(args) -> int:
 def _cmd_sweep(args) -> int:
     spec = load_sweep(args.file)
     return _run_and_finish(spec, args.out, args, title=f"Sweep {spec.name}")
+
+
+def _cmd_docker_compose(args) -> int:
+    from aqsgd.train.config import load_config
+    from bench.harness.run import REPO_ROOT
+    from bench.launch.compose import write_compose
+    from bench.net.scenario import load_scenario
+
+    config = load_config(REPO_ROOT / args.config)
+    n_hosts = config.pipeline.stages * config.pipeline.replicas
+    path = write_compose(args.out, load_scenario(args.scenario), n_hosts=n_hosts,
+                         config=args.config, gpus=args.gpus, gpu_count=n_hosts,
+                         image=args.image)
+    print(f"wrote {path}: {n_hosts} services; check it with `docker-compose -f {path} "
+          f"config`")
+    return EXIT_OK
 
 
 def _cmd_report(args) -> int:

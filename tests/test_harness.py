@@ -67,16 +67,16 @@ def test_cli_bad_bit_width_exits_2_naming_the_field(capsys):
 @pytest.mark.parametrize("command", [["run", "--scenario", "100mbps"], ["paper"]])
 def test_cli_offers_only_launchers_that_exist(capsys, command):
     with pytest.raises(SystemExit):
-        main([*command, "--launcher", "docker"])
+        main([*command, "--launcher", "kubernetes"])
     # argparse quotes the choices from Python 3.12.8 on
-    assert re.search(r"invalid choice: 'docker' \(choose from '?auto'?, '?netns'?, '?local'?\)",
-                     capsys.readouterr().err)
+    assert re.search(r"invalid choice: 'kubernetes' \(choose from '?auto'?, '?netns'?, "
+                     r"'?docker'?, '?local'?\)", capsys.readouterr().err)
 
 
-def test_choose_launcher_refuses_docker():
+def test_choose_launcher_refuses_unknown_names():
     # not under capsys: bench.launch.local binds sys.stderr when first imported
-    with pytest.raises(ValueError, match="launcher must be one of auto, netns, local"):
-        choose_launcher("docker")
+    with pytest.raises(ValueError, match="launcher must be one of auto, netns, docker, local"):
+        choose_launcher("kubernetes")
     assert choose_launcher("local").name == "local"
 
 

@@ -1,6 +1,7 @@
-"""Which launcher builds a run's hosts: `--launcher auto|netns|local`.
+"""Which launcher builds a run's hosts: `--launcher auto|netns|docker|local`.
 
     choice = choose_launcher("auto")   # netns when root and `ip netns` works, else local
+    choice = choose_launcher("docker") # containers (a daemon and the worker image needed)
     with choice.factory(scenario, n_hosts, run_id=rid, state_dir=d) as hosts: ...
 """
 
@@ -15,7 +16,7 @@ from bench.launch.base import Launcher
 
 __all__ = ["LAUNCHERS", "LauncherChoice", "choose_launcher"]
 
-LAUNCHERS = ("auto", "netns", "local")  # the --launcher choices
+LAUNCHERS = ("auto", "netns", "docker", "local")  # the --launcher choices
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,35 @@ def _netns_usable() -> tuple[bool, str]:
     return True, "root and `ip netns` works"
 
 
+def _docker_usable() -> tuple[bool, str]:
+    from bench.launch.docker import docker_client
+    from bench.launch.dockerspec import DOCKER_IMAGE
+
+    try:
+        client = docker_client()
+    except RuntimeError as err:
+        return False, str(err)
+    import docker
+
+    try:
+        client.images.get(DOCKER_IMAGE)
+    except docker.errors.ImageNotFound:
+        return False, f"image {DOCKER_IMAGE} not found: build it with `make docker-image`"
+    return True, f"requested: Docker daemon answers, image {DOCKER_IMAGE} present"
+
+
 def choose_launcher(choice: str = "auto") -> LauncherChoice:
-    """auto: netns when root and `ip netns` works, else local (unshaped)."""
+    """auto: netns when root and `ip netns` works, else local (unshaped); docker only
+    when asked for (it needs a daemon and the worker image)."""
     if choice not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {choice!r}")
+    if choice == "docker":
+        ok, why = _docker_usable()
+        if not ok:
+            raise ValueError(f"launcher docker requested but unusable: {why}")
+        from bench.launch.docker import DockerLauncher
+
+        return LauncherChoice("docker", why, DockerLauncher)
     if choice in ("auto", "netns"):
         ok, why = _netns_usable()
         if ok:

@@ -38,14 +38,18 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def spawn_group(argv: Sequence[str], env: dict[str, str] | None = None,
                 log_path: Path | str | None = None, *,
-                pipe_stdout: bool = False) -> subprocess.Popen:
-    """Start argv in a new session (its own process group) with stdin on /dev/null.
-    env None: this process's environment. Output: stderr, and stdout unless
-    `pipe_stdout`, appended to `log_path`; `pipe_stdout` puts stdout (and stderr,
-    when there is no log) on a pipe for the caller to read; else both are inherited."""
+                pipe_stdout: bool = False, stdin_pipe: bool = False) -> subprocess.Popen:
+    """Start argv in a new session (its own process group) with stdin on /dev/null, or
+    with `stdin_pipe` on a pipe this process holds open and never writes (it closes
+    when this process exits: `docker exec -i` children watch it, see
+    bench/launch/docker.py). env None: this process's environment. Output: stderr,
+    and stdout unless `pipe_stdout`, appended to `log_path`; `pipe_stdout` puts
+    stdout (and stderr, when there is no log) on a pipe for the caller to read; else
+    both are inherited."""
     stdout = subprocess.PIPE if pipe_stdout else None
     stderr = subprocess.PIPE if pipe_stdout else None
-    common = dict(env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    common = dict(env=env, stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                  start_new_session=True)
     if log_path is None:
         return subprocess.Popen(list(argv), stdout=stdout, stderr=stderr, **common)
     with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor

@@ -49,7 +49,8 @@ class StateFiles:
 def write_state(files: StateFiles, names: TopologyNames, run_id: str,
                 spawned_pids: list[int]) -> None:
     """(Re)write the state file atomically: a kill at any moment leaves a whole one."""
-    state = {"run_id": run_id, "prefix": names.prefix, "launcher_pid": os.getpid(),
+    state = {"launcher": "netns", "run_id": run_id, "prefix": names.prefix,
+             "launcher_pid": os.getpid(),
              "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
              "namespaces": names.namespaces(),
              "devices": [list(d) for d in names.devices()],
@@ -108,11 +109,18 @@ def recorded_state_files(state_dir: Path) -> list[Path]:
 
 def cleanup(state_files: list[Path], ex: Executor | None = None) -> list[str]:
     """Tear down what each state file records (a run that was killed), then delete
-    the file and its delay line's config. Returns what was removed."""
+    the file and its delay line's config. A Docker run's file names containers, networks
+and volumes instead (bench.launch.docker.teardown_docker). Returns what was removed."""
     ex = ex or Executor()
     removed = []
     for path in state_files:
         state = json.loads(path.read_text())
+        if state.get("launcher") == "docker":  # files written before this key are netns
+            from bench.launch.docker import teardown_docker
+
+            removed += teardown_docker(state)
+            path.unlink()
+            continue
         removed += teardown_recorded(state["namespaces"],
                                      [tuple(d) for d in state["devices"]], ex)
         path.unlink()

@@ -1,0 +1,416 @@
+"""Docker launcher: one container per rank on a network the run creates, each
+container's egress shaped with tc inside it, removal by exact recorded names.
+
+    with DockerLauncher(load_scenario("100mbps"), n_hosts=2, state_dir=d) as hosts:
+        print(format_table(hosts.probe()))          # measured inside the containers
+        p = hosts.spawn(0, [sys.executable, "-m", "aqsgd.train.worker", ...], env, log)
+
+Talks to the daemon through the Docker SDK (`docker.from_env()`: DOCKER_HOST, or the
+default socket; `docker/dockerd.sh start` runs one of the suite's own). The image
+(bench.launch.dockerspec.DOCKER_IMAGE, `make docker-image`) holds Python and the
+pinned packages; the checkout is mounted read-only at its own path, the results
+directory (the parent of `state_dir`, or `results_dir`) read-write, so the harness's
+argv, PYTHONPATH and output paths mean the same inside and out. The cache (.cache/:
+tokenizers, starting checkpoints) is the run's volume, mounted at the host cache's
+real path and seeded from it: the non-root worker may build what is missing there
+without writing into the host's cache.
+
+Each container gets NET_ADMIN only (never --privileged): the tc commands of
+bench.launch.dockerspec run in it as root through `docker exec`, then the shaped
+file is created, which the image's entrypoint waits for. Workers run as the image's
+non-root `worker` user (`docker exec -u worker`), so the results directory is
+handed to that user before each spawn. `docker exec` does not pass signals on, so
+each worker runs under the entrypoint's `--tied` mode: stopping the client (the
+harness's stop_all, or the harness dying) closes its stdin, and the worker's
+process group inside the container is stopped. Delay, jitter and loss use netem where the
+kernel has it; the userspace delay line is not run inside containers, so without
+netem they are refused (or, with allow_drop, recorded as dropped).
+
+Every name is written to the state file before it exists; teardown removes exactly
+those names, in a `finally`; `python -m bench.launch cleanup` does the same for a
+killed run (bench.launch.state.cleanup calls `teardown_docker`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from aqsgd.filecache import atomic_write_text, default_cache_dir
+from bench.launch.dockerprobe import probe_containers
+from bench.launch.dockerspec import (
+    SHAPED_FILE,
+    WORKER_USER,
+    DockerRunSpec,
+)
+from bench.launch.probing import default_probe_links
+from bench.launch.process import (
+    REPO_ROOT,
+    TEARDOWN_GRACE_S,
+    spawn_group,
+    stop_all,
+)
+from bench.launch.state import DEFAULT_STATE_DIR
+from bench.net.executor import Argv, CommandError, Executor
+from bench.net.probe import ProbeRecord, check_links
+from bench.net.scenario import NetworkScenario
+from bench.net.tc import Capabilities, mechanisms_for
+
+__all__ = ["ContainerExecutor", "DockerLauncher", "docker_client", "gpu_count",
+           "teardown_docker"]
+
+MAX_NAME_DRAWS = 5
+ENTRYPOINT = ("python3", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
+HOST_CACHE = "/run/aqsgd/host-cache"  # the host's .cache, read-only, seeds the run's volume
+# Host variables a worker keeps inside its container besides those the caller set.
+PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
+
+
+def docker_client():
+    """The daemon's client; a clear error when none answers."""
+    import docker
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as err:
+        where = os.environ.get("DOCKER_HOST", "the default socket")
+        raise RuntimeError(f"no Docker daemon answers at {where} ({err}); start one with "
+                           f"`docker/dockerd.sh start` and export the DOCKER_HOST it "
+                           f"prints") from None
+    return client
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs on this host (/dev/nvidiaN device nodes)."""
+    return sum(1 for p in Path("/dev").glob("nvidia[0-9]*"))
+
+
+class ContainerExecutor(Executor):
+    """Runs argvs inside one container as root (`docker exec`, no shell); keeps the
+    history as `docker exec NAME argv...` for the run record."""
+
+    def __init__(self, container, history: list[Argv]):
+        super().__init__()
+        self.container = container
+        self.history = history
+
+    def run(self, argv, check: bool = True) -> subprocess.CompletedProcess:
+        argv = tuple(argv)
+        self.history.append(("docker", "exec", self.container.name, *argv))
+        code, (out, err) = self.container.exec_run(list(argv), user="root", demux=True)
+        proc = subprocess.CompletedProcess(list(argv), code, (out or b"").decode(),
+                                           (err or b"").decode())
+        if check and code != 0:
+            raise CommandError(argv, code, proc.stderr)
+        return proc
+
+
+def _raise_system_exit(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+class DockerLauncher:
+    """Context manager building `n_hosts` containers for one run (see module doc).
+
+    `image`: the worker image. `gpus`: True = rank i on GPU i (a GpuShortage error when
+    there are fewer), False = none, None = GPUs when the host has any. `results_dir`:
+    mounted read-write at its own path (default: the parent of state_dir).
+    `allow_drop`, `payload_correction`: as on NetnsLauncher."""
+
+    name = "docker"
+    shaped = True
+
+    def __init__(self, scenario: NetworkScenario, n_hosts: int | None = None, *,
+                 run_id: str | None = None, state_dir: Path | str | None = None,
+                 image: str | None = None, gpus: bool | None = None,
+                 results_dir: Path | str | None = None, allow_drop: bool = False,
+                 payload_correction: bool = True, client=None):
+        self.scenario = scenario
+        self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
+        self.run_id = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        n_gpus = gpu_count()
+        self._spec_kw = {"use_gpus": n_gpus > 0 if gpus is None else gpus,
+                         "gpu_count": n_gpus, "payload_correction": payload_correction}
+        if image is not None:
+            self._spec_kw["image"] = image
+        self.spec = DockerRunSpec.new(scenario, self.n_hosts, self.run_id, **self._spec_kw)
+        self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
+        self.results_dir = Path(results_dir) if results_dir else (
+            Path(state_dir).resolve().parent if state_dir else None)
+        self.allow_drop = allow_drop
+        self._client = client
+        self.capabilities: Capabilities | None = None
+        self.mechanisms: dict[str, str] = {}
+        self.history: list[Argv] = []
+        self._containers: dict[int, object] = {}
+        self._created: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
+        self._procs: list[subprocess.Popen] = []
+        self._probe_records: list[ProbeRecord] = []
+        self._timing: dict[str, float] = {}
+        self._prev_sigterm = None
+
+    # -- names, addresses, environment ---------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir / f"{self.spec.prefix}.json"
+
+    def addr(self, i: int) -> str:
+        return self.spec.addr(i)
+
+    def worker_env(self, i: int) -> dict[str, str]:
+        return self.spec.worker_env(i)
+
+    def _mounts(self) -> dict[str, dict]:
+        binds = {str(REPO_ROOT): {"bind": str(REPO_ROOT), "mode": "ro"}}
+        # the cache: the run's volume at the host cache's real path (.cache may be a
+        # link), seeded from the host's cache mounted read-only beside it
+        cache = self._cache_dir()
+        cache.mkdir(parents=True, exist_ok=True)
+        binds[str(cache)] = {"bind": HOST_CACHE, "mode": "ro"}
+        binds[self.spec.volume] = {"bind": str(cache), "mode": "rw"}
+        if self.results_dir is not None:
+            self.results_dir.mkdir(parents=True, exist_ok=True)
+            binds[str(self.results_dir)] = {"bind": str(self.results_dir), "mode": "rw"}
+        return binds
+
+    @staticmethod
+    def _cache_dir() -> Path:
+        return default_cache_dir().resolve()
+
+    def _write_state(self) -> None:
+        """Every name the run may create, before it is created (and the pids spawned)."""
+        sp = self.spec
+        state = {"launcher": "docker", "run_id": self.run_id, "prefix": sp.prefix,
+                 "launcher_pid": os.getpid(),
+                 "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "docker_host": os.environ.get("DOCKER_HOST"),
+                 "containers": sp.containers(), "networks": [sp.network],
+                 "volumes": [sp.volume], "spawned_pids": [p.pid for p in self._procs]}
+        atomic_write_text(self.state_path, json.dumps(state, indent=1))
+
+    # -- lifecycle -----------------------------------------------------------------
+    def __enter__(self) -> DockerLauncher:
+        if self._client is None:
+            self._client = docker_client()
+        if threading.current_thread() is threading.main_thread():
+            self._prev_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
+        t0 = time.perf_counter()
+        try:
+            self._create_network()
+            self._build()
+        except BaseException:
+            self._teardown()
+            raise
+        self._timing["up_s"] = time.perf_counter() - t0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._teardown()
+
+    def _create_network(self) -> None:
+        """The run's bridge network; another prefix (and /24) when its subnet or name is
+        taken by someone else's network."""
+        import docker
+
+        for _ in range(MAX_NAME_DRAWS):
+            self._write_state()  # before anything exists: a kill at any point is cleanable
+            ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(
+                subnet=self.spec.subnet, gateway=self.spec.gateway)])
+            try:
+                self._client.networks.create(self.spec.network, driver="bridge", ipam=ipam,
+                                             check_duplicate=True)
+            except docker.errors.APIError as err:
+                if err.status_code not in (403, 409):  # pool overlaps, name taken
+                    raise
+                self.state_path.unlink(missing_ok=True)
+                self.spec = DockerRunSpec.new(self.scenario, self.n_hosts, self.run_id,
+                                              **self._spec_kw)
+                continue
+            self._created["networks"].append(self.spec.network)
+            return
+        raise RuntimeError(f"no free network name and /24 in 198.18.0.0/15 after "
+                           f"{MAX_NAME_DRAWS} draws")
+
+    def _build(self) -> None:
+        sp = self.spec
+        self._client.volumes.create(sp.volume)
+        self._created["volumes"].append(sp.volume)
+        for i in range(self.n_hosts):
+            self._containers[i] = self._create_container(i)
+        seed = ContainerExecutor(self._containers[0], self.history)
+        cache = str(self._cache_dir())
+        seed.run(("cp", "-a", f"{HOST_CACHE}/.", cache))
+        seed.run(("chown", "-R", f"{WORKER_USER}:{WORKER_USER}", cache))
+        self.capabilities = self._probe_capabilities()
+        self.mechanisms = mechanisms_for(self.scenario, self.n_hosts, self.capabilities,
+                                         self.allow_drop)
+        self.spec = dataclasses.replace(sp, netem=self.capabilities.netem)
+        for i, c in self._containers.items():
+            ex = ContainerExecutor(c, self.history)
+            ex.run_all(self.spec.shaping_argvs(i))
+            ex.run(("touch", SHAPED_FILE))  # the entrypoint starts its command now
+
+    def _create_container(self, i: int):
+        import docker
+
+        sp, api = self.spec, self._client.api
+        gpu = sp.gpu(i)
+        host_config = api.create_host_config(
+            network_mode=sp.network, cap_add=["NET_ADMIN"], binds=self._mounts(),
+            device_requests=None if gpu is None else [docker.types.DeviceRequest(
+                device_ids=[str(gpu)], capabilities=[["gpu"]])])
+        networking = api.create_networking_config(
+            {sp.network: api.create_endpoint_config(ipv4_address=sp.addr(i))})
+        created = api.create_container(
+            sp.image, name=sp.container(i), hostname=sp.container(i),
+            environment={**sp.worker_env(i), "AQ_SHAPED_FILE": SHAPED_FILE},
+            host_config=host_config, networking_config=networking,
+            labels={"aqsgd-bench.run": self.run_id})
+        self._created["containers"].append(sp.container(i))
+        api.start(created["Id"])
+        return self._client.containers.get(created["Id"])
+
+    def _probe_capabilities(self) -> Capabilities:
+        """Whether netem works inside the containers (tried on container 0's loopback and
+        removed). The delay line is not run inside containers: delay_line False."""
+        ex = ContainerExecutor(self._containers[0], self.history)
+        netem = ex.run(("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"),
+                       check=False).returncode == 0
+        if netem:
+            ex.run(("tc", "qdisc", "del", "dev", "lo", "root"))
+        return Capabilities(netem=netem, delay_line=False)
+
+    def _teardown(self) -> None:
+        t0 = time.perf_counter()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            stop_all(self._procs, TEARDOWN_GRACE_S)
+            if self._client is not None:
+                teardown_docker(self._created, self._client)  # only what this run created
+            self.state_path.unlink(missing_ok=True)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            if self._prev_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._prev_sigterm)
+                self._prev_sigterm = None
+        self._timing["down_s"] = time.perf_counter() - t0
+
+    # -- processes -----------------------------------------------------------------
+    def exec_argv(self, i: int, argv: list[str], env: dict[str, str] | None = None,
+                  user: str = WORKER_USER, tied: bool = False) -> list[str]:
+        """`docker exec` running argv in container i as `user`: a Python interpreter path
+        of this host becomes the image's `python3`; env holds only what the worker
+        needs (worker_env(i), what the caller set on top of this process's
+        environment, and the NCCL/gloo/torch/OMP variables of this process). `tied`:
+        through the entrypoint's --tied mode, so that argv stops when the client's
+        stdin closes (spawn with stdin_pipe=True)."""
+        if argv and (argv[0] == sys.executable or Path(argv[0]).name.startswith("python")):
+            argv = ["python3", *argv[1:]]
+        full = {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES)}
+        if env is not None:
+            full.update({k: v for k, v in env.items()
+                         if os.environ.get(k) != v or k.startswith(PASSED_PREFIXES)})
+        full.update(self.worker_env(i))
+        full.pop("DOCKER_HOST", None)
+        full["PYTHONPATH"] = str(REPO_ROOT)
+        cwd = Path.cwd()
+        workdir = cwd if cwd.is_relative_to(REPO_ROOT) or (
+            self.results_dir and cwd.is_relative_to(self.results_dir)) else REPO_ROOT
+        flags = ["-i"] if tied else []
+        for k, v in sorted(full.items()):
+            flags += ["-e", f"{k}={v}"]
+        tie = [*ENTRYPOINT, "--tied"] if tied else []
+        return ["docker", "exec", *flags, "-u", user, "-w", str(workdir),
+                self.spec.container(i), *tie, *argv]
+
+    def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
+              log_path: Path | str | None = None) -> subprocess.Popen:
+        """Run argv in container i as the worker user, through `docker exec` in its own
+        process group; output appended to log_path. The results directory is handed to
+        the worker user first (the harness made the cell's folders as this user)."""
+        if self.results_dir is not None:
+            ContainerExecutor(self._containers[i], self.history).run(
+                ("chown", "-R", f"{WORKER_USER}:{WORKER_USER}", str(self.results_dir)))
+        proc = spawn_group(self.exec_argv(i, argv, env, tied=True), dict(os.environ), log_path,
+                           stdin_pipe=True)
+        self._procs.append(proc)
+        self._write_state()
+        return proc
+
+    # -- link probe and record -----------------------------------------------------
+    def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
+              tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
+        """bench.net.probe inside the containers, one directed link after the other
+        (default: those the pipeline layout uses); raise LinkProbeError if one is off
+        by more than `tolerance`. A link that falls short is measured again with its
+        limits lifted (the host's ceiling), as on the netns launcher
+        (bench/launch/dockerprobe.py)."""
+        links = links or default_probe_links(self.scenario, self.n_hosts)
+        self._probe_records = probe_containers(self, links, tolerance, duration_s)
+        if check:
+            check_links(self._probe_records, tolerance)
+        return self._probe_records
+
+    def run_as_root(self, i: int, argv: Argv) -> subprocess.CompletedProcess:
+        """One command (tc, ip) in container i as root, kept in the run's history."""
+        return ContainerExecutor(self._containers[i], self.history).run(argv)
+
+    def record(self) -> dict:
+        """meta.json's launcher block: as the netns launcher's, with the containers,
+        the network, the image and each container's GPU."""
+        sp = self.spec
+        return {
+            "launcher": self.name,
+            "shaped": self.shaped,
+            "run_id": self.run_id,
+            "prefix": sp.prefix,
+            "n_hosts": self.n_hosts,
+            "scenario": self.scenario.to_dict(),
+            "capabilities": self.capabilities.to_dict() if self.capabilities else None,
+            "shaping": {p: ("htb qdisc (kernel, inside each container)" if m == "htb" else
+                            "netem qdisc (kernel, inside each container)" if m == "netem"
+                            else m) for p, m in self.mechanisms.items()},
+            "allow_drop": self.allow_drop,
+            "data_plane": "Docker bridge network, eth0 of each container",
+            "payload_correction_factor": sp.factor,
+            "image": sp.image,
+            "network": {"name": sp.network, "subnet": sp.subnet, "gateway": sp.gateway},
+            "volumes": [sp.volume],
+            "hosts": [{"host": i, "container": sp.container(i), "device": "eth0",
+                       "addr": sp.addr(i), "gpu": sp.gpu(i)} for i in range(self.n_hosts)],
+            "containers": sp.containers(),
+            "links": [{"src": a, "dst": b, **self.scenario.link_spec(a, b).to_dict(),
+                       "payload_rate_mbit": self.scenario.payload_rate_mbit(a, b)}
+                      for a in range(self.n_hosts) for b in range(self.n_hosts) if a != b],
+            "probe": [r.to_dict() for r in self._probe_records],
+            "timing": dict(self._timing),
+            "commands": [" ".join(c) for c in self.history],
+        }
+
+
+def teardown_docker(names: dict[str, list[str]], client=None) -> list[str]:
+    """Remove the named containers (forced: their processes die with them), then the
+    networks, then the volumes; names not present are skipped. Returns what was
+    removed."""
+    import docker
+
+    client = client or docker_client()
+    removed = []
+    kinds = (("containers", client.containers, {"force": True}),
+             ("networks", client.networks, {}), ("volumes", client.volumes, {"force": True}))
+    for kind, collection, kw in kinds:
+        for name in names.get(kind, []):
+            try:
+                collection.get(name).remove(**kw)
+            except docker.errors.NotFound:
+                continue
+            removed.append(f"{kind[:-1]} {name}")
+    return removed

@@ -1,0 +1,207 @@
+"""What a Docker run creates, as data: names, addresses, GPUs, environment, the tc
+commands of each container. No Docker call here; the launcher (bench/launch/docker.py)
+and the compose file (bench/launch/compose.py) are both built from these.
+
+    spec = DockerRunSpec.new(scenario, n_hosts=2, run_id="ab12cd", gpu_count=0)
+    spec.container(0), spec.network, spec.addr(1)       # aqd3f9c1-h0, aqd3f9c1-net, 198.18.0.3
+    spec.shaping_argvs(0)                               # tc commands run inside container 0
+
+Every name carries the per-run prefix P ("aqd" + 5 hex digits): containers P-hI,
+network P-net, volume P-cache. Each is written to the state file before it is
+created and removed by that exact name (bench/launch/state.py).
+
+Addresses: the run's network is a /24 of 198.18.0.0/15 (RFC 2544's benchmarking
+range) chosen from the prefix, so that concurrent runs rarely pick the same
+one (a clash is refused by the daemon, and the launcher draws another prefix); the
+gateway is .1 and host I is .I+2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+
+from bench.launch.shaping import DownlinkCap, HostShaping, ShapingPlan
+from bench.net.executor import Argv
+from bench.net.scenario import NetworkScenario
+from bench.net.tc import (
+    ETHERNET_HEADER_BYTES,
+    UNLIMITED_BIT,
+    EgressLink,
+    egress_argvs,
+    egress_path_argvs,
+    ifb_redirect_argvs,
+    payload_factor,
+)
+
+__all__ = ["CONTAINER_DEV", "DOCKER_IMAGE", "DockerRunSpec", "GpuShortage", "gpu_for_rank",
+           "new_docker_prefix"]
+
+# The image the launcher, the compose file and the tests use: `make docker-image` builds it.
+DOCKER_IMAGE = "aqsgd-bench-worker:latest"
+CONTAINER_DEV = "eth0"  # the run network's interface inside every container
+CONTAINER_IFB = "ifb0"  # inside the container's own namespace, so no per-run name needed
+CONTAINER_MTU = 1500
+SHAPED_FILE = "/run/aqsgd/shaped"  # the image's entrypoint waits for it (docker/entrypoint.py)
+WORKER_USER = "worker"  # the image's non-root user (docker/Dockerfile)
+MAX_HOSTS = 250  # .2 .. .251 of the run's /24
+
+
+class GpuShortage(ValueError):
+    """Fewer GPUs than ranks that need one (NCCL refuses two ranks on one GPU)."""
+
+
+def new_docker_prefix(run_id: str) -> str:
+    """'aqd' + 5 hex digits, new for every call."""
+    digest = hashlib.sha1(f"{run_id}-{os.getpid()}-{time.time_ns()}".encode())
+    return "aqd" + digest.hexdigest()[:5]
+
+
+def gpu_for_rank(rank: int, n_ranks: int, gpu_count: int, use_gpus: bool) -> int | None:
+    """The GPU index rank `rank` gets: GPU i for rank i (one stage or replica per GPU;
+    NCCL refuses two ranks on one GPU), None when the run uses no GPU. Raises
+    GpuShortage when there are fewer GPUs than ranks."""
+    if not 0 <= rank < n_ranks:
+        raise IndexError(f"rank {rank} out of range [0, {n_ranks})")
+    if not use_gpus:
+        return None
+    if gpu_count < n_ranks:
+        raise GpuShortage(f"the run needs one GPU per rank: {n_ranks} ranks, but this host "
+                          f"has {gpu_count} GPU(s); run fewer stages or replicas, or pass "
+                          f"gpus=False for a CPU run")
+    return rank
+
+
+@dataclass(frozen=True)
+class DockerRunSpec:
+    """Every name, address, GPU and command of one Docker run (see module doc).
+
+    `subnet_index`: which /24 of 198.18.0.0/15 the run's network takes (0..511).
+    `use_gpus`: place rank i on GPU i (device requests); `gpu_count`: GPUs on the host.
+    `payload_correction`: tc rates are raised by the frame overhead so that TCP
+    payload rates equal the scenario's (as on the netns launcher)."""
+
+    scenario: NetworkScenario
+    n_hosts: int
+    prefix: str
+    subnet_index: int
+    use_gpus: bool = False
+    gpu_count: int = 0
+    netem: bool = False
+    payload_correction: bool = True
+    image: str = DOCKER_IMAGE
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n_hosts <= MAX_HOSTS:
+            raise ValueError(f"n_hosts: expected 1..{MAX_HOSTS}, got {self.n_hosts}")
+        if not 0 <= self.subnet_index < 512:
+            raise ValueError(f"subnet_index: expected 0..511 (a /24 of 198.18.0.0/15), "
+                             f"got {self.subnet_index}")
+        for rank in range(self.n_hosts):  # a GPU shortage is refused before anything exists
+            gpu_for_rank(rank, self.n_hosts, self.gpu_count, self.use_gpus)
+
+    @classmethod
+    def new(cls, scenario: NetworkScenario, n_hosts: int, run_id: str, **kw) -> DockerRunSpec:
+        prefix = new_docker_prefix(run_id)
+        return cls(scenario, n_hosts, prefix, int(prefix[3:], 16) % 512, **kw)
+
+    # -- names -----------------------------------------------------------------------
+    def container(self, i: int) -> str:
+        self._check_host(i)
+        return f"{self.prefix}-h{i}"
+
+    def containers(self) -> list[str]:
+        return [self.container(i) for i in range(self.n_hosts)]
+
+    @property
+    def network(self) -> str:
+        return f"{self.prefix}-net"
+
+    @property
+    def volume(self) -> str:
+        """The run's cache (tokenizers, checkpoints), shared by its containers only."""
+        return f"{self.prefix}-cache"
+
+    # -- addresses ---------------------------------------------------------------------
+    @property
+    def _net_base(self) -> str:
+        return f"198.{18 + self.subnet_index // 256}.{self.subnet_index % 256}"
+
+    @property
+    def subnet(self) -> str:
+        return f"{self._net_base}.0/24"
+
+    @property
+    def gateway(self) -> str:
+        return f"{self._net_base}.1"
+
+    def addr(self, i: int) -> str:
+        self._check_host(i)
+        return f"{self._net_base}.{i + 2}"
+
+    # -- environment and GPUs ----------------------------------------------------------
+    def gpu(self, i: int) -> int | None:
+        return gpu_for_rank(i, self.n_hosts, self.gpu_count, self.use_gpus)
+
+    def worker_env(self, i: int) -> dict[str, str]:
+        """Every worker in container i: sockets on the shaped interface only, and no
+        NCCL path around it (P2P and shared memory off, a host id of its own)."""
+        self._check_host(i)
+        return {"GLOO_SOCKET_IFNAME": CONTAINER_DEV, "NCCL_SOCKET_IFNAME": CONTAINER_DEV,
+                "TP_SOCKET_IFNAME": CONTAINER_DEV, "NCCL_P2P_DISABLE": "1",
+                "NCCL_SHM_DISABLE": "1", "NCCL_HOSTID": f"{self.prefix}-host{i}"}
+
+    # -- shaping -----------------------------------------------------------------------
+    @property
+    def factor(self) -> float:
+        return payload_factor(CONTAINER_MTU, ETHERNET_HEADER_BYTES) if self.payload_correction \
+            else 1.0
+
+    def plan(self) -> ShapingPlan:
+        """The shaping of every container: an htb tree on its eth0 (one class per other
+        container), a tbf on an ifb fed from eth0's ingress where a downlink is capped.
+        Every command runs inside its own container (netns None)."""
+        sc, n = self.scenario, self.n_hosts
+        frame_bytes = CONTAINER_MTU + ETHERNET_HEADER_BYTES
+        queue_bytes = sc.link.queue_bytes or sc.link.queue_packets * frame_bytes
+        hosts = []
+        for i in range(n):
+            caps = sc.caps(i)
+            down = None if caps.downlink_mbit is None else DownlinkCap(
+                CONTAINER_IFB, None, int(caps.downlink_mbit * 1e6 * self.factor), queue_bytes)
+            hosts.append(HostShaping(
+                dev=CONTAINER_DEV, netns=None,
+                links=tuple(EgressLink(self.addr(j), sc.link_spec(i, j))
+                            for j in range(n) if j != i),
+                uplink_mbit=caps.uplink_mbit, downlink=down,
+                ifb=CONTAINER_IFB if down is not None else None))
+        return ShapingPlan(tuple(hosts), self.factor, self.netem)
+
+    def shaping_argvs(self, i: int) -> list[Argv]:
+        """The tc (and ip, for the ifb) commands shaping container i, in order."""
+        h = self.plan().hosts[i]
+        argvs = egress_argvs(h.dev, list(h.links), h.uplink_mbit, self.factor, self.netem)
+        if h.downlink is not None:
+            argvs += ifb_redirect_argvs(h.dev, h.ifb)
+            argvs.append(h.downlink.argv())
+        return argvs
+
+    def rate_limit_argvs(self, src: int, dst: int, lifted: bool) -> list[tuple[int, Argv]]:
+        """(container, command) pairs lifting every rate limit on src -> dst, or putting
+        them back (the probe's ceiling measurement; see ShapingPlan.rate_limit_argvs)."""
+        plan = self.plan()
+        h = plan.hosts[src]
+        k = dst if dst < src else dst - 1
+        rate = UNLIMITED_BIT if lifted else None
+        out = [(src, a) for a in egress_path_argvs(h.dev, list(h.links), h.uplink_mbit,
+                                                   self.factor, self.netem, k, rate)]
+        down = plan.hosts[dst].downlink
+        if down is not None:
+            out.append((dst, down.argv("change", rate)))
+        return out
+
+    def _check_host(self, i: int) -> None:
+        if not 0 <= i < self.n_hosts:
+            raise IndexError(f"host index {i} out of range [0, {self.n_hosts})")

@@ -1,0 +1,316 @@
+"""The Docker launcher: its pure logic everywhere (names, addresses, GPU mapping,
+environment, tc commands, the compose file, teardown by name with a fake client),
+and, where a daemon and the worker image are at hand, one real 2-stage fine-tune
+cell across two shaped containers through the harness.
+
+The integration tests use the image `make docker-image` builds
+(bench.launch.dockerspec.DOCKER_IMAGE) and the daemon DOCKER_HOST names
+(`docker/dockerd.sh start` prints it). CI builds both; elsewhere they skip
+saying which is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.launch.compose import compose_dict, write_compose
+from bench.launch.docker import DockerLauncher, teardown_docker
+from bench.launch.dockerspec import DOCKER_IMAGE, DockerRunSpec, GpuShortage, gpu_for_rank
+from bench.launch.state import cleanup
+from bench.net.scenario import load_scenario
+from bench.net.tc import EgressLink, egress_argvs
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _spec(scenario="100mbps", n=2, **kw) -> DockerRunSpec:
+    return DockerRunSpec(load_scenario(scenario), n, "aqd1a2b3", 300, **kw)
+
+
+# ---------------------------------------------------------------- pure logic
+def test_names_and_addresses_are_per_run_and_in_the_benchmarking_range():
+    spec = _spec(n=3)
+    assert spec.containers() == ["aqd1a2b3-h0", "aqd1a2b3-h1", "aqd1a2b3-h2"]
+    assert (spec.network, spec.volume) == ("aqd1a2b3-net", "aqd1a2b3-cache")
+    assert spec.subnet == "198.19.44.0/24" and spec.gateway == "198.19.44.1"
+    assert [spec.addr(i) for i in range(3)] == ["198.19.44.2", "198.19.44.3", "198.19.44.4"]
+    with pytest.raises(IndexError, match=r"host index 3 out of range \[0, 3\)"):
+        spec.addr(3)
+    a = DockerRunSpec.new(load_scenario("100mbps"), 2, "run")
+    b = DockerRunSpec.new(load_scenario("100mbps"), 2, "run")
+    assert a.prefix != b.prefix and a.prefix.startswith("aqd") and len(a.prefix) == 8
+    with pytest.raises(ValueError, match="subnet_index: expected 0..511"):
+        DockerRunSpec(load_scenario("100mbps"), 2, "aqd00000", 512)
+
+
+def test_rank_i_gets_gpu_i_and_too_few_gpus_is_a_clear_error():
+    assert [gpu_for_rank(r, 4, 8, True) for r in range(4)] == [0, 1, 2, 3]
+    assert gpu_for_rank(1, 4, 0, False) is None
+    with pytest.raises(GpuShortage, match=r"4 ranks, but this host has 2 GPU\(s\)"):
+        gpu_for_rank(0, 4, 2, True)
+    with pytest.raises(GpuShortage):  # refused before anything is created
+        _spec(n=2, use_gpus=True, gpu_count=1)
+    assert [_spec(n=2, use_gpus=True, gpu_count=2).gpu(i) for i in (0, 1)] == [0, 1]
+
+
+def test_worker_env_keeps_nccl_and_gloo_on_the_shaped_interface():
+    spec = _spec(n=2)
+    envs = [spec.worker_env(i) for i in range(2)]
+    for env in envs:
+        assert env["NCCL_P2P_DISABLE"] == env["NCCL_SHM_DISABLE"] == "1"
+        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert envs[0]["NCCL_HOSTID"] != envs[1]["NCCL_HOSTID"]
+
+
+def test_shaping_is_the_netns_tc_builders_inside_each_container():
+    spec = _spec(n=2)
+    sc = load_scenario("100mbps")
+    want = egress_argvs("eth0", [EgressLink(spec.addr(1), sc.link_spec(0, 1))], None,
+                        spec.factor, False)
+    assert spec.shaping_argvs(0) == want
+    assert all(a[0] == "tc" and "-n" not in a for a in want)  # no namespace: in-container
+    assert "104558012bit" in want[2]  # 100 Mbit/s payload x 1514/1448
+    lifted = spec.rate_limit_argvs(0, 1, lifted=True)
+    assert {i for i, _ in lifted} == {0} and all("change" in a for _, a in lifted)
+
+
+def test_a_capped_downlink_is_a_tbf_on_an_ifb_inside_the_container():
+    spec = _spec("heterogeneous", n=4)
+    argvs = spec.shaping_argvs(3)
+    assert ("ip", "link", "add", "name", "ifb0", "type", "ifb") in argvs
+    tbf = [a for a in argvs if "tbf" in a]
+    assert len(tbf) == 1 and "ifb0" in tbf[0]
+    assert (3, tbf[0][:2] + ("change",) + tbf[0][3:]) in [
+        (i, a) for i, a in spec.rate_limit_argvs(0, 3, lifted=False)]
+
+
+def test_exec_argv_runs_as_the_worker_with_only_the_worker_env(monkeypatch):
+    monkeypatch.setenv("VIRTUAL_ENV", "/host/venv")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    hosts = DockerLauncher(load_scenario("100mbps"), 2, run_id="t", gpus=False)
+    env = {**os.environ, "EXTRA": "1"}
+    argv = hosts.exec_argv(1, [sys.executable, "-m", "aqsgd.train.worker"], env)
+    assert argv[:2] == ["docker", "exec"] and argv[-4:] == [
+        hosts.spec.container(1), "python3", "-m", "aqsgd.train.worker"]
+    assert argv[argv.index("-u") + 1] == "worker"
+    passed = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
+    assert passed["EXTRA"] == "1" and passed["NCCL_DEBUG"] == "INFO"
+    assert passed["NCCL_HOSTID"].endswith("host1") and passed["PYTHONPATH"] == str(REPO)
+    assert "VIRTUAL_ENV" not in passed and "PATH" not in passed
+
+
+def test_compose_file_has_services_network_caps_env_gpus_and_shaping(tmp_path):
+    doc = compose_dict(load_scenario("100mbps"), 2, gpus=True, gpu_count=2)
+    assert "version" not in doc and list(doc["services"]) == ["host0", "host1"]
+    net = doc["networks"]["aqsgd"]["ipam"]["config"][0]
+    assert net["subnet"] == "198.18.1.0/24"
+    h1 = doc["services"]["host1"]
+    assert h1["cap_add"] == ["NET_ADMIN"] and "privileged" not in h1
+    assert h1["networks"]["aqsgd"]["ipv4_address"] == "198.18.1.3"
+    assert h1["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["1"]
+    shaping = json.loads(h1["environment"]["AQ_SHAPING_ARGVS"])
+    assert shaping[0][:5] == ["tc", "qdisc", "add", "dev", "eth0"]
+    assert h1["command"][h1["command"].index("--master-addr") + 1] == "198.18.1.2"
+    assert "deploy" not in compose_dict(load_scenario("100mbps"), 2)["services"]["host0"]
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None,
+                    reason="docker-compose not installed (apt-get install docker-compose)")
+def test_compose_file_validates_under_docker_compose(tmp_path):
+    path = write_compose(tmp_path / "compose.yaml", load_scenario("100mbps"), n_hosts=2,
+                         gpus=True, gpu_count=2)
+    done = subprocess.run(["docker-compose", "-f", str(path), "config", "--quiet"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+class _NotFound(Exception):
+    pass
+
+
+class _Fake:
+    """A docker client's containers/networks/volumes collections, by name."""
+
+    def __init__(self, present):
+        self.present, self.removed = set(present), []
+
+    def get(self, name):
+        if name not in self.present:
+            raise _NotFound(name)
+        fake = self
+
+        class Obj:
+            def remove(self, **kw):
+                fake.removed.append(name)
+                fake.present.discard(name)
+
+        return Obj()
+
+
+def test_teardown_removes_exactly_the_recorded_names(monkeypatch):
+    import docker
+
+    monkeypatch.setattr(docker.errors, "NotFound", _NotFound)
+    client = type("C", (), {})()
+    client.containers = _Fake({"aqd1-h0", "someone-else"})
+    client.networks = _Fake({"aqd1-net"})
+    client.volumes = _Fake(set())
+    removed = teardown_docker({"containers": ["aqd1-h0", "aqd1-h1"], "networks": ["aqd1-net"],
+                               "volumes": ["aqd1-cache"]}, client)
+    assert removed == ["container aqd1-h0", "network aqd1-net"]
+    assert client.containers.present == {"someone-else"}
+
+
+def test_cleanup_of_a_docker_state_file_goes_through_teardown_docker(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr("bench.launch.docker.teardown_docker",
+                        lambda state: seen.append(state) or ["container x"])
+    path = tmp_path / "aqd12345.json"
+    path.write_text(json.dumps({"launcher": "docker", "prefix": "aqd12345",
+                                "containers": ["x"], "networks": [], "volumes": []}))
+    assert cleanup([path]) == ["container x"] and not path.exists()
+    assert seen[0]["containers"] == ["x"]
+
+
+# ------------------------------------------------------- with a daemon and the image
+def _daemon_and_image() -> str | None:
+    """Why the integration tests cannot run here, or None when they can."""
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as err:  # any failure to reach a daemon is a reason to skip
+        return (f"no Docker daemon ({type(err).__name__}); start one with "
+                f"`docker/dockerd.sh start` and export DOCKER_HOST")
+    try:
+        client.images.get(DOCKER_IMAGE)
+    except docker.errors.ImageNotFound:
+        return f"image {DOCKER_IMAGE} missing; build it with `make docker-base docker-image`"
+    return None
+
+
+def _left_over(names: dict[str, list[str]]) -> list[str]:
+    import docker
+
+    client = docker.from_env()
+    left = []
+    for kind, coll in (("containers", client.containers), ("networks", client.networks),
+                       ("volumes", client.volumes)):
+        for name in names[kind]:
+            try:
+                coll.get(name)
+                left.append(name)
+            except docker.errors.NotFound:
+                pass
+    return left
+
+
+needs_docker = pytest.mark.skipif(os.geteuid() != 0 or _daemon_and_image() is not None,
+                                  reason=_daemon_and_image() or "needs root")
+
+
+@needs_docker
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_stage_cell_across_two_shaped_containers(tmp_path):
+    from test_harness_e2e import _check_smoke_cell, _smoke
+
+    out, outcomes = _smoke(tmp_path, "docker")
+    assert [o.status for o in outcomes] == ["ok"]
+    meta = _check_smoke_cell(out, "docker")
+    launcher = meta["launcher"]
+    assert meta["cell"]["shaped"] is True and meta["cell"]["rate_mbit"] == 100
+    assert launcher["shaping"]["rate"].startswith("htb")
+    assert len(meta["probe"]) == 2
+    for link in meta["probe"]:  # measured inside the containers
+        assert abs(link["rate_mbit_achieved"] / link["rate_mbit_configured"] - 1) < 0.05, link
+    names = {"containers": launcher["containers"], "networks": [launcher["network"]["name"]],
+             "volumes": launcher["volumes"]}
+    assert _left_over(names) == []
+    assert not list((out / ".launcher").glob("aqd*.json"))
+
+
+@needs_docker
+@pytest.mark.timeout(180)
+def test_a_killed_run_is_removed_by_net_cleanup(tmp_path):
+    state_dir = tmp_path / "state"
+    code = ("import time; from bench.net.scenario import load_scenario\n"
+            "from bench.launch.docker import DockerLauncher\n"
+            f"h = DockerLauncher(load_scenario('100mbps'), 2, state_dir={str(state_dir)!r})\n"
+            "h.__enter__(); print('up', flush=True); time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert proc.stdout.readline().strip() == "up"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    (state,) = state_dir.glob("aqd*.json")
+    names = json.loads(state.read_text())
+    assert _left_over(names) == names["containers"] + names["networks"] + names["volumes"]
+    done = subprocess.run([sys.executable, "-m", "bench.launch", "cleanup", "--all-recorded",
+                           "--state-dir", str(state_dir)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    time.sleep(0.1)
+    assert _left_over(names) == [] and not state.exists()
+
+
+@needs_docker
+@pytest.mark.timeout(120)
+def test_stopping_a_spawned_worker_stops_it_inside_its_container(tmp_path):
+    from bench.launch.process import stop_group
+
+    with DockerLauncher(load_scenario("100mbps"), 2, state_dir=tmp_path / ".launcher") as hosts:
+        proc = hosts.spawn(1, ["sleep", "300"], None, tmp_path / "sleep.log")
+        container = hosts._containers[1]
+
+        def sleeping() -> bool:
+            return any("sleep 300" in " ".join(p) for p in container.top()["Processes"])
+
+        deadline = time.monotonic() + 20
+        while not sleeping():
+            assert time.monotonic() < deadline, "the spawned command never started"
+            time.sleep(0.2)
+        stop_group(proc, 2.0)  # what the harness does: signals the docker exec client
+        deadline = time.monotonic() + 20
+        while sleeping():
+            assert time.monotonic() < deadline, "the command outlived its docker exec client"
+            time.sleep(0.2)
+
+
+@needs_docker
+@pytest.mark.timeout(120)
+def test_the_entrypoint_shapes_first_then_runs_the_command_as_the_worker_user():
+    import secrets
+
+    import docker
+
+    client = docker.from_env()
+    spec = _spec(n=2)
+    name = f"aqdtest-{secrets.token_hex(3)}"
+    try:
+        out = client.containers.run(
+            DOCKER_IMAGE, ["sh", "-c", "id -u; tc qdisc show dev eth0"], name=name,
+            environment={"AQ_SHAPING_ARGVS": json.dumps([list(a)
+                                                         for a in spec.shaping_argvs(0)])},
+            cap_add=["NET_ADMIN"]).decode()
+    finally:
+        try:
+            client.containers.get(name).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+    uid, *qdiscs = out.splitlines()
+    assert uid == "1000"
+    assert any(q.startswith("qdisc htb 1: root") for q in qdiscs), out
