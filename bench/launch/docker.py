@@ -36,10 +36,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -50,6 +48,7 @@ from bench.launch.dockerspec import (
     WORKER_USER,
     DockerRunSpec,
 )
+from bench.launch.lifecycle import HostsLifecycle
 from bench.launch.probing import default_probe_links
 from bench.launch.process import (
     REPO_ROOT,
@@ -113,11 +112,7 @@ class ContainerExecutor(Executor):
         return proc
 
 
-def _raise_system_exit(signum, frame):
-    raise SystemExit(128 + signum)
-
-
-class DockerLauncher:
+class DockerLauncher(HostsLifecycle):
     """Context manager building `n_hosts` containers for one run (see module doc).
 
     `image`: the worker image. `gpus`: True = rank i on GPU i (a GpuShortage error when
@@ -155,7 +150,6 @@ class DockerLauncher:
         self._procs: list[subprocess.Popen] = []
         self._probe_records: list[ProbeRecord] = []
         self._timing: dict[str, float] = {}
-        self._prev_sigterm = None
 
     # -- names, addresses, environment ---------------------------------------------
     @property
@@ -197,23 +191,9 @@ class DockerLauncher:
         atomic_write_text(self.state_path, json.dumps(state, indent=1))
 
     # -- lifecycle -----------------------------------------------------------------
-    def __enter__(self) -> DockerLauncher:
+    def _prepare(self) -> None:
         if self._client is None:
             self._client = docker_client()
-        if threading.current_thread() is threading.main_thread():
-            self._prev_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
-        t0 = time.perf_counter()
-        try:
-            self._create_network()
-            self._build()
-        except BaseException:
-            self._teardown()
-            raise
-        self._timing["up_s"] = time.perf_counter() - t0
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._teardown()
 
     def _create_network(self) -> None:
         """The run's bridge network; another prefix (and /24) when its subnet or name is
@@ -240,6 +220,7 @@ class DockerLauncher:
                            f"{MAX_NAME_DRAWS} draws")
 
     def _build(self) -> None:
+        self._create_network()  # writes the state file before the network exists
         sp = self.spec
         self._client.volumes.create(sp.volume)
         self._created["volumes"].append(sp.volume)
@@ -288,20 +269,11 @@ class DockerLauncher:
             ex.run(("tc", "qdisc", "del", "dev", "lo", "root"))
         return Capabilities(netem=netem, delay_line=False)
 
-    def _teardown(self) -> None:
-        t0 = time.perf_counter()
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            stop_all(self._procs, TEARDOWN_GRACE_S)
-            if self._client is not None:
-                teardown_docker(self._created, self._client)  # only what this run created
-            self.state_path.unlink(missing_ok=True)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            if self._prev_sigterm is not None:
-                signal.signal(signal.SIGTERM, self._prev_sigterm)
-                self._prev_sigterm = None
-        self._timing["down_s"] = time.perf_counter() - t0
+    def _remove(self) -> None:
+        stop_all(self._procs, TEARDOWN_GRACE_S)
+        if self._client is not None:
+            teardown_docker(self._created, self._client)  # only what this run created
+        self.state_path.unlink(missing_ok=True)
 
     # -- processes -----------------------------------------------------------------
     def exec_argv(self, i: int, argv: list[str], env: dict[str, str] | None = None,

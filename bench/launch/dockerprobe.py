@@ -14,42 +14,30 @@ import os
 import subprocess
 from typing import TYPE_CHECKING
 
+from bench.launch.probing import MEASURE_TIMEOUT_S, PROBE_PORT, probe_each
 from bench.launch.process import TEARDOWN_GRACE_S, read_ready_line, spawn_group, stop_group
-from bench.net.probe import ProbeRecord, bulk_bytes_for, rate_verdict
+from bench.net.probe import ProbeRecord
 
 if TYPE_CHECKING:
     from bench.launch.docker import DockerLauncher
 
-__all__ = ["PROBE_PORT", "probe_containers"]
-
-PROBE_PORT = 5201
-MEASURE_TIMEOUT_S = 120.0
-
+__all__ = ["probe_containers"]
 
 def probe_containers(hosts: DockerLauncher, links: list[tuple[int, int]], tolerance: float,
                      duration_s: float) -> list[ProbeRecord]:
-    """One ProbeRecord per directed link, each measured with a bulk transfer of about
-    duration_s at its rate (and again, limits lifted, when it falls short)."""
-    sc, spec = hosts.scenario, hosts.spec
-    records = []
-    for src, dst in links:
-        want = sc.payload_rate_mbit(src, dst)
-        # configured literally, tc carries the payload rate times 1448/1514
-        expect = None if want is None else want * (
-            1.0 if spec.payload_correction else 1.0 / spec.factor)
-        bulk = bulk_bytes_for(want, duration_s)
-        m = _measure(hosts, src, dst, bulk)
-        ceiling = None
-        if rate_verdict(expect, m["rate_mbit"], None, tolerance) == "short":
-            ceiling = _measure_ceiling(hosts, src, dst, bulk)
-        verdict = rate_verdict(expect, m["rate_mbit"], ceiling, tolerance)
-        rtt = sc.link_spec(src, dst).delay_ms + sc.link_spec(dst, src).delay_ms
-        if hosts.mechanisms.get("delay", "none").startswith("dropped"):
-            rtt = 0.0
-        records.append(ProbeRecord.from_measurement(
-            src, dst, m, rate_mbit_configured=expect, rtt_ms_configured=rtt,
-            rate_mbit_ceiling=ceiling, host_limited=verdict == "host_limited"))
-    return records
+    """The containers' links through bench.launch.probing.probe_each."""
+
+    def lift_limits(src: int, dst: int, lifted: bool) -> None:
+        for i, argv in hosts.spec.rate_limit_argvs(src, dst, lifted):
+            hosts.run_as_root(i, argv)
+
+    spec = hosts.spec
+    return probe_each(
+        hosts.scenario, links, measure=lambda s, d, n: _measure(hosts, s, d, n),
+        lift_limits=lift_limits,
+        payload_ratio=1.0 if spec.payload_correction else 1.0 / spec.factor,
+        delay_dropped=hosts.mechanisms.get("delay", "none").startswith("dropped"),
+        tolerance=tolerance, duration_s=duration_s)
 
 
 def _measure(hosts: DockerLauncher, src: int, dst: int, bulk_bytes: int) -> dict:
@@ -69,16 +57,3 @@ def _measure(hosts: DockerLauncher, src: int, dst: int, bulk_bytes: int) -> dict
         return json.loads(out.stdout)
     finally:
         stop_group(server, TEARDOWN_GRACE_S)
-
-
-def _measure_ceiling(hosts: DockerLauncher, src: int, dst: int, bulk_bytes: int) -> float:
-    """Payload rate src -> dst with every rate limit on the path lifted; restored after."""
-    def apply(lifted: bool) -> None:
-        for i, argv in hosts.spec.rate_limit_argvs(src, dst, lifted):
-            hosts.run_as_root(i, argv)
-
-    apply(True)
-    try:
-        return _measure(hosts, src, dst, bulk_bytes)["rate_mbit"]
-    finally:
-        apply(False)

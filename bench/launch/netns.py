@@ -11,8 +11,10 @@ NetnsLauncher composes one module per concern:
   topology.py  namespaces, switch, veths; the userspace delay line and its TUNs
   shaping.py   the tc commands shaping each host, as a plan (lifted and restored by
                the probe)
-  probing.py   the link probe and the host-ceiling measurement
+  probing.py   the link probe and the host-ceiling measurement (its loop shared with
+               the Docker launcher)
   process.py   starting and stopping process groups (shared with the local launcher)
+  lifecycle.py bring-up and signal-safe teardown (shared with the Docker launcher)
 
 Without netem, delay, jitter and loss come from the userspace delay line
 (bench/net/delayline.py): the workers then talk over the TUN devices.
@@ -25,13 +27,12 @@ SIGTERM. `python -m bench.launch cleanup` does the same for a run that was kille
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
+from bench.launch.lifecycle import HostsLifecycle
 from bench.launch.names import TopologyNames, host_addr, new_prefix
 from bench.launch.probing import default_probe_links, probe_links
 from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, spawn_group, stop_all
@@ -67,11 +68,7 @@ def require_netns() -> None:
                               "LocalLauncher (bench/launch/local.py) for an unshaped run")
 
 
-def _raise_system_exit(signum, frame):
-    raise SystemExit(128 + signum)
-
-
-class NetnsLauncher:
+class NetnsLauncher(HostsLifecycle):
     """Context manager building `n_hosts` emulated hosts for one run (see module doc).
 
     `state_dir`: where the state file goes (default DEFAULT_STATE_DIR). `allow_drop`:
@@ -110,7 +107,6 @@ class NetnsLauncher:
         self._created_namespaces: list[str] = []
         self._probe_records: list[ProbeRecord] = []
         self._timing: dict[str, float] = {}
-        self._prev_sigterm = None
 
     # -- names and addresses -------------------------------------------------------
     @property
@@ -145,27 +141,14 @@ class NetnsLauncher:
         write_state(self.files, self.names, self.run_id, [p.pid for p in self._procs])
 
     # -- lifecycle -----------------------------------------------------------------
-    def __enter__(self) -> NetnsLauncher:
+    def _prepare(self) -> None:
         require_netns()
         while set(self.names.namespaces()) & existing_namespaces(self.executor):
             self.names = TopologyNames(new_prefix(self.run_id), self.n_hosts)  # name clash
         self.files = StateFiles(self.state_dir, self.names.prefix)
-        if threading.current_thread() is threading.main_thread():
-            self._prev_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
-        t0 = time.perf_counter()
-        try:
-            self._write_state()  # before anything exists: a kill at any point is cleanable
-            self._build()
-        except BaseException:
-            self._teardown()
-            raise
-        self._timing["up_s"] = time.perf_counter() - t0
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._teardown()
 
     def _build(self) -> None:
+        self._write_state()  # before anything exists: a kill at any point is cleanable
         ex, nm = self.executor, self.names
         self._created_namespaces.append(nm.scratch_ns)  # probe_capabilities removes it
         self.capabilities = probe_capabilities(ex, nm.scratch_ns)
@@ -185,23 +168,13 @@ class NetnsLauncher:
                                     payload_correction=self.payload_correction)
         ex.run_all(self.shaping.setup_argvs())
 
-    def _teardown(self) -> None:
-        t0 = time.perf_counter()
-        # no Ctrl-C or SIGTERM in the middle of removing things; they land afterwards
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            stop_all([*self._procs, self.delay_line], TEARDOWN_GRACE_S)
-            # only what this launcher created: a name it failed to create may be another's
-            teardown_recorded(self._created_namespaces, self.names.devices(), self.executor)
-            for path in (self.files.state, self.files.delay_line_config,
-                         self.files.delay_line_log):
-                path.unlink(missing_ok=True)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-            if self._prev_sigterm is not None:
-                signal.signal(signal.SIGTERM, self._prev_sigterm)
-                self._prev_sigterm = None
-        self._timing["down_s"] = time.perf_counter() - t0
+    def _remove(self) -> None:
+        stop_all([*self._procs, self.delay_line], TEARDOWN_GRACE_S)
+        # only what this launcher created: a name it failed to create may be another's
+        teardown_recorded(self._created_namespaces, self.names.devices(), self.executor)
+        for path in (self.files.state, self.files.delay_line_config,
+                     self.files.delay_line_log):
+            path.unlink(missing_ok=True)
 
     # -- processes -----------------------------------------------------------------
     def check_delay_line(self) -> None:

@@ -4,13 +4,16 @@ host's namespace, its client in the source's, one link after the other.
 A link that falls short of its rate is measured again with every rate limit on
 its path lifted (the shaping plan's `rate_limit_argvs`), which gives the host's
 ceiling for that path; the limits are put back afterwards. bench.net.probe's
-`rate_verdict` then tells a host-limited link from a wrongly shaped one.
+`rate_verdict` then tells a host-limited link from a wrongly shaped one. The loop
+over links (`probe_each`) is every launcher's; the Docker launcher gives it its own
+`measure` and `lift_limits` (bench/launch/dockerprobe.py).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bench.launch.names import MTU
@@ -22,7 +25,7 @@ from bench.net.tc import payload_factor
 if TYPE_CHECKING:
     from bench.launch.netns import NetnsLauncher
 
-__all__ = ["PROBE_PORT", "default_probe_links", "probe_links"]
+__all__ = ["MEASURE_TIMEOUT_S", "PROBE_PORT", "default_probe_links", "probe_each", "probe_links"]
 
 PROBE_PORT = 5201
 MEASURE_TIMEOUT_S = 120.0
@@ -35,30 +38,52 @@ def default_probe_links(scenario: NetworkScenario, n_hosts: int) -> list[tuple[i
     return [p for i in range(n_hosts - 1) for p in ((i, i + 1), (i + 1, i))]
 
 
-def probe_links(hosts: NetnsLauncher, links: list[tuple[int, int]], tolerance: float,
-                duration_s: float) -> list[ProbeRecord]:
+def probe_each(scenario: NetworkScenario, links: list[tuple[int, int]], *,
+               measure: Callable[[int, int, int], dict],
+               lift_limits: Callable[[int, int, bool], None], payload_ratio: float,
+               delay_dropped: bool, tolerance: float, duration_s: float) -> list[ProbeRecord]:
     """One ProbeRecord per directed link, each measured with a bulk transfer of about
-    duration_s at its rate (and again, limits lifted, when it falls short)."""
-    sc = hosts.scenario
+    duration_s at its rate, and again with the path's rate limits lifted when it falls
+    short (the host's ceiling). What differs between launchers comes in as callables:
+    `measure(src, dst, bulk_bytes)` is one bench.net.probe exchange (its JSON reply),
+    `lift_limits(src, dst, lifted)` lifts or restores the limits on that path.
+    `payload_ratio`: the payload rate the link should carry per Mbit/s of the scenario
+    (1.0 with payload correction; configured literally, tc carries rate * 1448/1514)."""
     records = []
     for src, dst in links:
-        want = sc.payload_rate_mbit(src, dst)
-        # configured literally, tc carries the payload rate times 1448/1514
-        expect = None if want is None else want * (1.0 if hosts.payload_correction
-                                                   else 1.0 / payload_factor(MTU))
+        want = scenario.payload_rate_mbit(src, dst)
+        expect = None if want is None else want * payload_ratio
         bulk_bytes = bulk_bytes_for(want, duration_s)
-        m = _measure(hosts, src, dst, bulk_bytes)
+        m = measure(src, dst, bulk_bytes)
         ceiling = None
         if rate_verdict(expect, m["rate_mbit"], None, tolerance) == "short":
-            ceiling = _measure_ceiling(hosts, src, dst, bulk_bytes)
+            lift_limits(src, dst, True)
+            try:
+                ceiling = measure(src, dst, bulk_bytes)["rate_mbit"]
+            finally:
+                lift_limits(src, dst, False)
         verdict = rate_verdict(expect, m["rate_mbit"], ceiling, tolerance)
-        rtt = sc.link_spec(src, dst).delay_ms + sc.link_spec(dst, src).delay_ms
-        if hosts.mechanisms.get("delay", "none").startswith("dropped"):
-            rtt = 0.0
+        rtt = 0.0 if delay_dropped else (scenario.link_spec(src, dst).delay_ms
+                                         + scenario.link_spec(dst, src).delay_ms)
         records.append(ProbeRecord.from_measurement(
             src, dst, m, rate_mbit_configured=expect, rtt_ms_configured=rtt,
             rate_mbit_ceiling=ceiling, host_limited=verdict == "host_limited"))
     return records
+
+
+def probe_links(hosts: NetnsLauncher, links: list[tuple[int, int]], tolerance: float,
+                duration_s: float) -> list[ProbeRecord]:
+    """The netns hosts' links through `probe_each`."""
+
+    def lift_limits(src: int, dst: int, lifted: bool) -> None:
+        hosts.executor.run_all(hosts.shaping.rate_limit_argvs(src, dst, lifted=lifted))
+
+    return probe_each(
+        hosts.scenario, links, measure=lambda s, d, n: _measure(hosts, s, d, n),
+        lift_limits=lift_limits,
+        payload_ratio=1.0 if hosts.payload_correction else 1.0 / payload_factor(MTU),
+        delay_dropped=hosts.mechanisms.get("delay", "none").startswith("dropped"),
+        tolerance=tolerance, duration_s=duration_s)
 
 
 def _measure(hosts: NetnsLauncher, src: int, dst: int, bulk_bytes: int) -> dict:
@@ -78,13 +103,3 @@ def _measure(hosts: NetnsLauncher, src: int, dst: int, bulk_bytes: int) -> dict:
         return json.loads(out.stdout)
     finally:
         stop_group(server, TEARDOWN_GRACE_S)
-
-
-def _measure_ceiling(hosts: NetnsLauncher, src: int, dst: int, bulk_bytes: int) -> float:
-    """Payload rate src -> dst with every rate limit on the path lifted (the host's
-    ceiling for that path); the limits are restored afterwards."""
-    hosts.executor.run_all(hosts.shaping.rate_limit_argvs(src, dst, lifted=True))
-    try:
-        return _measure(hosts, src, dst, bulk_bytes)["rate_mbit"]
-    finally:
-        hosts.executor.run_all(hosts.shaping.rate_limit_argvs(src, dst, lifted=False))

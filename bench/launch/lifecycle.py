@@ -1,0 +1,71 @@
+"""Bring-up and teardown of a launcher's hosts, the part every launcher that builds
+something on the host shares (netns, Docker):
+
+    class MyLauncher(HostsLifecycle):
+        def _prepare(self): ...   # before anything exists (names, clients, checks)
+        def _build(self): ...     # write the state file first, then create the hosts
+        def _remove(self): ...    # remove exactly what _build created
+
+While the hosts exist, SIGTERM raises SystemExit so that `__exit__` runs; a failed
+bring-up is torn down before the error goes on; teardown runs with SIGINT and
+SIGTERM held, so a second signal cannot interrupt it half-way (it lands afterwards).
+Bring-up and tear-down times go to `self._timing` (`up_s`, `down_s`).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+__all__ = ["HostsLifecycle"]
+
+
+def _raise_system_exit(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+class HostsLifecycle:
+    """Context-manager half of a launcher; subclasses give `_prepare`, `_build`,
+    `_remove` and set `self._timing = {}` in their `__init__`."""
+
+    _prev_sigterm = None
+    _timing: dict[str, float]
+
+    def _prepare(self) -> None:
+        """Work before anything is created; nothing to undo if it fails."""
+
+    def _build(self) -> None:
+        raise NotImplementedError
+
+    def _remove(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        self._prepare()
+        if threading.current_thread() is threading.main_thread():
+            self._prev_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
+        t0 = time.perf_counter()
+        try:
+            self._build()
+        except BaseException:
+            self._teardown()
+            raise
+        self._timing["up_s"] = time.perf_counter() - t0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._teardown()
+
+    def _teardown(self) -> None:
+        t0 = time.perf_counter()
+        # no Ctrl-C or SIGTERM in the middle of removing things; they land afterwards
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            self._remove()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            if self._prev_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._prev_sigterm)
+                self._prev_sigterm = None
+        self._timing["down_s"] = time.perf_counter() - t0
