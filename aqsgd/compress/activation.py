@@ -222,6 +222,12 @@ class Compressor:
             raise ValueError(f"set_epoch: epoch must be an int >= 0, got {epoch!r}")
         self.epoch = epoch
 
+    @property
+    def in_warmup(self) -> bool:
+        """Training messages of this epoch are sent raw to warm up (every mode but none
+        acts on it; the pipeline flags these steps in its metrics)."""
+        return self.epoch < self.cfg.warmup_epochs
+
     def _layout(self, batch_size: int | None, sample_ids, training: bool) -> _Layout:
         """``batch_size=None``: the micro-batch is as long as the ids (receiver side)."""
         cached = training and self.cache is not None
@@ -236,7 +242,7 @@ class Compressor:
         none = every[:0]
         if not training or self.cfg.mode == "none":
             return _Layout(FMT_RAW, ids, every, none, False)
-        if self.epoch < self.cfg.warmup_epochs:
+        if self.in_warmup:
             return _Layout(FMT_WARMUP, ids, every, none, cached)
         if self.cfg.mode == "directq":
             return _Layout(FMT_DIRECTQ, ids, none, every, False)

@@ -19,7 +19,7 @@ the receiver's decode checks them.
 
 Note [warm-up flag]: a train record's `warmup` is true when, at that step, any of
 this rank's compressors (forward or backward, sending or receiving) is still in its
-own warm-up epochs (`epoch < cfg.warmup_epochs`, so a per-direction override counts):
+own warm-up epochs (`Compressor.in_warmup`, so a per-direction override counts):
 those send rows raw and, for AQ-SGD, fill the caches. Mode none sends raw rows in
 every epoch, but its warm-up epochs are flagged alike, so that every mode with the
 same `warmup_epochs` measures throughput over the same steps. A 1-stage pipeline has
@@ -169,7 +169,7 @@ class PipelineRunner:
         compressors = [self.comp[k] for k in _COMPRESSORS if self.comp.get(k) is not None]
         for c in compressors:
             c.set_epoch(epoch)
-        warmup = any(c.epoch < c.cfg.warmup_epochs for c in compressors)  # Note [warm-up flag]
+        warmup = any(c.in_warmup for c in compressors)  # Note [warm-up flag]
         ids = self.sampler.step_ids(step, self.topo.replica)  # (M, B)
         mbs = [_MicroBatch(ids[k], self.train_tokens[ids[k]]) for k in range(ids.shape[0])]
         self.module.train()
