@@ -2,3 +2,9 @@
 harness that sweeps and runs cells (harness), result files (results), reports (report) and
 micro-benchmarks (micro); `python -m bench` is the command line. May import aqsgd.
 """
+
+from pathlib import Path
+
+# The checkout this package runs from: scenarios/, results/ and helper processes'
+# PYTHONPATH are found from here.
+REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -128,7 +128,8 @@ def finish_sweep(sweep_dir: Path, title: str | None = None) -> int:
 def _run_and_finish(spec: SweepSpec, out: Path | None, args, title: str) -> int:
     """Run (resume) a sweep into `out` (default results/<sweep name>), then print its
     table, figures and report; the exit code."""
-    from bench.harness.run import REPO_ROOT, run_sweep
+    from bench import REPO_ROOT
+    from bench.harness.run import run_sweep
 
     out = out or REPO_ROOT / "results" / spec.name
     started = time.monotonic()
@@ -159,7 +160,7 @@ def _cmd_sweep(args) -> int:
 
 def _cmd_docker_compose(args) -> int:
     from aqsgd.train.config import load_config
-    from bench.harness.run import REPO_ROOT
+    from bench import REPO_ROOT
     from bench.launch.compose import write_compose
     from bench.net.scenario import load_scenario
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.harness.run import REPO_ROOT, run_sweep
+from bench import REPO_ROOT
+from bench.harness.run import run_sweep
 from bench.harness.sweep import load_sweep
 from bench.launch.choice import LAUNCHERS
 from bench.report.paper import CLAIMS_FILE, draw_paper_figures

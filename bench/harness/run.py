@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench import REPO_ROOT
 from bench.harness.cells import run_config, write_run_config
 from bench.harness.checkpoint import prepare_checkpoints
 from bench.harness.meta import meta_head
@@ -55,7 +56,6 @@ from bench.results.files import (
 __all__ = ["REPO_ROOT", "WORKER_CMD", "CellOutcome", "collect_metrics", "run_cell",
            "run_sweep"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LOG_TAIL_LINES = 40
 WORKER_CMD = (sys.executable, "-m", "aqsgd.train.worker")
 

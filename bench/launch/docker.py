@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text, default_cache_dir
+from bench import REPO_ROOT
 from bench.launch.dockerprobe import probe_containers
 from bench.launch.dockerspec import (
     SHAPED_FILE,
@@ -51,7 +52,6 @@ from bench.launch.dockerspec import (
 from bench.launch.lifecycle import HostsLifecycle
 from bench.launch.probing import default_probe_links
 from bench.launch.process import (
-    REPO_ROOT,
     TEARDOWN_GRACE_S,
     spawn_group,
     stop_all,

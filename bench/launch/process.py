@@ -24,6 +24,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench import REPO_ROOT
+
 __all__ = ["FAIL_GRACE_S", "REPO_ROOT", "STOP_GRACE_S", "TEARDOWN_GRACE_S", "env_with_repo",
            "free_port",
            "read_ready_line", "spawn_group", "stop_all", "stop_group", "wait_for_workers"]
@@ -33,7 +35,6 @@ STOP_GRACE_S = 5.0  # SIGTERM to SIGKILL, for the harness's ranks
 TEARDOWN_GRACE_S = 2.0  # the same when a launcher exits or drops a helper
 KILL_WAIT_S = 10.0  # after SIGKILL; longer only in uninterruptible sleep (left to the kernel)
 READY_TIMEOUT_S = 20.0
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def spawn_group(argv: Sequence[str], env: dict[str, str] | None = None,

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench import REPO_ROOT
 from bench.net.scenario_file import (
     DEFAULT_QUEUE_PACKETS,
     MAX_DELAY_MS,
@@ -63,7 +64,7 @@ __all__ = [
     "with_link",
 ]
 
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIO_DIR = REPO_ROOT / "scenarios"
 
 T = TypeVar("T")
 

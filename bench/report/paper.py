@@ -27,6 +27,7 @@ import pandas as pd
 import yaml
 
 from aqsgd.filecache import atomic_write_text
+from bench import REPO_ROOT
 from bench.report.plots import (
     mode_order,
     plot_loss_curves,
@@ -42,7 +43,6 @@ from bench.results.files import load_results
 __all__ = ["CLAIMS_FILE", "load_claims", "relative_throughput", "claims_table",
            "draw_paper_figures"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CLAIMS_FILE = REPO_ROOT / "results" / "reference" / "claims.yaml"
 
 
