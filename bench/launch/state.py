@@ -1,8 +1,9 @@
-"""The netns launcher's state file, and teardown by the names it records.
+"""Every launcher's state file (netns and Docker), and teardown by the names it records.
 
 Before a run creates anything it writes STATE_DIR/P.json (P = its prefix, see
 bench/launch/names.py): run id, launcher pid, every namespace and device name it
-may create and the pids it spawned (rewritten after each spawn). Teardown, in the
+may create (a Docker run: its containers, network and volume) and the pids it
+spawned (rewritten after each spawn). Teardown, in the
 launcher's `finally` or later by `python -m bench.launch cleanup`, removes exactly
 those names; nothing is ever matched by pattern.
 """
