@@ -14,6 +14,7 @@ not a number, 2.5 is not an integer; an integer is a number and becomes a float)
 from __future__ import annotations
 
 import functools
+import io
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,11 +49,17 @@ def read_file(path: str | Path, *, error: Callable[[str], Exception] = SpecError
         text = blob.decode("utf-8-sig")  # a byte-order mark some editors write is dropped
     except UnicodeDecodeError as e:
         raise error(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    kind = "JSON" if path.suffix == ".json" else "YAML"
+    if path.suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise error(f"{path}: not valid JSON: {e}") from None
+    stream = io.StringIO(text)
+    stream.name = str(path)  # yaml names the stream in its "in FILE, line L" marks
     try:
-        return json.loads(text) if kind == "JSON" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise error(f"{path}: not valid {kind}: {e}") from None
+        return yaml.safe_load(stream)
+    except yaml.YAMLError as e:
+        raise error(f"{path}: not valid YAML: {e}") from None
 
 
 @functools.cache

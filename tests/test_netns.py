@@ -312,6 +312,21 @@ def test_cleanup_command_after_sigkill(tmp_path, which):
 
 
 @pytest.mark.timeout(60)
+def test_cleanup_leaves_a_live_run_alone(tmp_path):
+    proc, prefix, state_path, worker_pid = _launch_in_subprocess(tmp_path)
+    try:
+        out = subprocess.run([sys.executable, "-m", "bench.launch", "cleanup", "--all-recorded"],
+                             capture_output=True, text=True, cwd=REPO, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert f"left alone {state_path}: its launcher (pid {proc.pid}) is running" in out.stdout
+        assert _leftovers(prefix) and _alive(worker_pid) and state_path.exists()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert _leftovers(prefix) == []
+
+
+@pytest.mark.timeout(60)
 def test_name_clash_never_adopts_another_runs_namespace(tmp_path, monkeypatch):
     import bench.launch.netns as netns_module
 

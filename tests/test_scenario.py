@@ -8,6 +8,7 @@ import pytest
 
 from bench.net.scenario import (
     SCENARIO_DIR,
+    HostCaps,
     Layout,
     LinkSpec,
     ScenarioError,
@@ -15,7 +16,7 @@ from bench.net.scenario import (
     load_scenario,
     parse_scenario,
 )
-from bench.net.scenario_file import scenario_schema
+from bench.net.scenario_file import MIN_RATE_MBIT, scenario_schema
 
 BAD_DIR = Path(__file__).parent / "scenarios_bad"
 BAD_FILES = sorted(BAD_DIR.glob("*.yaml"))
@@ -105,6 +106,18 @@ def test_linkspec_validates_directly():
         LinkSpec(rate_mbit=-1)
     with pytest.raises(ScenarioError, match="loss_pct"):
         LinkSpec(rate_mbit=10, loss_pct=float("nan"))
+
+
+def test_rates_below_what_tc_shapes_are_refused_with_the_bound():
+    assert LinkSpec(rate_mbit=MIN_RATE_MBIT).rate_mbit == 0.001
+    for rate in (0.0009, 1e-9):
+        with pytest.raises(ScenarioError, match=r"rate_mbit': expected a number >= 0\.001 "
+                                                r"\(1 kbit/s, the slowest rate tc shapes"):
+            LinkSpec(rate_mbit=rate)
+    with pytest.raises(ScenarioError, match=r"downlink_mbit': expected a number >= 0\.001"):
+        HostCaps(0, downlink_mbit=0.0005)
+    schema = scenario_schema()["$defs"]["LinkEntry"]["properties"]["rate_mbit"]["anyOf"][0]
+    assert schema["minimum"] == MIN_RATE_MBIT
 
 
 def test_there_are_at_least_20_malformed_fixtures():

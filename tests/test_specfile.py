@@ -143,8 +143,10 @@ def test_read_file_names_the_file(tmp_path):
     with pytest.raises(SpecError, match=r"latin1\.yaml: not UTF-8 text"):
         read_file(tmp_path / "latin1.yaml")
     (tmp_path / "bad.yaml").write_text("x: [1,\n")
-    with pytest.raises(SpecError, match=r"bad\.yaml: not valid YAML"):
+    with pytest.raises(SpecError, match=r"bad\.yaml: not valid YAML") as info:
         read_file(tmp_path / "bad.yaml")
+    # yaml's own position mark names the file too, not "<unicode string>"
+    assert f'in "{tmp_path / "bad.yaml"}", line 2' in str(info.value)
     (tmp_path / "bad.json").write_text("{'x': 1}")
     with pytest.raises(KeyError, match=r"bad\.json: not valid JSON"):
         read_file(tmp_path / "bad.json", error=KeyError)

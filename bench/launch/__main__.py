@@ -3,10 +3,13 @@
     python -m bench.launch probe 100mbps --hosts 2     # bring up, print the link table, tear down
     python -m bench.launch up wan --hosts 4            # bring up and hold until Ctrl-C
     python -m bench.launch cleanup --all-recorded      # remove what killed runs left behind
+    python -m bench.launch cleanup --all-recorded --state-dir results/100mbps/.launcher
     python -m bench.launch cleanup --state /run/aqsgd-bench/netns/aq1b2c3.json
     python -m bench.launch calibrate --repeats 3      # accuracy table of this machine's emulation
 
-Cleanup removes only the names written in state files (never by pattern).
+Cleanup removes only the names written in state files (never by pattern), and only
+those of killed runs: a run whose launcher still runs is listed and left alone.
+`--all-recorded` reads every state dir a launcher has used (bench/launch/state.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text
 from bench.launch.netns import NetnsLauncher
-from bench.launch.state import DEFAULT_STATE_DIR, cleanup, recorded_state_files
+from bench.launch.state import (
+    DEFAULT_STATE_DIR,
+    all_recorded_state_files,
+    cleanup,
+    recorded_state_files,
+    run_is_live,
+)
 from bench.net.probe import LinkProbeError, check_links, format_table, host_limited_warning
 from bench.net.scenario import load_scenario, with_link
 
@@ -113,10 +122,27 @@ def _calibrate(args) -> int:
 
 
 def _cleanup(args) -> int:
-    files = [args.state] if args.state else recorded_state_files(args.state_dir)
-    for line in cleanup(files):
+    if args.state:
+        if not args.state.is_file():
+            print(f"no state file {args.state}", file=sys.stderr)
+            return 2
+        files = [args.state]
+    elif args.state_dir:
+        files = recorded_state_files(args.state_dir)
+    else:
+        files = all_recorded_state_files()
+    states = {}
+    for f in files:
+        try:
+            states[f] = json.loads(f.read_text())
+        except FileNotFoundError:
+            continue  # its run finished and removed it since the listing
+    live = [f for f, state in states.items() if run_is_live(state)]
+    for line in cleanup(list(states)):
         print(f"removed {line}")
-    print(f"cleaned {len(files)} recorded run(s)")
+    for f in live:
+        print(f"left alone {f}: its launcher (pid {states[f]['launcher_pid']}) is running")
+    print(f"cleaned {len(states) - len(live)} recorded run(s) of killed launchers")
     return 0
 
 
@@ -145,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     which = c.add_mutually_exclusive_group(required=True)
     which.add_argument("--state", type=Path, help="one state file")
     which.add_argument("--all-recorded", action="store_true",
-                       help="every state file in --state-dir")
-    c.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+                       help="every state file of every state dir a launcher has used, or "
+                            "of --state-dir only")
+    c.add_argument("--state-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     commands = {"probe": _probe, "up": _up, "cleanup": _cleanup, "calibrate": _calibrate}
     return commands[args.cmd](args)

@@ -2,9 +2,17 @@
 something on the host shares (netns, Docker):
 
     class MyLauncher(HostsLifecycle):
+        name = "mine"             # the `launcher` its state files record
         def _prepare(self): ...   # before anything exists (names, clients, checks)
         def _build(self): ...     # write the state file first, then create the hosts
         def _remove(self): ...    # remove exactly what _build created
+
+A subclass sets `self.state_dir` (where its state file goes). After `_prepare`,
+entering names that directory in the registry of state dirs (so `python -m bench.launch
+cleanup --all-recorded` finds it) and removes what killed runs of the same launcher
+recorded there left behind (bench.launch.state.remove_killed_runs; listed in
+`self.removed_before_start`): a sweep rerun after a kill starts clean, without the
+harness knowing.
 
 While the hosts exist, SIGTERM raises SystemExit so that `__exit__` runs; a failed
 bring-up is torn down before the error goes on; teardown runs with SIGINT and
@@ -17,6 +25,9 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from pathlib import Path
+
+from bench.launch.state import register_state_dir, remove_killed_runs
 
 __all__ = ["HostsLifecycle"]
 
@@ -31,6 +42,9 @@ class HostsLifecycle:
 
     _prev_sigterm = None
     _timing: dict[str, float]
+    name: str
+    state_dir: Path
+    removed_before_start: tuple[str, ...] = ()
 
     def _prepare(self) -> None:
         """Work before anything is created; nothing to undo if it fails."""
@@ -43,6 +57,8 @@ class HostsLifecycle:
 
     def __enter__(self):
         self._prepare()
+        register_state_dir(self.state_dir)
+        self.removed_before_start = tuple(remove_killed_runs(self.state_dir, self.name))
         if threading.current_thread() is threading.main_thread():
             self._prev_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
         t0 = time.perf_counter()

@@ -35,7 +35,13 @@ from pathlib import Path
 from bench.launch.lifecycle import HostsLifecycle
 from bench.launch.names import TopologyNames, host_addr, new_prefix
 from bench.launch.probing import default_probe_links, probe_links
-from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, spawn_group, stop_all
+from bench.launch.process import (
+    TEARDOWN_GRACE_S,
+    ProcessIdentity,
+    env_with_repo,
+    spawn_group,
+    stop_all,
+)
 from bench.launch.shaping import ShapingPlan, plan_shaping
 from bench.launch.state import (
     DEFAULT_STATE_DIR,
@@ -104,6 +110,7 @@ class NetnsLauncher(HostsLifecycle):
         self.delay_line: subprocess.Popen | None = None
         self.delay_line_scheduling: str | None = None
         self._procs: list[subprocess.Popen] = []
+        self._started: list[ProcessIdentity] = []  # delay line and workers, for cleanup
         self._created_namespaces: list[str] = []
         self._probe_records: list[ProbeRecord] = []
         self._timing: dict[str, float] = {}
@@ -138,7 +145,14 @@ class NetnsLauncher(HostsLifecycle):
             raise IndexError(f"host index {i} out of range [0, {self.n_hosts})")
 
     def _write_state(self) -> None:
-        write_state(self.files, self.names, self.run_id, [p.pid for p in self._procs])
+        write_state(self.files, self.names, self.run_id, self._started)
+
+    def _started_process(self, proc: subprocess.Popen) -> None:
+        """Record a process this run started (before anything else can happen to it)."""
+        ident = ProcessIdentity.of(proc.pid)
+        if ident is not None:  # None: it has exited already, nothing to clean up
+            self._started.append(ident)
+        self._write_state()
 
     # -- lifecycle -----------------------------------------------------------------
     def _prepare(self) -> None:
@@ -162,6 +176,7 @@ class NetnsLauncher(HostsLifecycle):
             cfg = delay_line_config(self.scenario, nm, self.mechanisms)
             self.delay_line, self.delay_line_scheduling = start_delay_line(
                 cfg, nm, self.files, self.python)
+            self._started_process(self.delay_line)
             ex.run_all(tun_argvs(nm))
         self.shaping = plan_shaping(self.scenario, nm, tun=self.use_delay_line,
                                     netem="netem" in self.mechanisms.values(),
@@ -193,7 +208,7 @@ class NetnsLauncher(HostsLifecycle):
         full_env.update(self.worker_env(i))
         proc = spawn_group(["ip", "netns", "exec", self.netns(i), *argv], full_env, log_path)
         self._procs.append(proc)
-        self._write_state()
+        self._started_process(proc)
         return proc
 
     def spawn_quiet(self, i: int, python_args: list[str]) -> subprocess.Popen:
@@ -244,6 +259,7 @@ class NetnsLauncher(HostsLifecycle):
             "hosts": [{"host": i, "netns": self.names.host_ns(i), "device": self.device(i),
                        "addr": self.addr(i)} for i in range(self.n_hosts)],
             "namespaces": self.names.namespaces(),
+            "removed_before_start": list(self.removed_before_start),
             "links": [{"src": a, "dst": b, **self.scenario.link_spec(a, b).to_dict(),
                        "payload_rate_mbit": self.scenario.payload_rate_mbit(a, b)}
                       for a in range(self.n_hosts) for b in range(self.n_hosts) if a != b],

@@ -6,6 +6,8 @@ ranks, stopping them, a free port. Every launcher starts and stops processes her
     failure = wait_for_workers(procs, timeout_s=600)   # None when every rank exits 0
     stop_all(procs)                                    # whatever is still running
     port = free_port()
+    me = ProcessIdentity.of(os.getpid())               # pid + start time + boot: one process
+    kill_identified([me])                              # only if that very process still runs
 
 A process from `spawn_group` leads its own process group (`start_new_session`), so
 stopping it signals the whole group: its children (data loaders, `ip netns exec`
@@ -22,13 +24,14 @@ import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench import REPO_ROOT
 
-__all__ = ["FAIL_GRACE_S", "REPO_ROOT", "STOP_GRACE_S", "TEARDOWN_GRACE_S", "env_with_repo",
-           "free_port",
-           "read_ready_line", "spawn_group", "stop_all", "stop_group", "wait_for_workers"]
+__all__ = ["FAIL_GRACE_S", "REPO_ROOT", "STOP_GRACE_S", "TEARDOWN_GRACE_S", "ProcessIdentity",
+           "env_with_repo", "free_port", "kill_identified", "read_ready_line", "spawn_group",
+           "stop_all", "stop_group", "wait_for_workers"]
 
 FAIL_GRACE_S = 20.0  # after one rank fails, how long the others get to exit
 STOP_GRACE_S = 5.0  # SIGTERM to SIGKILL, for the harness's ranks
@@ -153,3 +156,70 @@ def free_port(addr: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((addr, 0))
         return s.getsockname()[1]
+
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """One process for as long as the machine runs: its pid, its start time (clock ticks
+    after boot, field 22 of /proc/PID/stat) and the boot it belongs to. A pid alone is
+    reused by the kernel once its process is gone; the three together never are, so a
+    state file can name a process that a later cleanup may kill without ever hitting a
+    stranger that got the same pid."""
+
+    pid: int
+    start_ticks: int
+    boot_id: str
+
+    def __post_init__(self) -> None:
+        for name in ("pid", "start_ticks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"ProcessIdentity.{name}: expected an integer >= 0, "
+                                 f"got {value!r}")
+        if not self.boot_id:
+            raise ValueError(f"ProcessIdentity.boot_id: expected a boot id, got {self.boot_id!r}")
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessIdentity | None:
+        """The identity of the process `pid` now; None when there is none (or a zombie,
+        which has already exited)."""
+        try:
+            # the command name in parentheses may hold spaces: fields follow the last ')'
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return None
+        if fields[0] == "Z":
+            return None
+        return cls(pid, int(fields[19]), BOOT_ID.read_text().strip())
+
+    def is_running(self) -> bool:
+        return ProcessIdentity.of(self.pid) == self
+
+    def to_dict(self) -> dict:
+        return {"pid": self.pid, "start_ticks": self.start_ticks, "boot_id": self.boot_id}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ProcessIdentity:
+        return cls(d["pid"], d["start_ticks"], d["boot_id"])
+
+
+def kill_identified(identities: Sequence[ProcessIdentity]) -> list[str]:
+    """SIGKILL each process that is still the one identified (its process group when it
+    leads one, see module doc); a pid now held by another process is left alone.
+    Returns what was killed."""
+    killed = []
+    for ident in identities:
+        if not ident.is_running():
+            continue
+        try:
+            if os.getpgid(ident.pid) == ident.pid:
+                os.killpg(ident.pid, signal.SIGKILL)
+            else:
+                os.kill(ident.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue  # exited between the check and the signal
+        killed.append(f"process {ident.pid}")
+    return killed

@@ -46,6 +46,7 @@ from bench.net.scenario_file import (
     MAX_REPLICAS,
     MAX_STAGES,
     MIN_QUEUE_BYTES,
+    MIN_RATE_MBIT,
     ScenarioFile,
 )
 from specfile import SpecError, raising, read_file, validate
@@ -73,16 +74,21 @@ class ScenarioError(SpecError):
     """A scenario file or value that does not describe a valid network."""
 
 
-def _number(name: str, value: Any, lo: float, hi: float, unit: str,
-            lo_open: bool = False) -> float:
+def _number(name: str, value: Any, lo: float, hi: float, unit: str, why_lo: str = "") -> float:
     # bool is an int subclass in Python: refuse it (files are type-checked before they get
     # here; this is for values given in code, e.g. with_link).
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ScenarioError.at(name, f"a number in {unit}", value)
-    if not math.isfinite(value) or value > hi or value < lo or (lo_open and value == lo):
-        bound = f"> {lo:g}" if lo_open else f">= {lo:g}"
-        raise ScenarioError.at(name, f"a number {bound} and <= {hi:g} ({unit})", value)
+    if not math.isfinite(value) or value > hi or value < lo:
+        raise ScenarioError.at(name, f"a number >= {lo:g}{why_lo} and <= {hi:g} ({unit})",
+                               value)
     return float(value)
+
+
+def _rate(name: str, value: Any) -> float:
+    """A rate tc can shape (bench.net.scenario_file.MIN_RATE_MBIT says why that bound)."""
+    return _number(name, value, MIN_RATE_MBIT, MAX_RATE_MBIT, "Mbit/s",
+                   why_lo=" (1 kbit/s, the slowest rate tc shapes as configured)")
 
 
 def _integer(name: str, value: Any, lo: int, hi: int, unit: str) -> int:
@@ -106,7 +112,7 @@ class LinkSpec:
 
     def __post_init__(self) -> None:
         if self.rate_mbit is not None:
-            _number("rate_mbit", self.rate_mbit, 0.0, MAX_RATE_MBIT, "Mbit/s", lo_open=True)
+            _rate("rate_mbit", self.rate_mbit)
         _number("delay_ms", self.delay_ms, 0.0, MAX_DELAY_MS, "ms")
         _number("jitter_ms", self.jitter_ms, 0.0, MAX_DELAY_MS, "ms")
         _number("loss_pct", self.loss_pct, 0.0, MAX_LOSS_PCT, "percent")
@@ -158,7 +164,7 @@ class HostCaps:
         _integer("host", self.host, 0, MAX_HOSTS - 1, "host index")
         for name in ("uplink_mbit", "downlink_mbit"):
             if getattr(self, name) is not None:
-                _number(name, getattr(self, name), 0.0, MAX_RATE_MBIT, "Mbit/s", lo_open=True)
+                _rate(name, getattr(self, name))
 
 
 @dataclass(frozen=True)

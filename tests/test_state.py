@@ -1,0 +1,129 @@
+"""State files without namespaces: process identities, live and killed runs, the registry
+of state dirs, and what cleanup kills and keeps (ip/tc commands only recorded)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.launch.process import ProcessIdentity, kill_identified
+from bench.launch.state import (
+    cleanup,
+    launcher_fields,
+    register_state_dir,
+    registered_state_dirs,
+    remove_killed_runs,
+    run_is_live,
+)
+from bench.net.executor import RecordingExecutor
+
+
+@pytest.fixture
+def sleeper():
+    """A process in its own session, stopped afterwards whatever the test did to it."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _exited_identity() -> ProcessIdentity:
+    """The identity of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen(["sleep", "60"])
+    ident = ProcessIdentity.of(proc.pid)
+    proc.kill()
+    proc.wait()
+    return ident
+
+
+def _exited(proc: subprocess.Popen, timeout_s: float = 5.0) -> bool:
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _state(path: Path, launcher_process: ProcessIdentity | None, **names) -> Path:
+    state = {"launcher": "netns", "prefix": path.stem, "run_id": "t",
+             "namespaces": [], "devices": [], "processes": [], **names}
+    if launcher_process is not None:
+        state |= {"launcher_pid": launcher_process.pid,
+                  "launcher_process": launcher_process.to_dict()}
+    path.write_text(json.dumps(state))
+    return path
+
+
+def test_identity_names_one_process(sleeper):
+    me = ProcessIdentity.of(os.getpid())
+    assert me.is_running() and ProcessIdentity.from_dict(me.to_dict()) == me
+    other = ProcessIdentity.of(sleeper.pid)
+    assert other.is_running() and other.start_ticks >= me.start_ticks
+    # the same pid started at another time (a reused pid) is another process
+    assert not ProcessIdentity(sleeper.pid, other.start_ticks + 1, other.boot_id).is_running()
+    assert not ProcessIdentity(sleeper.pid, other.start_ticks, "another-boot").is_running()
+    with pytest.raises(ValueError, match="ProcessIdentity.pid: expected an integer >= 0"):
+        ProcessIdentity(-1, 0, "b")
+
+
+def test_kill_identified_never_signals_a_reused_pid(sleeper):
+    ident = ProcessIdentity.of(sleeper.pid)
+    stranger = ProcessIdentity(sleeper.pid, ident.start_ticks + 1, ident.boot_id)
+    assert kill_identified([stranger]) == []
+    assert not _exited(sleeper, 0.3)
+    assert kill_identified([ident]) == [f"process {sleeper.pid}"]
+    assert _exited(sleeper)
+
+
+def test_a_run_is_live_while_its_launcher_runs(sleeper):
+    assert run_is_live(launcher_fields("netns", "r", "aqabcde"))
+    assert run_is_live({"launcher_process": ProcessIdentity.of(sleeper.pid).to_dict()})
+    assert not run_is_live({"launcher_process": _exited_identity().to_dict()})
+    # a file with the pid only: live while that pid exists, never removed by guess
+    assert run_is_live({"launcher_pid": sleeper.pid})
+    assert not run_is_live({})
+
+
+def test_registry_names_each_state_dir_once_and_drops_deleted_ones(tmp_path):
+    registry, a, b = tmp_path / "registry", tmp_path / "a" / ".launcher", tmp_path / "b"
+    register_state_dir(a, registry)
+    register_state_dir(a, registry)
+    register_state_dir(b, registry)
+    assert a.is_dir() and len(list(registry.iterdir())) == 2
+    assert set(registered_state_dirs(registry)) == {a.resolve(), b.resolve()}
+    b.rmdir()
+    assert registered_state_dirs(registry) == [a.resolve()]
+    assert len(list(registry.iterdir())) == 1
+
+
+def test_cleanup_removes_a_killed_run_and_keeps_a_live_one(tmp_path, sleeper):
+    worker = ProcessIdentity.of(sleeper.pid)
+    killed = _state(tmp_path / "aqdead1.json", _exited_identity(),
+                    processes=[worker.to_dict()], namespaces=["aqdead1-h0"])
+    (tmp_path / "aqdead1-delayline.json").write_text("{}")
+    live = _state(tmp_path / "aqlive1.json", ProcessIdentity.of(os.getpid()),
+                  processes=[worker.to_dict()])
+    ex = RecordingExecutor()
+    assert cleanup([live], ex) == [] and live.exists() and not _exited(sleeper, 0.3)
+    assert cleanup([killed], ex) == [f"process {sleeper.pid}"]
+    assert _exited(sleeper)
+    assert not killed.exists() and not (tmp_path / "aqdead1-delayline.json").exists()
+    assert ("ip", "netns", "list") in ex.history  # names are looked up, never guessed
+
+
+def test_a_launcher_removes_only_killed_runs_of_its_own_kind(tmp_path, monkeypatch):
+    netns = _state(tmp_path / "aqnet01.json", _exited_identity())
+    docker = _state(tmp_path / "aqd0001.json", _exited_identity(), launcher="docker")
+    monkeypatch.setattr("bench.launch.docker.teardown_docker",
+                        lambda state: pytest.fail("a netns launcher touched a Docker run"))
+    assert remove_killed_runs(tmp_path, "netns", RecordingExecutor()) == []
+    assert not netns.exists() and docker.exists()
+
+
+def test_cleanup_of_a_file_that_vanished_is_a_no_op(tmp_path):
+    ex = RecordingExecutor()
+    assert cleanup([tmp_path / "aqgone1.json"], ex) == [] and ex.history == []
