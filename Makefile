@@ -61,12 +61,10 @@ probe: setup
 	$(PY) -m bench.launch probe $(SCENARIO)
 
 # Remove what a killed run left behind (namespaces, containers, networks, volumes), by
-# the names it recorded: runs outside the harness, and harness runs under results/.
+# the names it recorded: every state dir a launcher has used (the registry under
+# /run/aqsgd-bench/state-dirs); live runs are left alone.
 net-cleanup: setup
 	$(PY) -m bench.launch cleanup --all-recorded
-	for d in results/*/.launcher; do \
-		if [ -d "$$d" ]; then $(PY) -m bench.launch cleanup --all-recorded --state-dir "$$d"; fi; \
-	done
 
 bench-compressors: setup
 	$(PY) -m bench.micro.compressors
