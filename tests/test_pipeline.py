@@ -146,6 +146,7 @@ def test_pipelined_equals_unpipelined(tmp_path, stages, replicas, schedule, mask
         cfg["train"]["dropout_masks"] = masks
     out = launch(tmp_path, cfg)
     ref_losses, ref_grads, ref_eval = reference(cfg)
+    assert not (out / "tensorboard").exists()  # output.tensorboard is off by default
 
     for r in range(replicas):
         last = r * stages + stages - 1

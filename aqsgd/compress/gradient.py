@@ -32,9 +32,10 @@ ranks end with identical values. Every byte of every isend and irecv is counted 
 ``bytes_sent`` / ``bytes_recv``; per step and rank that is (W - 1) shards out and (W - 1)
 in, twice.
 
-One file of a little over 400 lines: the four modes share the sharded exchange and its
-byte counting, and QuantizedAdam is one of them (its exchange runs inside the optimizer
-step), so each mode reads next to the exchange it relies on.
+One file of about 470 lines: the four modes share the sharded exchange and its byte
+counting, and QuantizedAdam is one of them (its exchange runs inside the optimizer
+step, and its frozen second moment's floor is explained where it is applied), so each
+mode reads next to the exchange it relies on.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ train records
      "bytes_by_peer": {"<peer rank>": {"sent", "recv"}}}
 and eval records {"kind": "eval", "step", "epoch", "warmup": false, "rank", "stage",
 "replica", "eval_loss", "perplexity", "samples", "tokens", "eval_time_s", bytes as above}.
+A train record's "step" is the 0-based index of its optimizer step; an eval record's is
+the number of optimizer steps done so far (0 for the evaluation `train.eval_at_start`
+runs before training). "eval_loss" (last stage, else null) is the mean over the
+evaluation micro-batches of every replica, the same on each.
 
 `warmup` (bool, every record): the step ran while a compressor of this rank was in its
 warm-up epochs (aqsgd.train.pipeline, Note [warm-up flag]); throughput leaves those
