@@ -2,9 +2,10 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from aqsgd.model.config import PRESETS
-from aqsgd.model.dropout import SampleDropout, use_sample_dropout
+from aqsgd.model.dropout import SampleDropout, causal_attention, use_sample_dropout
 from aqsgd.model.gpt2 import build_full_model, build_stage, init_stage
 
 CFG = PRESETS["tiny"].replace(n_layer=2, n_embd=32, n_head=2, vocab_size=64, seq_len=12,
@@ -51,15 +52,25 @@ def test_random_masks_differ_between_visits():
     assert not torch.equal(model(x), model(x))
 
 
-def test_without_dropout_the_converted_stage_computes_the_same_function():
-    """Explicit attention in training equals SDPA; evaluation is SDPA itself, bit for bit."""
-    cfg = CFG.replace(dropout=0.0)
-    plain = build_full_model(cfg, seed=0).train()
-    model, masks = _converted(cfg)
+def test_explicit_attention_is_causal_sdpa():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 7, 5, generator=g) for _ in range(3))  # (B, H, L, hd)
+    out, weights = causal_attention(q, k, v, 5**-0.5, torch.nn.Identity())
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-6)
+    assert weights.shape == (2, 3, 7, 7) and weights.triu(1).abs().max() == 0
+
+
+def test_where_nothing_is_dropped_the_converted_stage_is_bit_identical():
+    """Evaluation, and training at rate 0, run the stage as it was built."""
     x = _ids()
+    plain = build_full_model(CFG, seed=0).eval()
+    model, _ = _converted()
+    assert torch.equal(model.eval()(x), plain(x))
+    plain0 = build_full_model(CFG.replace(dropout=0.0), seed=0).train()
+    model0, masks = _converted(CFG.replace(dropout=0.0))
     with masks.samples(torch.arange(4)):
-        torch.testing.assert_close(model(x), plain(x), rtol=0, atol=1e-5)
-    assert torch.equal(model.eval()(x), plain.eval()(x))
+        assert torch.equal(model0(x), plain0(x))
 
 
 def test_a_sample_gets_the_same_masks_whatever_the_pipeline_split():

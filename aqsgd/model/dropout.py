@@ -19,7 +19,7 @@ way. The reference behaviour, masks from torch's RNG, is the stage as built
 
 Attention-weight dropout happens inside scaled_dot_product_attention, which draws its
 own mask; so the blocks of a converted stage compute attention explicitly
-(`_attention`: causal softmax, then the module's `attn_dropout`, then the values),
+(`causal_attention`: causal softmax, the module's `attn_dropout`, then the values),
 registered with transformers' attention interface under `ATTENTION_NAME` when a stage
 is converted (transformers is imported there, so that the run config can import
 `DROPOUT_MASKS` without it).
@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 __all__ = ["DROPOUT_MASKS", "ATTENTION_NAME", "SampleMasks", "SampleDropout",
-           "use_sample_dropout"]  # fmt: skip
+           "causal_attention", "use_sample_dropout"]  # fmt: skip
 
 DROPOUT_MASKS = ("random", "per_sample")  # the values of train.dropout_masks
 ATTENTION_NAME = "aqsgd_sample_dropout"
@@ -102,30 +102,37 @@ class SampleDropout(nn.Module):
         return f"p={self.p}, name={self.name!r}"
 
 
+def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     scale: float, drop) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scale, causal) with `drop` applied to the weights, times v.
+
+    query, key, value (B, H, L, hd) -> output (B, L, H, hd) and weights (B, H, L, L).
+    """
+    L = query.shape[2]
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scale  # (B, H, L, L)
+    causal = torch.ones(L, key.shape[2], dtype=torch.bool, device=query.device).tril()
+    scores = scores.masked_fill(~causal, float("-inf"))
+    weights = drop(scores.softmax(dim=-1).to(value.dtype))
+    return torch.matmul(weights, value).transpose(1, 2), weights
+
+
 def _attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                attention_mask: torch.Tensor | None, dropout: float = 0.0,
                scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal attention with the module's own `attn_dropout` on the weights.
-
-    query, key, value (B, H, L, hd) -> output (B, L, H, hd) and weights (B, H, L, L).
-    `dropout` (the rate transformers passes) is not used: the module applies its own.
-    Without dropout (evaluation) this is transformers' SDPA attention, as in a stage
-    never converted, so evaluation stays bit-identical.
-    """
-    if not module.training:
+    """The attention of a converted stage: `causal_attention` with the module's own
+    `attn_dropout` in training (`dropout`, the rate transformers passes, is not used).
+    When nothing is dropped (evaluation, or a rate of 0) it is transformers' SDPA
+    attention, as in a stage never converted, so those results stay bit-identical."""
+    if not module.training or module.attn_dropout.p == 0.0:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask,
                                       dropout=0.0, scaling=scaling, **kwargs)  # fmt: skip
-    L = query.shape[2]
-    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scale  # (B, H, L, L)
-    causal = torch.ones(L, key.shape[2], dtype=torch.bool, device=query.device).tril()
-    scores = scores.masked_fill(~causal, float("-inf"))
     if attention_mask is not None:
-        scores = scores + attention_mask
-    weights = module.attn_dropout(scores.softmax(dim=-1).to(value.dtype))
-    return torch.matmul(weights, value).transpose(1, 2), weights
+        raise ValueError("per-sample dropout masks: attention masks are not supported "
+                         "(GPT-2 stages attend causally without one)")
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    return causal_attention(query, key, value, scale, module.attn_dropout)
 
 
 def use_sample_dropout(stage: nn.Module, seed: int) -> SampleMasks:
