@@ -16,8 +16,8 @@ from harness_helpers import fake_worker_cmd
 from aqsgd.train.config import load_config
 from bench.__main__ import main
 from bench.harness.cells import run_config, write_run_config
-from bench.harness.run import run_sweep
 from bench.harness.modes import DEFAULT_GRID, parse_mode
+from bench.harness.run import run_sweep
 from bench.harness.sweep import CellSpec, SweepSpec, Workload, load_sweep
 from bench.launch.choice import choose_launcher
 from bench.launch.process import wait_for_workers
