@@ -3,11 +3,14 @@
 With compression off (mode none, fp32) and dropout 0, a pipelined step must give
 the unpipelined model's loss and gradients, parameter by parameter, and after one
 AdamW steps (global-norm clipping, linear LR decay) the same losses and
-evaluation loss. The 2-stage run also checks byte counts and the trace.
+evaluation loss. The 2-stage run also checks byte counts and the trace. With dropout
+masks seeded by sample id, the same holds with dropout on: every rank draws the
+masks the unpipelined model draws for the same samples.
 """
 
 import json
 import math
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ import yaml
 from harness_helpers import run_ranks
 
 from aqsgd.data.sampler import Sampler
+from aqsgd.model.dropout import use_sample_dropout
 from aqsgd.model.gpt2 import init_stage, lm_loss
 from aqsgd.train.config import config_from_dict
 from aqsgd.train.metrics import MetricsWriter, StepMeter
@@ -66,6 +70,13 @@ def reference(cfg_dict: dict):
     p, t = cfg.pipeline, cfg.train
     train_tokens, eval_tokens = load_tokens(cfg)
     model = init_stage(cfg.model, 0, 1, seed=t.seed)
+    masks = use_sample_dropout(model, t.seed) if t.dropout_masks == "per_sample" else None
+
+    def forward(ids: torch.Tensor) -> torch.Tensor:  # loss of the windows `ids`
+        x = train_tokens[ids.reshape(-1)]
+        with masks.samples(ids.reshape(-1)) if masks else nullcontext():
+            return lm_loss(model(x), x)
+
     sampler = Sampler(len(train_tokens), p.micro_batch_size, p.num_micro_batches, t.seed,
                       p.replicas)  # fmt: skip
     opt = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
@@ -73,11 +84,9 @@ def reference(cfg_dict: dict):
     losses, grads = [], None
     for step in range(t.steps):
         ids = torch.stack([sampler.step_ids(step, r) for r in range(p.replicas)])  # (R, M, B)
-        tokens = train_tokens[ids.reshape(-1)]  # (R * M * B, L)
-        lm_loss(model(tokens), tokens).backward()
+        forward(ids).backward()  # all R * M * B windows as one batch
         with torch.no_grad():
-            losses.append([lm_loss(model(x), x).item()
-                           for x in (train_tokens[ids[r].reshape(-1)] for r in range(p.replicas))])
+            losses.append([forward(ids[r]).item() for r in range(p.replicas)])
         if step == 0:
             grads = {n: q.grad.clone() for n, q in model.named_parameters()}
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip)
@@ -86,6 +95,7 @@ def reference(cfg_dict: dict):
         opt.zero_grad()
     B, R = p.micro_batch_size, p.replicas
     with torch.no_grad():
+        model.eval()
         evals = [lm_loss(model(eval_tokens[r * B:(r + 1) * B]), eval_tokens[r * B:(r + 1) * B])
                  for r in range(R)]  # fmt: skip
     return losses, grads, float(sum(evals) / len(evals))
@@ -122,14 +132,18 @@ def check_bytes_and_trace(cfg: dict, out: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    "stages,replicas,schedule",
-    [(2, 1, "gpipe"), (4, 1, "1f1b"), (2, 2, "gpipe")],
-    ids=["2stages", "4stages-1f1b", "2stages-x2replicas"],
+    "stages,replicas,schedule,masks",
+    [(2, 1, "gpipe", None), (4, 1, "1f1b", None), (2, 2, "gpipe", None),
+     (4, 1, "gpipe", "per_sample")],
+    ids=["2stages", "4stages-1f1b", "2stages-x2replicas", "4stages-per-sample-dropout"],
 )
-def test_pipelined_equals_unpipelined(tmp_path, stages, replicas, schedule):
+def test_pipelined_equals_unpipelined(tmp_path, stages, replicas, schedule, masks):
     cfg = run_config(tmp_path, pipeline={"stages": stages, "replicas": replicas,
                                          "schedule": schedule},
                      output={"trace": stages == 2 and replicas == 1})  # fmt: skip
+    if masks is not None:
+        cfg["model"]["dropout"] = 0.2
+        cfg["train"]["dropout_masks"] = masks
     out = launch(tmp_path, cfg)
     ref_losses, ref_grads, ref_eval = reference(cfg)
 

@@ -18,7 +18,10 @@ Modes (every result is an average over the group, never a sum):
   first moment m (updated locally with the local gradient) is averaged compressed, with
   worker-side and server-side error feedback, bucketed max-abs quantization (``bits``,
   ``bucket_size``). The exchange happens inside ``optimizer.step()``; ``synchronize()``
-  is a no-op (clipping, if any, sees local gradients).
+  is a no-op, so clipping sees local gradients: the pipeline clips them by one
+  coefficient shared by the replicas (aqsgd.train.pipeline, Note [clipping under
+  QuantizedAdam]). At the freeze the second moment gets a floor (``v_floor``, see
+  ``QuantizedAdam``).
 
 Note on the sharded exchange (fp32, natural, qadam): the flat vector (all parameters in
 ``param_groups`` order, zero-padded to ``world * shard``, shard a multiple of the bucket)
@@ -68,6 +71,7 @@ class GradCompressionConfig:
     bucket_size: int = 512
     topk_ratio: float = 0.01
     freeze_after_steps: int = 100
+    v_floor: float = 0.01  # QuantizedAdam: frozen v >= v_floor x its tensor's mean v
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -91,6 +95,11 @@ class GradCompressionConfig:
             raise ValueError(
                 f"GradCompressionConfig.freeze_after_steps must be an int >= 1 (Adam's second "
                 f"moment needs at least one exact step), got {f!r}"
+            )
+        v = self.v_floor
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v < math.inf:
+            raise ValueError(
+                f"GradCompressionConfig.v_floor must be a finite number >= 0, got {v!r}"
             )
 
 
@@ -297,6 +306,19 @@ class QuantizedAdam(torch.optim.Optimizer):
     Until then, gradients are averaged exactly and both moments update as in AdamW; from
     then on the second moment (and its bias correction) is frozen. ``lr`` and
     ``weight_decay`` are read per parameter group at every step, so LR schedulers work.
+
+    The floor on the frozen second moment: a coordinate that had (almost) no gradient
+    before the freeze, such as the embedding row of a token absent from those batches,
+    has v ~ 0 there for good, and its first real gradient g would move it by
+    lr * m / (sqrt(v) + eps) ~ lr * 0.1 * g / eps, millions of times a normal step. At
+    the freeze every coordinate's v is therefore raised to at least ``v_floor`` times the
+    mean v of its parameter tensor (of all coordinates, for a tensor that had no
+    gradient at all). Relative to the tensor, because gradient scales differ by orders
+    of magnitude between tensors and models, so no absolute floor suits them all. The
+    default 0.01 floors only coordinates whose RMS gradient was under a tenth of their
+    tensor's; such a coordinate moves at most lr * |m| / (0.1 * rms) a step, where rms is
+    the tensor's RMS gradient: lr * g / rms at its first appearance, 10 * lr * g / rms
+    at the most, rather than without bound. ``v_floor = 0`` disables the floor.
     """
 
     def __init__(self, params, cfg: GradCompressionConfig, exchange: _Exchange,
@@ -334,6 +356,8 @@ class QuantizedAdam(torch.optim.Optimizer):
             st["exp_avg"].mul_(beta1).add_(g_mean, alpha=1 - beta1)
             st["exp_avg_sq"].mul_(beta2).addcmul_(g_mean, g_mean, value=1 - beta2)
         else:
+            if t == self.cfg.freeze_after_steps + 1:
+                self._floor_second_moment()
             local = st["exp_avg"] * beta1 + g * (1 - beta1)
             st["exp_avg"] = avg.average(local, self._codec, st["worker_err"], st["server_err"])
         bias1 = 1 - beta1**t
@@ -347,6 +371,18 @@ class QuantizedAdam(torch.optim.Optimizer):
                 p.add_(update[offset: offset + n].view_as(p).to(p.dtype), alpha=-group["lr"])
                 offset += n
         return loss
+
+    def _floor_second_moment(self) -> None:
+        """Raise the frozen v to v_floor x its tensor's mean (see the class docstring)."""
+        v = self.flat_state["exp_avg_sq"]
+        numel = sum(p.numel() for p in self._params)
+        overall = float(v[:numel].mean())
+        offset = 0
+        for p in self._params:
+            part = v[offset: offset + p.numel()]
+            mean = float(part.mean())
+            part.clamp_(min=self.cfg.v_floor * (mean if mean > 0 else overall))
+            offset += p.numel()
 
 
 # --- the object the worker uses ---------------------------------------------------------------

@@ -28,6 +28,7 @@ from aqsgd.compress.activation import CompressionConfig
 from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.data.sources import DATASETS
 from aqsgd.model.config import PRESETS, ModelConfig
+from aqsgd.model.dropout import DROPOUT_MASKS
 from aqsgd.train.schedule import SCHEDULES
 from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
@@ -90,6 +91,11 @@ class TrainConfig:
     threads: int = 1  # torch.set_num_threads per worker process
     eval_every: int = 0  # steps between evaluations; 0 = only after the last step
     eval_batches: int = 2  # micro-batches per replica in one evaluation; 0 = no evaluation
+    eval_at_start: bool = False  # also evaluate before the first step (an eval record at step 0)
+    # Dropout masks in training: "random" draws them from torch's RNG (the reference
+    # behaviour); "per_sample" from generators seeded by (seed, sample id, module), so a
+    # sample's masks repeat at every visit (aqsgd.model.dropout, docs/dropout-and-deltas.md).
+    dropout_masks: Literal["random", "per_sample"] = "random"
     # Test hooks (not for experiments): raise inside step `fail_at_step` on rank
     # `fail_rank`; write every rank's gradients after the first step to OUTPUT_DIR/grads.
     fail_at_step: int | None = None
@@ -107,6 +113,10 @@ class TrainConfig:
         _require(self.threads >= 1, "threads", ">= 1", self.threads)
         _require(self.eval_every >= 0, "eval_every", ">= 0", self.eval_every)
         _require(self.eval_batches >= 0, "eval_batches", ">= 0", self.eval_batches)
+        _require(not self.eval_at_start or self.eval_batches >= 1, "eval_at_start",
+                 "false when eval_batches is 0 (no evaluation)", self.eval_at_start)
+        _require(self.dropout_masks in DROPOUT_MASKS, "dropout_masks",
+                 f"one of {DROPOUT_MASKS}", self.dropout_masks)  # fmt: skip
         _require(self.fail_at_step is None or self.fail_at_step >= 0, "fail_at_step",
                  "None or >= 0", self.fail_at_step)  # fmt: skip
 
@@ -147,6 +157,8 @@ class DistConfig:
 class OutputConfig:
     dir: str = "runs/local"
     trace: bool = False  # write OUTPUT_DIR/trace/rank{R}.json
+    # TensorBoard event files under OUTPUT_DIR/tensorboard/ (aqsgd.train.tensorboard)
+    tensorboard: bool = False
 
     def __post_init__(self):
         _require(bool(self.dir), "dir", "a non-empty path", self.dir)

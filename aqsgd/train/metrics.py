@@ -110,17 +110,22 @@ class StepMeter:
 
 class MetricsWriter:
     """Appends records to OUTPUT_DIR/metrics/rank{R}.jsonl (flushed per line, so a
-    crashed run keeps its steps) and writes the trace on close."""
+    crashed run keeps its steps) and writes the trace on close. `mirror` (an object
+    with write(record) and close(), such as aqsgd.train.tensorboard.TensorBoardWriter)
+    gets every record too, and is closed with the writer."""
 
-    def __init__(self, output_dir: str | Path, rank: int):
+    def __init__(self, output_dir: str | Path, rank: int, mirror=None):
         self.metrics_path = Path(output_dir) / "metrics" / f"rank{rank}.jsonl"
         self.trace_path = Path(output_dir) / "trace" / f"rank{rank}.json"
         self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.metrics_path, "w", encoding="utf-8")  # noqa: SIM115
+        self._mirror = mirror
 
     def write(self, record: dict) -> None:
         self._file.write(json.dumps(record, sort_keys=True) + "\n")
         self._file.flush()
+        if self._mirror is not None:
+            self._mirror.write(record)
 
     def write_trace(self, events: list[dict], rank: int, stage: int, replica: int) -> None:
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,3 +138,5 @@ class MetricsWriter:
 
     def close(self) -> None:
         self._file.close()
+        if self._mirror is not None:
+            self._mirror.close()

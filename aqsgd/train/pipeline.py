@@ -24,23 +24,42 @@ those send rows raw and, for AQ-SGD, fill the caches. Mode none sends raw rows i
 every epoch, but its warm-up epochs are flagged alike, so that every mode with the
 same `warmup_epochs` measures throughput over the same steps. A 1-stage pipeline has
 no compressors and no warm-up steps; evaluation records are never warm-up steps.
+
+Note [clipping under QuantizedAdam]: the other gradient modes average the gradients
+before clipping, so the global norm, and the clipping coefficient, are those of the
+average and the same on every replica. QuantizedAdam exchanges Adam's first moment
+inside the optimizer step instead, so clipping sees each replica's local gradient.
+Its norm is then taken over the whole world: sqrt(mean over replicas of the squared
+local norm of the pipeline), one more scalar all-reduce over the data-parallel group.
+Every replica gets the same coefficient, and as the mean of the clipped local
+gradients has a norm of at most that quantity, the gradient the replicas average
+is bounded by `clip`, which is what clipping promises. Recorded as `grad_norm`.
+
+Evaluation (`evaluate`, `eval_batch_ids`): replica r takes the held-out windows of
+micro-batches r, r + R, r + 2R, ... in order, so when eval_batches * R * B equals the
+number of held-out windows every window is evaluated exactly once; activations travel
+raw (`training=False`) and never touch the caches; the loss is the mean over all
+micro-batches of all replicas, the same on every replica.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from aqsgd.data.sampler import Sampler
+from aqsgd.model.dropout import SampleMasks
 from aqsgd.train.metrics import StepMeter
 from aqsgd.train.p2p import P2P, PendingRecv
 from aqsgd.train.schedule import Op, Schedule
 
-__all__ = ["Topology", "make_groups", "linear_warmup_decay", "PipelineRunner", "InjectedFailure"]
+__all__ = ["Topology", "make_groups", "linear_warmup_decay", "eval_batch_ids", "PipelineRunner",
+           "InjectedFailure"]  # fmt: skip
 
 _COMPRESSORS = ("fwd_send", "fwd_recv", "bwd_send", "bwd_recv")  # keys of `compressors`
 
@@ -119,6 +138,17 @@ def linear_warmup_decay(warmup_steps: int, total_steps: int) -> Callable[[int], 
     return factor
 
 
+def eval_batch_ids(num_batches: int, micro_batch_size: int, replica: int, replicas: int,
+                   num_eval: int) -> list[torch.Tensor]:  # fmt: skip
+    """(B,) int64 held-out window ids of each of `replica`'s evaluation micro-batches:
+    micro-batch j is the global evaluation micro-batch j * replicas + replica, windows
+    taken in order and wrapped around when more are asked for than there are."""
+    B = micro_batch_size
+    span = max(1, num_eval - B + 1)  # start positions that leave a whole micro-batch
+    return [torch.arange(start, start + B)
+            for start in (((j * replicas + replica) * B) % span for j in range(num_batches))]
+
+
 @dataclass
 class _MicroBatch:
     ids: torch.Tensor  # (B,) int64
@@ -137,7 +167,8 @@ class PipelineRunner:
                  sampler: Sampler, compressors: dict, dp, lr_scheduler, pipe_group, dp_group,
                  clip: float, meter: StepMeter, p2p: P2P, device: torch.device,
                  fail_at_step: int | None = None,
-                 after_sync: Callable[[int], None] | None = None):  # fmt: skip
+                 after_sync: Callable[[int], None] | None = None,
+                 dropout_masks: SampleMasks | None = None):  # fmt: skip
         self.schedule, self.topo, self.module, self.loss_fn = schedule, topo, module, loss_fn
         self.train_tokens, self.eval_tokens = train_tokens, eval_tokens  # (N, L) int64
         self.sampler, self.comp, self.dp, self.lr_scheduler = sampler, compressors, dp, lr_scheduler
@@ -145,6 +176,7 @@ class PipelineRunner:
         self.meter, self.p2p, self.device = meter, p2p, device
         self.fail_at_step = fail_at_step
         self.after_sync = after_sync  # test hook, called with the step after dp sync
+        self.dropout_masks = dropout_masks  # None: dropout masks from torch's RNG
         self.actions = schedule.stage_actions(topo.stage)
         self.params = [p for p in module.parameters() if p.requires_grad]
         self._dp_sent = self._dp_recv = 0
@@ -215,7 +247,8 @@ class PipelineRunner:
 
     def _forward(self, mb: _MicroBatch, k: int, num_mb: int) -> None:
         x = mb.tokens.to(self.device) if self.topo.is_first else mb.inp
-        with self.meter.span("compute", f"F{k}"):
+        masks = self.dropout_masks.samples(mb.ids) if self.dropout_masks else nullcontext()
+        with self.meter.span("compute", f"F{k}"), masks:
             mb.out = self.module(x)
             if self.topo.is_last:
                 mb.loss = self.loss_fn(mb.out, mb.tokens.to(self.device))
@@ -245,6 +278,10 @@ class PipelineRunner:
             sq = torch.stack([p.grad.detach().float().pow(2).sum() for p in self.params]).sum()
             if self.topo.stages > 1:
                 dist.all_reduce(sq, group=self.pipe_group)
+            if self.topo.replicas > 1 and self.dp.cfg.mode == "qadam":
+                # Note [clipping under QuantizedAdam]
+                dist.all_reduce(sq, group=self.dp_group)
+                sq /= self.topo.replicas
         norm = math.sqrt(sq.item())
         if self.clip > 0 and norm > self.clip:
             coef = self.clip / (norm + 1e-6)
@@ -266,17 +303,13 @@ class PipelineRunner:
 
     # ----------------------------------------------------------- evaluation
     def evaluate(self, step: int, num_batches: int, micro_batch_size: int) -> dict:
-        """Forward-only pass over held-out windows, raw activations, no cache touch.
-        Replica r takes eval micro-batches r, r + R, ...; loss is averaged over all."""
+        """Forward-only pass over held-out windows (module docstring, "Evaluation");
+        `step` is the number of optimizer steps done so far."""
         self.meter.reset()
         self.module.eval()
-        R, r = self.topo.replicas, self.topo.replica
-        n_eval = self.eval_tokens.shape[0]
-        batches = []
-        for j in range(num_batches):
-            start = ((j * R + r) * micro_batch_size) % max(1, n_eval - micro_batch_size + 1)
-            ids = torch.arange(start, start + micro_batch_size)
-            batches.append(_MicroBatch(ids, self.eval_tokens[ids]))
+        R = self.topo.replicas
+        batches = [_MicroBatch(ids, self.eval_tokens[ids]) for ids in eval_batch_ids(
+            num_batches, micro_batch_size, self.topo.replica, R, self.eval_tokens.shape[0])]
         loss_sum = torch.zeros((), dtype=torch.float64)
         with torch.no_grad():
             pend = self._post("activation", batches[0], 0, step, False) if (

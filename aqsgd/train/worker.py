@@ -10,7 +10,11 @@ under torchrun (`torch.distributed.run --standalone --nproc-per-node N`): it sta
 the N ranks, and when one fails it stops the others and exits non-zero; then the
 summary of the run is printed. Each rank writes OUTPUT_DIR/metrics/rank{R}.jsonl
 (aqsgd.train.metrics); rank 0 also writes OUTPUT_DIR/run_config.json (the resolved
-configuration).
+configuration), and with `output.tensorboard` the last stage of replica 0 writes
+TensorBoard events under OUTPUT_DIR/tensorboard/ (aqsgd.train.tensorboard). With
+`train.eval_at_start` an evaluation runs before the first step (an eval record at
+step 0); with `train.dropout_masks: per_sample` each stage's dropout masks are seeded
+by sample id (aqsgd.model.dropout).
 
 Note [failure handling]: any exception in a worker prints one line
 "aqsgd.train.worker: rank R (stage S, replica P) failed: ..." and the traceback to
@@ -39,12 +43,14 @@ import torch.distributed as dist
 from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.gradient import make_data_parallel
 from aqsgd.data.sampler import Sampler
+from aqsgd.model.dropout import use_sample_dropout
 from aqsgd.model.gpt2 import init_stage, lm_loss
 from aqsgd.train.config import ConfigError, RunConfig, load_config
 from aqsgd.train.metrics import MetricsWriter, StepMeter
 from aqsgd.train.p2p import P2P
 from aqsgd.train.pipeline import PipelineRunner, Topology, linear_warmup_decay, make_groups
 from aqsgd.train.schedule import make_schedule
+from aqsgd.train.tensorboard import TensorBoardWriter
 
 __all__ = ["main", "cli", "run_worker", "run_local", "local_summary", "load_tokens"]
 
@@ -124,6 +130,7 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
         dp.optimizer, linear_warmup_decay(t.lr_warmup_steps, t.steps)
     )
     meter = StepMeter(topo.rank, trace=cfg.output.trace)
+    masks = use_sample_dropout(module, t.seed) if t.dropout_masks == "per_sample" else None
     p = cfg.pipeline
     runner = PipelineRunner(
         schedule=make_schedule(p.schedule, p.stages, p.num_micro_batches), topo=topo,
@@ -135,7 +142,10 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
         meter=meter, p2p=P2P(meter, device, cfg.dist.timeout_s), device=device,
         fail_at_step=t.fail_at_step if topo.rank == t.fail_rank else None,
         after_sync=_grad_dumper(cfg, topo, module) if t.dump_grads else None,
+        dropout_masks=masks,
     )  # fmt: skip
+    if t.eval_batches and t.eval_at_start:
+        writer.write(runner.evaluate(0, t.eval_batches, p.micro_batch_size))
     for step in range(t.steps):
         writer.write(runner.train_step(step))
         last = step == t.steps - 1
@@ -177,7 +187,9 @@ def run_worker(cfg: RunConfig, rank: int, world_size: int, master_addr: str,
     # not make its peers' collective waits time out.
     train_tokens, eval_tokens = load_tokens(cfg)
     module = _load_stage(cfg, topo, device)
-    writer = MetricsWriter(cfg.output.dir, rank)
+    tensorboard = cfg.output.tensorboard and topo.is_last and topo.replica == 0
+    writer = MetricsWriter(cfg.output.dir, rank,
+                           mirror=TensorBoardWriter(cfg.output.dir) if tensorboard else None)
     if rank == 0:
         Path(cfg.output.dir, "run_config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
     dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
