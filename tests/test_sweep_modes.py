@@ -137,8 +137,8 @@ def test_shipped_convergence_sweep_covers_the_modes_seeds_and_dropout_knob():
     cells = spec.cells()
     assert any(c.workload.replicas == 2 and c.mode.name == "fp32" for c in cells)
     w = spec.workload
-    assert w.epochs >= 5 and w.warmup_epochs == 1 and w.eval_each_epoch
-    assert w.train_samples >= 8 * 128 and w.eval_windows >= 128
+    assert w.epochs >= 10 and w.warmup_epochs == 1 and w.eval_each_epoch
+    assert w.train_samples >= 6 * 128 and w.eval_windows >= 128
     for mode in ("fp32", "directq-fw2-bw4", "aqsgd-fw2-bw4"):
         kinds = {(c.workload.dropout, c.workload.dropout_masks)
                  for c in cells if c.mode.label == mode and c.workload.replicas == 1}
@@ -147,3 +147,24 @@ def test_shipped_convergence_sweep_covers_the_modes_seeds_and_dropout_knob():
     paper = load_sweep("scenarios/sweeps/paper.yaml")
     assert labels <= {c.mode.label for c in paper.cells()}
     assert spec.timing is not None and paper.timing is not None
+
+
+def test_estimate_scales_to_this_machine_by_the_cells_finished_here(tmp_path):
+    from bench.harness.run import estimate_line, machine_factor
+    from bench.results.files import write_json
+
+    t = Timing(start_s=10.0, step_s_per_rank=0.0)
+    spec = SweepSpec("t", ("loopback",), (parse_mode("fp32"), parse_mode("aqsgd:2/4")),
+                     Workload(), timing=t)
+    fp32, aqsgd = spec.cells()
+    assert machine_factor(spec, tmp_path) is None
+    assert "about 0.3 min (from the rates measured" in estimate_line(spec, [fp32, aqsgd],
+                                                                      tmp_path)
+    # fp32 finished here in 30 s where the rates say 10 s: the rest is scaled by 3
+    write_json(tmp_path / fp32.name / "meta.json",
+               {"status": "ok", "spec_key": fp32.key, "wall_s": 30.0})
+    write_json(tmp_path / aqsgd.name / "meta.json",
+               {"status": "ok", "spec_key": "another spec", "wall_s": 99.0})
+    assert machine_factor(spec, tmp_path) == (3.0, 1)
+    line = estimate_line(spec, [aqsgd], tmp_path)
+    assert "1 of 2 cells to run, about 0.5 min" in line and "x 3.00" in line

@@ -89,10 +89,10 @@ def state_times(p: ConvergencePlan, fresh: bool = False) -> list[str]:
     lines = []
     if p.throughput is not None:
         todo = pending_cells(p.throughput, p.throughput_results, fresh=fresh)
-        lines.append(f"{estimate_line(p.throughput, todo)}; throughput cells for "
-                     f"time-to-quality, into {p.throughput_results}")
+        lines.append(f"{estimate_line(p.throughput, todo, p.throughput_results)}; "
+                     f"throughput cells for time-to-quality, into {p.throughput_results}")
     todo = pending_cells(p.convergence, p.results, fresh=fresh)
-    lines.append(f"{estimate_line(p.convergence, todo)}; into {p.results}")
+    lines.append(f"{estimate_line(p.convergence, todo, p.results)}; into {p.results}")
     return lines
 
 

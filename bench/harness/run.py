@@ -49,12 +49,13 @@ from bench.results.files import (
     log_tail,
     metrics_frame,
     provenance,
+    read_meta,
     write_csv,
     write_json,
 )
 
 __all__ = ["REPO_ROOT", "WORKER_CMD", "CellOutcome", "collect_metrics", "estimate_line",
-           "pending_cells", "run_cell", "run_sweep"]
+           "machine_factor", "pending_cells", "run_cell", "run_sweep"]
 
 LOG_TAIL_LINES = 40
 WORKER_CMD = (sys.executable, "-m", "aqsgd.train.worker")
@@ -166,16 +167,40 @@ def pending_cells(spec: SweepSpec, sweep_dir: Path, *, fresh: bool = False,
             if fresh or not is_finished(sweep_dir / c.name, c.key, git_commit=commit)]
 
 
-def estimate_line(spec: SweepSpec, todo: list[CellSpec]) -> str:
-    """'sweep NAME: N cells to run, about M min (...)', the time stated up front."""
+def machine_factor(spec: SweepSpec, sweep_dir: Path) -> tuple[float, int] | None:
+    """(wall time over the sweep's estimate, summed over the cells of `spec` finished in
+    `sweep_dir` by any commit, how many there were); None without timing or such cells.
+    It scales the estimate to this machine and its load."""
+    if spec.timing is None:
+        return None
+    wall_s = estimate_s = 0.0
+    count = 0
+    for cell in spec.cells():
+        meta = read_meta(sweep_dir / cell.name)
+        if meta is not None and meta["status"] == "ok" and meta["spec_key"] == cell.key:
+            wall_s += meta["wall_s"]
+            estimate_s += spec.timing.cell_s(cell)
+            count += 1
+    return (wall_s / estimate_s, count) if count and estimate_s > 0 else None
+
+
+def estimate_line(spec: SweepSpec, todo: list[CellSpec], sweep_dir: Path) -> str:
+    """'sweep NAME: N of M cells to run, about T min (...)', the time stated up front:
+    the sweep file's measured rates, scaled by how long the cells already finished in
+    `sweep_dir` took here (machine_factor)."""
     head = f"sweep {spec.name}: {len(todo)} of {len(spec.cells())} cells to run"
     seconds = spec.estimate_s(todo)
     if seconds is None:
         return f"{head} (the sweep file states no measured rates: no time estimate)"
     t = spec.timing
-    return (f"{head}, about {seconds / 60:.1f} min (from the rates measured on the machine "
-            f"the sweep was sized on: {t.start_s:g} s a cell, {t.step_s_per_rank:g} s a step "
-            f"per rank, {t.eval_s_per_window:g} s an evaluated window)")
+    source = (f"the rates measured on the machine the sweep was sized on: {t.start_s:g} s "
+              f"a cell, {t.step_s_per_rank:g} s a step per rank, {t.eval_s_per_window:g} s "
+              f"an evaluated window")
+    factor = machine_factor(spec, sweep_dir)
+    if factor is not None:
+        seconds *= factor[0]
+        source += f"; x {factor[0]:.2f}, as the {factor[1]} cell(s) finished here took"
+    return f"{head}, about {seconds / 60:.1f} min ({source})"
 
 
 def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
@@ -201,7 +226,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
                 for c in cells if c not in todo]
     for o in outcomes:
         echo(f"skip {o.name} (finished earlier by this commit)")
-    echo(estimate_line(spec, todo))
+    echo(estimate_line(spec, todo, sweep_dir))
     prepare_checkpoints(todo, REPO_ROOT, echo)
     weights = {c.name: spec.timing.cell_s(c) if spec.timing else 1.0 for c in todo}
     with Progress(sum(weights.values()), quiet) as bar:
