@@ -193,7 +193,7 @@ def estimate_line(spec: SweepSpec, todo: list[CellSpec], sweep_dir: Path) -> str
     if seconds is None:
         return f"{head} (the sweep file states no measured rates: no time estimate)"
     t = spec.timing
-    source = (f"the rates measured on the machine the sweep was sized on: {t.start_s:g} s "
+    source = (f"from the rates measured on the machine the sweep was sized on: {t.start_s:g} s "
               f"a cell, {t.step_s_per_rank:g} s a step per rank, {t.eval_s_per_window:g} s "
               f"an evaluated window")
     factor = machine_factor(spec, sweep_dir)
