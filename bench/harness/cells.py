@@ -133,13 +133,6 @@ def _apply_overrides(config: RunConfig, overrides: dict) -> RunConfig:
     return config_from_dict(tree)
 
 
-def _eval_dropout_tensorboard(w: Workload) -> dict:
-    """Evaluation before the first step, the dropout masks and TensorBoard event files, as
-    run-config keys ("section.key" -> value) set through the config loader."""
-    return {"train.eval_at_start": w.eval_each_epoch, "train.dropout_masks": w.dropout_masks,
-            "output.tensorboard": True}
-
-
 def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
     """The validated RunConfig every rank of `cell` runs, writing under `output_dir`."""
     w = cell.workload
@@ -158,14 +151,13 @@ def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
         # eval_every 0: the worker evaluates after the last step only
         train=TrainConfig(steps=w.total_steps, lr=w.lr, seed=w.seed, threads=w.threads,
                           eval_every=w.steps_per_epoch if w.eval_each_epoch else 0,
-                          eval_batches=w.eval_batches,
-                          init_from=w.init_from),
+                          eval_at_start=w.eval_each_epoch, eval_batches=w.eval_batches,
+                          dropout_masks=w.dropout_masks, init_from=w.init_from),
         # the evaluation covers each held-out window once (eval_batches per replica)
         data=DataConfig(max_samples=w.train_samples, eval_samples=w.eval_windows),
         dist=DistConfig(timeout_s=w.dist_timeout_s),
-        output=OutputConfig(dir=str(output_dir), trace=False),
+        output=OutputConfig(dir=str(output_dir), trace=False, tensorboard=True),
     )
-    config = _apply_overrides(config, _eval_dropout_tensorboard(w))
     return _apply_overrides(config, w.overrides)
 
 

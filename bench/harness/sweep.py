@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aqsgd.model.config import PRESETS
+from aqsgd.model.dropout import DROPOUT_MASKS
 from bench.harness.modes import DEFAULT_BITS, ModeSpec, check_int, parse_mode
 from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
 __all__ = [
-    "DROPOUT_MASKS",
     "Workload",
     "Timing",
     "Variant",
@@ -55,7 +55,6 @@ __all__ = [
     "load_sweep",
 ]
 
-DROPOUT_MASKS = ("random", "per_sample")  # RunConfig train.dropout_masks
 _VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
