@@ -191,7 +191,7 @@ def estimate_line(spec: SweepSpec, todo: list[CellSpec], sweep_dir: Path) -> str
     head = f"sweep {spec.name}: {len(todo)} of {len(spec.cells())} cells to run"
     seconds = spec.estimate_s(todo)
     if seconds is None:
-        return f"{head} (the sweep file states no measured rates: no time estimate)"
+        return f"{head} (no measured rates for this sweep: no time estimate)"
     t = spec.timing
     source = (f"from the rates measured on the machine the sweep was sized on: {t.start_s:g} s "
               f"a cell, {t.step_s_per_rank:g} s a step per rank, {t.eval_s_per_window:g} s "
