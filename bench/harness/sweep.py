@@ -25,6 +25,9 @@ Modes read `NAME[/GRAD][:FW/BW]`: fp32, directq, aqsgd, aqsgd-lowbits (AQ-SGD wi
 cache stored quantized) and aqsgd+gc, whose `/GRAD` names the data-parallel gradient
 compressor (qadam, the default; ef21; natural): `aqsgd+gc/ef21:2/4`.
 
+(The file is longer than most: a sweep file's schema, what it expands to and the
+Workload every cell runs are one surface, read together.)
+
 A cell is finished when its meta.json exists with status ok, the same spec
 key and the same git commit of the suite; a rerun skips those and reruns the
 rest (including failed cells), so a killed sweep resumes where it stopped,
