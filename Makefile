@@ -4,6 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 SCENARIO ?= 100mbps
+SIZE ?= default
 PYTEST_ARGS ?=
 LAUNCHER ?= auto
 # The Docker images: the offline base (debootstrap) and the worker built on it, or on
@@ -15,7 +16,7 @@ DOCKER_IMAGE ?= aqsgd-bench-worker:latest
 WHEELHOUSE := docker/wheelhouse
 DEBIAN_SUITE ?= bookworm
 
-.PHONY: setup test lint bench bench-kernels bench-compressors regress paper finetune \
+.PHONY: setup test lint bench bench-kernels bench-compressors regress paper convergence finetune \
 	pretrain probe net-cleanup gpu-check clean-venv docker-base docker-image docker-wheelhouse \
 	docker-daemon-start docker-daemon-stop
 
@@ -44,9 +45,18 @@ bench: setup
 regress: setup
 	$(PY) -m bench regress
 
-# The paper's bandwidth sweep (resumable) and its figures with the published claims.
+# The paper's bandwidth sweep and the convergence sweep (both resumable, sharing
+# results/paper and results/convergence), then the paper figures with the published
+# claims and the convergence report.
 paper: setup
 	$(PY) -m bench paper --launcher $(LAUNCHER)
+
+# Model quality: every mode for many epochs, three seeds, dropout as a knob (unshaped, on
+# local processes), then results/convergence/report/convergence.md. Runs the throughput
+# cells its time-to-quality needs first when they are missing (on LAUNCHER); resumable.
+# Both times are stated before the first cell. SIZE=smoke runs in seconds.
+convergence: setup
+	$(PY) -m bench convergence --size $(SIZE) --launcher $(LAUNCHER)
 
 # A 2-stage fine-tune on loopback (no shaping) that writes metrics under runs/.
 finetune: setup

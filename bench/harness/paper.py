@@ -1,11 +1,15 @@
-"""`python -m bench paper`: run (resume) the paper sweep, then draw its figures and
-claims table (bench.report.paper) from the result files.
+"""`python -m bench paper`: run (resume) the paper's throughput sweep and the convergence
+sweep, then draw the paper figures and claims table (bench.report.paper) and the
+convergence report (bench.report.convergence) from the result files.
 
-    python -m bench paper                          # run (resume) the paper sweep, draw
-    python -m bench paper --no-run --results results/paper
+    python -m bench paper                          # run (resume) both sweeps, draw
+    python -m bench paper --no-run --results results/paper --conv-results results/convergence
 
-Runs scenarios/sweeps/paper.yaml (10 Gbit/s down to 100 Mbit/s, every mode;
-finished cells are reused).
+The throughput cells (scenarios/sweeps/paper.yaml: 10 Gbit/s down to 100 Mbit/s, every
+mode) give speed; the convergence cells (scenarios/sweeps/convergence.yaml, the default
+size of `python -m bench convergence`, into the same results/convergence/) give the
+quality verdicts, the loss figure and time-to-quality. Finished cells of either are
+reused; both sweeps' times are stated before the first cell.
 """
 
 from __future__ import annotations
@@ -13,39 +17,39 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench import REPO_ROOT
-from bench.harness.run import run_sweep
-from bench.harness.sweep import load_sweep
+from bench.harness.convergence import plan, run_plan, write_report
 from bench.launch.choice import LAUNCHERS
 from bench.report.paper import CLAIMS_FILE, draw_paper_figures
 from bench.report.plots import print_figure_paths
 
-__all__ = ["SWEEP_FILE", "add_arguments", "run_paper"]
-
-SWEEP_FILE = REPO_ROOT / "scenarios" / "sweeps" / "paper.yaml"
+__all__ = ["add_arguments", "run_paper"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sweep-file", type=Path, default=SWEEP_FILE)
-    p.add_argument("--results", type=Path, help="default results/<sweep name>")
+    p.add_argument("--results", type=Path, help="throughput cells (default results/paper)")
+    p.add_argument("--conv-results", type=Path,
+                   help="convergence cells (default results/convergence)")
     p.add_argument("--out", type=Path, help="figures directory (default RESULTS/paper)")
     p.add_argument("--claims", type=Path, default=CLAIMS_FILE)
     p.add_argument("--no-run", action="store_true", help="draw from existing results only")
-    p.add_argument("--launcher", default="auto", choices=LAUNCHERS)
+    p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
+                   help="launcher of the throughput cells (the convergence cells run on "
+                        "the local launcher, unshaped)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run_paper)
 
 
 def run_paper(args) -> int:
-    """Run the sweep unless --no-run, then draw; 1 when a cell failed, else 0."""
-    spec = load_sweep(args.sweep_file)
-    results = args.results or REPO_ROOT / "results" / spec.name
+    """Run both sweeps unless --no-run, then draw; 1 when a cell failed, else 0."""
+    p = plan("default", args.conv_results, args.results)
     code = 0
     if not args.no_run:
-        outcomes = run_sweep(spec, results, launcher=args.launcher, quiet=args.quiet)
-        code = 1 if any(o.status == "failed" for o in outcomes) else 0
-    out = args.out or results / "paper"
-    figures = draw_paper_figures(results, out, args.claims)
+        code = run_plan(p, launcher=args.launcher, fresh=False, quiet=args.quiet)
+    out = args.out or p.throughput_results / "paper"
+    figures = draw_paper_figures(p.throughput_results, out, conv_dir=p.results,
+                                 claims_path=args.claims)
     print(f"claims table: {out / 'paper.md'}")
+    report = write_report(p.results, p.throughput_results, p.results / "report")
+    print(f"convergence report: {report}")
     print_figure_paths(figures)
     return code
