@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from aqsgd.filecache import atomic_write_text
 from bench.report.claims import CLAIMS_FILE, load_claims
@@ -101,7 +102,8 @@ def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
         return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, empty,
                            empty, tuple(judge_claims(quality, claims)))
     facts = series_facts(metrics, curves)
-    timed = timed_bands(bands, facts, times, scenario)
+    # time axes for the default variant: a variant changes the model, not the link
+    timed = timed_bands(bands[bands["variant"] == ""], facts, times, scenario)
     ttq = time_to_quality(quality, bands, facts, times)
     return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, timed, ttq,
                        tuple(judge_claims(quality, claims)))
@@ -145,12 +147,12 @@ def time_rows(ttq: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def source_rows(timed: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """(b): where each series' time axis came from."""
+def source_rows(timed: pd.DataFrame, order: list[str]) -> tuple[list[str], list[list[str]]]:
+    """(b): where each series' time axis came from, series in `order`."""
     headers = ["mode", "throughput cell", "warm-up s/step", "steady s/step"]
     rows = []
-    for series, mine in timed.groupby("series", sort=False):
-        r = mine.iloc[0]
+    for series in [s for s in order if s in set(timed["series"])]:
+        r = timed[timed["series"] == series].iloc[0]
         rows.append([series, r["source"], _f(r["warm_step_s"], ".3f"),
                      _f(r["steady_step_s"], ".3f")])
     return headers, rows
@@ -162,11 +164,12 @@ def dropout_rows(quality: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     single = quality[quality["replicas"] == 1]
     variants = list(dict.fromkeys(["", *sorted(single["variant"].unique())]))
     labels = single.loc[single["variant"] != "", "label"].unique()
+    default = single[single["variant"] == ""].set_index("label")["series"]
     names = {v: _variant_name(single[single["variant"] == v]) for v in variants}
     headers = ["mode", *[names[v] for v in variants]]
     rows = []
     for label in labels:
-        row = [label]
+        row = [default.get(label, label)]
         for v in variants:
             hit = single[(single["label"] == label) & (single["variant"] == v)]
             if hit.empty:
@@ -221,7 +224,7 @@ def _tables(conv: Convergence) -> list[tuple[str, str, tuple[list[str], list[lis
     if not conv.timed.empty:
         out.append((f"Step times behind the time axis ({conv.scenario})",
                     "Medians of the throughput cell's warm-up and measured steps.",
-                    source_rows(conv.timed)))
+                    source_rows(conv.timed, conv.order)))
     dropout = dropout_rows(conv.quality)
     if dropout[1]:
         out.append(("Dropout and the delta", "Final held-out loss +- seed sd per variant "
@@ -237,8 +240,8 @@ def _print(conv: Convergence, tables) -> None:
         return
     for title, note, (headers, rows) in tables:
         table = Table(*headers, title=title, caption=note or None)
-        for row in rows:
-            table.add_row(*row)
+        for row in rows:  # Text: a variant's '[dropout0]' is not rich markup
+            table.add_row(*(Text(cell) for cell in row))
         console.print(table)
 
 

@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 
-from bench.report.plots import mode_colors, plt, save
-from bench.report.quality import TOLERANCE_PCT
+from bench.report.plots import mode_colors, mode_order, plt, save
+from bench.report.quality import TOLERANCE_PCT, relative_final
 from bench.report.timetoquality import format_seconds
 
 __all__ = ["BAND", "draw_epoch_curves", "draw_relative_final", "plot_loss_epoch",
@@ -60,12 +60,10 @@ def draw_relative_final(ax, quality: pd.DataFrame, colors: dict[str, tuple],
                         claim_value: float | None) -> None:
     """Final held-out loss over fp32's (same stages, replicas and variant) per series:
     bar = mean over seeds, whisker = min..max over seeds; the claim's value as a line."""
-    rows = quality[quality["fp32_mean"].notna()]
-    names = list(rows["series"])
-    rel = (rows["mean"] / rows["fp32_mean"]).to_numpy(dtype=float)
-    err = np.vstack([rel - (rows["lo"] / rows["fp32_mean"]).to_numpy(dtype=float),
-                     (rows["hi"] / rows["fp32_mean"]).to_numpy(dtype=float) - rel])
-    ax.bar(names, rel, yerr=err, capsize=3, color=[colors.get(n, "grey") for n in names])
+    rel = relative_final(quality)
+    names = list(rel["series"])
+    err = np.vstack([rel["rel"] - rel["rel_lo"], rel["rel_hi"] - rel["rel"]])
+    ax.bar(names, rel["rel"], yerr=err, capsize=3, color=[colors.get(n, "grey") for n in names])
     ax.axhspan(1 - TOLERANCE_PCT / 100, 1 + TOLERANCE_PCT / 100, color="green", alpha=0.1,
                label=f"within {TOLERANCE_PCT:g}% of fp32")
     if claim_value is not None:
@@ -75,7 +73,7 @@ def draw_relative_final(ax, quality: pd.DataFrame, colors: dict[str, tuple],
     ax.tick_params(axis="x", rotation=40)
     for tick in ax.get_xticklabels():
         tick.set_horizontalalignment("right")
-    finite = rel[np.isfinite(rel)]
+    finite = rel["rel"][np.isfinite(rel["rel"])]
     if finite.size:
         ax.set_ylim(min(0.98, finite.min() - 0.01), max(1.02, finite.max() + 0.01))
     ax.grid(True, axis="y", alpha=0.3)
@@ -158,7 +156,7 @@ def plot_time_to_quality(ttq: pd.DataFrame, order: list[str], out_dir: Path) -> 
 
 def plot_dropout(bands: pd.DataFrame, out_dir: Path) -> list[Path]:
     """One panel per mode label with a non-default variant: its curve per variant."""
-    variant_labels = bands.loc[bands["variant"] != "", "label"].unique()
+    variant_labels = mode_order(bands.loc[bands["variant"] != "", "label"])
     if not len(variant_labels):
         return []
     fig, axes = plt.subplots(1, len(variant_labels), figsize=(5 * len(variant_labels), 4.2),

@@ -52,7 +52,8 @@ SUMMARY_COLUMNS = (
     "host_limited", "delay_ms", "status",
     "measured_steps", "step_time_s", "step_time_spread_s", "throughput_samples_s",
     "throughput_tokens_s", "throughput_mean_samples_s", "throughput_e2e_samples_s",
-    "speedup_vs_fp32", "speedup_e2e_vs_fp32", "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
+    "speedup_vs_fp32", "speedup_e2e_vs_fp32",
+    "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
     "final_loss", "final_eval_loss", "comm_compute_ratio", "wall_s",
 )
 

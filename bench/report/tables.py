@@ -25,6 +25,7 @@ import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from aqsgd.filecache import atomic_write_text
 from bench.results.files import load_metas
@@ -139,8 +140,8 @@ def print_table(summary: pd.DataFrame) -> None:
     notes = host_limited_notes(summary)
     table = Table(*headers, title="AQ-SGD benchmark summary",
                   caption="\n".join(notes) or None, caption_style="bold red")
-    for r in rows:
-        table.add_row(*r)
+    for r in rows:  # Text: a variant's '[dropout0]' is not rich markup
+        table.add_row(*(Text(c) for c in r))
     console = Console(width=max(160, os.get_terminal_size().columns
                                 if os.isatty(1) else 160))
     console.print(table)

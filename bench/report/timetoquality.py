@@ -30,8 +30,8 @@ import pandas as pd
 
 from bench.report.quality import TOLERANCE_PCT
 
-__all__ = ["format_seconds", "step_times", "series_facts", "elapsed_s", "match_step_time", "timed_bands",
-           "time_to_quality"]
+__all__ = ["format_seconds", "step_times", "series_facts", "elapsed_s", "match_step_time",
+           "timed_bands", "time_to_quality"]
 
 
 def format_seconds(value: float) -> str:
@@ -172,5 +172,6 @@ def time_to_quality(quality: pd.DataFrame, bands: pd.DataFrame, facts: pd.DataFr
                                                 int(facts.loc[q["series"], "warmup_steps"]),
                                                 src["warm_step_s"], src["steady_step_s"]))
             rows.append(row)
-    return pd.DataFrame(rows, columns=["series", "mode", "stages", "replicas", "scenario", "rate_mbit", "host_limited",
-                                       "target", "reached_step", "time_s", "status", "source"])
+    return pd.DataFrame(rows, columns=["series", "mode", "stages", "replicas", "scenario",
+                                       "rate_mbit", "host_limited", "target", "reached_step",
+                                       "time_s", "status", "source"])

@@ -274,8 +274,8 @@ def find_cells(paths: Iterable[str | Path]) -> list[Path]:
 # onto every metrics row (with `status`).
 CELL_KEYS = ("sweep", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
              "preset", "stages", "replicas", "launcher", "shaped", "rate_mbit", "delay_ms",
-             "host_limited", "rate_mbit_achieved", "seed", "variant", "dropout", "dropout_masks", "epochs", "steps_per_epoch",
-             "warmup_epochs", "eval_windows")
+             "host_limited", "rate_mbit_achieved", "seed", "variant", "dropout",
+             "dropout_masks", "epochs", "steps_per_epoch", "warmup_epochs", "eval_windows")
 _META_COLUMNS = (*CELL_KEYS, "status")
 
 
