@@ -77,7 +77,8 @@ def test_paper_figures_and_claims_table(sweep_dir, tmp_path):
     rel = relative_throughput(summarize([sweep_dir]))
     fp32_fast = rel[(rel["mode"] == "fp32") & (rel["scenario"] == "10gbps")]
     assert fp32_fast["rel_fp32_fastest"].iloc[0] == pytest.approx(1.0)
-    figures = draw_paper_figures(sweep_dir, tmp_path / "paper", tmp_path / "no-convergence")
+    figures = draw_paper_figures(sweep_dir, tmp_path / "paper",
+                                 conv_dir=tmp_path / "no-convergence")
     assert {p.name for p in figures} >= {"paper_throughput.png", "paper_speedup.png",
                                           "paper_speedup.svg"}
     # the few steps of a throughput cell say nothing about quality: no loss figure
@@ -127,6 +128,6 @@ def test_host_limited_links_are_labelled_in_table_report_and_figures(tmp_path):
     assert "| 10gbps (host-limited) | fp32 |" in report
     assert "**host-limited: 10gbps links delivered 4234.5 Mbit/s" in report
     assert "| 10gbps | 0 -> 1 | 10000.0 | 4234.5 | 0.423 | 5012.3 | **yes** | 0.100 |" in report
-    paper = draw_paper_figures(sweep, tmp_path / "paper", tmp_path / "no-convergence")
+    paper = draw_paper_figures(sweep, tmp_path / "paper", conv_dir=tmp_path / "no-convergence")
     svg = next(p for p in paper if p.name == "paper_speedup.svg").read_text()
     assert "host-limited link (achieved &lt; configured)" in svg

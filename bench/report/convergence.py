@@ -201,8 +201,9 @@ def _setting(conv: Convergence) -> list[str]:
     q = conv.quality
     seeds = sorted({s for seeds in q["seeds"] for s in seeds})
     return [f"- cells: `{conv.conv_dir}`; {len(q)} series, seeds {seeds}; "
-            f"{int(q['epochs'].max())} epochs of {int(q['steps_per_epoch'].max())} steps, "
-            f"{int(q['warmup_epochs'].max())} of them warm-up (uncompressed); held-out "
+            f"{q['epochs'].max():g} epochs of {int(q['steps_per_epoch'].max())} steps "
+            f"(one replica), {int(q['warmup_epochs'].max())} of them warm-up (uncompressed); "
+            f"held-out "
             f"evaluation of {int(q['eval_windows'].max())} windows before training and "
             f"after every epoch",
             f"- step times: `{conv.throughput_dir}` "

@@ -3,7 +3,7 @@ paper.md, a table of each claim against what the results measured. Made from res
 files only (bench.harness.paper runs the sweep first).
 
     figures = draw_paper_figures(Path("results/paper"), Path("results/paper/paper"),
-                                 Path("results/convergence"))
+                                 conv_dir=Path("results/convergence"))
     python -m bench paper --no-run --results results/paper     # the same, from the shell
 
 - paper_throughput: throughput relative to fp32 at the fastest link, against
@@ -167,7 +167,7 @@ def claims_table(summary: pd.DataFrame, claims: list[dict],
     return ["published claim (GPT2-XL, GPUs)", "paper", "measured here (tiny, CPU)"], rows
 
 
-def draw_paper_figures(results: Path, out: Path, conv_dir: Path,
+def draw_paper_figures(results: Path, out: Path, *, conv_dir: Path,
                        claims_path: Path = CLAIMS_FILE) -> list[Path]:
     """All paper figures and paper.md: speed from the throughput cells under `results`,
     quality from the convergence cells under `conv_dir`."""
