@@ -5,6 +5,7 @@
     python -m bench sweep scenarios/sweeps/paper.yaml      # resumable sweep
     python -m bench report results/100mbps                 # table + figures + report.md again
     python -m bench paper                                  # paper-style figures with claims
+    python -m bench convergence [--size smoke]             # model quality: seeds, epochs
     python -m bench regress [--update-baseline]            # CI regression check
     python -m bench docker compose --scenario 100mbps      # the equivalent compose file
 
@@ -23,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness.sweep import DEFAULT_GRID, SweepSpec, Workload, load_sweep, parse_mode
+from bench.harness.modes import DEFAULT_GRID, parse_mode
+from bench.harness.sweep import SweepSpec, Workload, load_sweep
 
 __all__ = ["main", "build_parser", "finish_sweep"]
 
@@ -53,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="one scenario, every mode of the grid")
     run.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
     run.add_argument("--modes", nargs="+", default=list(DEFAULT_GRID),
-                     help=f"modes as NAME[:FW/BW] (default: {' '.join(DEFAULT_GRID)})")
+                     help=f"modes as NAME[/GRAD][:FW/BW], e.g. aqsgd+gc/ef21:2/4 "
+                          f"(default: {' '.join(DEFAULT_GRID)})")
     run.add_argument("--steps", type=int, default=defaults.steps,
                      help=f"measured steps after the warm-up (default {defaults.steps})")
     run.add_argument("--warmup-epochs", type=int, default=defaults.warmup_epochs)
@@ -97,10 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="where to write it (default compose.yaml)")
     compose.set_defaults(func=_cmd_docker_compose)
 
-    from bench.harness import paper, regress
+    from bench.harness import convergence, paper, regress
 
     paper.add_arguments(sub.add_parser("paper", help="paper-style figures with the "
                                                      "published claims beside them"))
+    convergence.add_arguments(sub.add_parser(
+        "convergence", help="model quality: every mode for many epochs and seeds, held-out "
+                            "loss per epoch, then the convergence report"))
     regress.add_arguments(sub.add_parser("regress", help="short fixed-seed sweep compared "
                                                          "with the committed baseline"))
     return parser

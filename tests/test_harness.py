@@ -17,14 +17,8 @@ from aqsgd.train.config import load_config
 from bench.__main__ import main
 from bench.harness.cells import run_config, write_run_config
 from bench.harness.run import run_sweep
-from bench.harness.sweep import (
-    DEFAULT_GRID,
-    CellSpec,
-    SweepSpec,
-    Workload,
-    load_sweep,
-    parse_mode,
-)
+from bench.harness.modes import DEFAULT_GRID, parse_mode
+from bench.harness.sweep import CellSpec, SweepSpec, Workload, load_sweep
 from bench.launch.choice import choose_launcher
 from bench.launch.process import wait_for_workers
 from bench.net.scenario import ScenarioError, load_scenario
@@ -36,7 +30,7 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.mark.parametrize("text, match", [
     ("aqsgd:9/4", r"fw_bits must be in 1\.\.8, got 9"),
     ("directq:4/0", r"bw_bits must be in 1\.\.8, got 0"),
-    ("zstd", r"mode must be one of fp32, directq, aqsgd, aqsgd\+gc"),
+    ("zstd", r"mode must be one of fp32, directq, aqsgd, aqsgd-lowbits, aqsgd\+gc"),
     ("fp32:2/4", "fp32 takes no bit widths"),
     ("aqsgd:two/4", "NAME:FW/BW with integers"),
 ])
@@ -48,7 +42,7 @@ def test_bad_mode_names_the_field(text, match):
 def test_modes_parse_with_defaults_and_labels():
     assert [str(parse_mode(m)) for m in DEFAULT_GRID] == list(DEFAULT_GRID)
     assert parse_mode("aqsgd").label == "aqsgd-fw2-bw4"
-    assert parse_mode("aqsgd+gc:3/6").label == "aqsgd+gc-fw3-bw6"
+    assert parse_mode("aqsgd+gc:3/6").label == "aqsgd+gc-qadam-fw3-bw6"
 
 
 def test_unknown_scenario_lists_the_available_ones(capsys):
@@ -115,8 +109,8 @@ def test_sweep_crosses_bits_bumps_gc_replicas_and_adds_reference(tmp_path):
     cells = load_sweep(path).cells()
     names = [c.name for c in cells]
     assert names[:6] == ["1gbps__fp32", "1gbps__aqsgd-fw2-bw4", "1gbps__aqsgd-fw4-bw8",
-                         "1gbps__fp32-dp2", "1gbps__aqsgd+gc-fw2-bw4-dp2",
-                         "1gbps__aqsgd+gc-fw4-bw8-dp2"]
+                         "1gbps__fp32-dp2", "1gbps__aqsgd+gc-qadam-fw2-bw4-dp2",
+                         "1gbps__aqsgd+gc-qadam-fw4-bw8-dp2"]
     assert names[-1] == "loopback__fp32" and len(cells) == 13
     assert cells[4].world_size == 4
     path.write_text(path.read_text() + "gc_reference: false\n")
@@ -124,7 +118,7 @@ def test_sweep_crosses_bits_bumps_gc_replicas_and_adds_reference(tmp_path):
 
 
 def test_shipped_sweep_files_load():
-    for name in ("paper", "regress"):
+    for name in ("paper", "regress", "convergence", "convergence-smoke"):
         spec = load_sweep(f"scenarios/sweeps/{name}.yaml")
         assert spec.name == name and spec.cells()
 

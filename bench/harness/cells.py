@@ -7,12 +7,20 @@ workload and validated by construction (aqsgd.train.config).
 The mode decides only the compression (`MODE_COMPRESSION`, keyed by ModeSpec.name);
 the workload decides everything else. `Workload.overrides` ("section.key" -> value)
 are applied last, through aqsgd.train.config's loader, so a bad key or value fails
-with its key path (`unknown key train.lrr ...`). meta.json keeps
-`config.to_dict()`, the resolved configuration the workers ran.
+with its key path (`unknown key train.lrr ...`); an override may not contradict the
+mode's gradient compressor (`grad.mode`: select it with the mode, `aqsgd+gc/ef21:2/4`).
+meta.json keeps `config.to_dict()`, the resolved configuration the workers ran.
+
+Every cell evaluates on Workload.eval_windows held-out windows, uncompressed (raw
+activations, no cache touched): once after the last step, or with
+`Workload.eval_each_epoch` also before the first step and after every epoch. Every
+cell writes TensorBoard event files (OUTPUT_DIR/tensorboard/).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +39,11 @@ from aqsgd.train.config import (
     TrainConfig,
     config_from_dict,
 )
-from bench.harness.sweep import MODE_NAMES, CellSpec, ModeSpec, Workload
+from bench.harness.modes import MODE_NAMES, ModeSpec
+from bench.harness.sweep import CellSpec, Workload
 
-__all__ = ["ModeCompression", "MODE_COMPRESSION", "compression", "run_config",
-           "write_run_config"]
+__all__ = ["ModeCompression", "MODE_COMPRESSION", "FREEZE_FRACTION", "compression",
+           "freeze_after_steps", "run_config", "write_run_config"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,7 @@ MODE_COMPRESSION: dict[str, ModeCompression] = {
     "fp32": ModeCompression("none", "none", data_parallel=False),
     "directq": ModeCompression("directq", "directq", data_parallel=False),
     "aqsgd": ModeCompression("aqsgd", "directq", data_parallel=False),
+    "aqsgd-lowbits": ModeCompression("aqsgd-lowbits", "directq", data_parallel=False),
     "aqsgd+gc": ModeCompression("aqsgd", "directq", data_parallel=True),
 }
 assert set(MODE_COMPRESSION) == set(MODE_NAMES), "every mode needs its compression"
@@ -66,6 +76,23 @@ def _direction(mode: str, bits: int | None, warmup_epochs: int) -> CompressionCo
     return CompressionConfig(mode=mode, bits=bits, warmup_epochs=warmup_epochs)
 
 
+# QuantizedAdam's exact phase lasts at least this share of the run (1-bit Adam's rule).
+FREEZE_FRACTION = 0.1
+
+
+def freeze_after_steps(workload: Workload) -> int:
+    """The step after which QuantizedAdam freezes Adam's second moment and compresses.
+
+    Frozen too early, v holds the squares of a few gradients only: a coordinate whose
+    gradient was still ~0 then (a token not seen yet) later moves by lr * m / sqrt(v),
+    far more than Adam would let it. 1-bit Adam runs exact Adam for a share of training
+    (~10-15%) so v has seen many batches; here at least FREEZE_FRACTION of the run and at
+    least the warm-up epochs (whose activations go uncompressed too), so the compressed
+    phase starts where the activation warm-up ends or later. grad.v_floor (its default)
+    bounds what is left."""
+    return max(1, workload.warmup_steps, math.ceil(FREEZE_FRACTION * workload.total_steps))
+
+
 def compression(mode: ModeSpec, workload: Workload) -> tuple[CompressionConfig,
                                                              CompressionConfig,
                                                              GradCompressionConfig]:
@@ -75,10 +102,8 @@ def compression(mode: ModeSpec, workload: Workload) -> tuple[CompressionConfig,
     backward = _direction(table.backward, mode.bw_bits, workload.warmup_epochs)
     if not table.data_parallel:
         return forward, backward, GradCompressionConfig(mode="fp32")
-    # QuantizedAdam averages exactly (and warms Adam up) for `freeze_after_steps`:
-    # start compressing where the activation warm-up ends.
     grad = GradCompressionConfig(mode=mode.grad_mode, bits=mode.grad_bits,
-                                 freeze_after_steps=max(1, workload.warmup_steps),
+                                 freeze_after_steps=freeze_after_steps(workload),
                                  seed=workload.seed)
     return forward, backward, grad
 
@@ -94,6 +119,13 @@ def _apply_overrides(config: RunConfig, overrides: dict) -> RunConfig:
             # the resolved tree holds the preset's values, which would win over the preset
             raise ValueError(f"Workload.overrides[{path!r}]: set Workload.preset instead, "
                              f"got {value!r}")
+        if path == "grad.mode" and value != config.grad.mode:
+            # one override for a whole sweep would compress the fp32 reference's gradients
+            # too, and the cell's label and meta.json would name another compressor
+            raise ValueError(f"Workload.overrides['grad.mode']: the mode decides the "
+                             f"gradient compressor (this cell's: {config.grad.mode!r}); "
+                             f"select one with the mode, e.g. aqsgd+gc/{value}:2/4, "
+                             f"got {value!r}")
         if section not in tree:
             raise ValueError(f"Workload.overrides[{path!r}]: unknown section {section!r} "
                              f"(known sections: {', '.join(tree)})")
@@ -101,28 +133,39 @@ def _apply_overrides(config: RunConfig, overrides: dict) -> RunConfig:
     return config_from_dict(tree)
 
 
+def _eval_dropout_tensorboard(w: Workload) -> dict:
+    """Evaluation before the first step, the dropout masks and TensorBoard event files, as
+    run-config keys ("section.key" -> value) set through the config loader."""
+    return {"train.eval_at_start": w.eval_each_epoch, "train.dropout_masks": w.dropout_masks,
+            "output.tensorboard": True}
+
+
 def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
     """The validated RunConfig every rank of `cell` runs, writing under `output_dir`."""
     w = cell.workload
-    if w.preset not in PRESETS:
-        raise ValueError(f"Workload.preset must be one of {sorted(PRESETS)}, got {w.preset!r}")
     forward, backward, grad = compression(cell.mode, w)
+    model = PRESETS[w.preset]
+    if w.dropout is not None:
+        model = dataclasses.replace(model, dropout=float(w.dropout))
     config = RunConfig(
-        model=PRESETS[w.preset],
+        model=model,
         pipeline=PipelineConfig(stages=w.stages, replicas=w.replicas,
                                 micro_batch_size=w.micro_batch_size,
                                 num_micro_batches=w.num_micro_batches, schedule="gpipe"),
         forward=forward,
         backward=backward,
         grad=grad,
+        # eval_every 0: the worker evaluates after the last step only
         train=TrainConfig(steps=w.total_steps, lr=w.lr, seed=w.seed, threads=w.threads,
-                          eval_every=0, eval_batches=w.eval_batches, init_from=w.init_from),
-        # every evaluation micro-batch needs a full window of held-out samples
-        data=DataConfig(max_samples=w.train_samples,
-                        eval_samples=max(w.eval_samples, w.eval_batches * w.micro_batch_size)),
+                          eval_every=w.steps_per_epoch if w.eval_each_epoch else 0,
+                          eval_batches=w.eval_batches,
+                          init_from=w.init_from),
+        # the evaluation covers each held-out window once (eval_batches per replica)
+        data=DataConfig(max_samples=w.train_samples, eval_samples=w.eval_windows),
         dist=DistConfig(timeout_s=w.dist_timeout_s),
         output=OutputConfig(dir=str(output_dir), trace=False),
     )
+    config = _apply_overrides(config, _eval_dropout_tensorboard(w))
     return _apply_overrides(config, w.overrides)
 
 

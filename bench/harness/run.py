@@ -53,8 +53,8 @@ from bench.results.files import (
     write_json,
 )
 
-__all__ = ["REPO_ROOT", "WORKER_CMD", "CellOutcome", "collect_metrics", "run_cell",
-           "run_sweep"]
+__all__ = ["REPO_ROOT", "WORKER_CMD", "CellOutcome", "collect_metrics", "estimate_line",
+           "pending_cells", "run_cell", "run_sweep"]
 
 LOG_TAIL_LINES = 40
 WORKER_CMD = (sys.executable, "-m", "aqsgd.train.worker")
@@ -157,6 +157,27 @@ def _fail_group(cells: list[CellSpec], sweep_dir: Path, sweep: str, choice: Laun
     return outcomes
 
 
+def pending_cells(spec: SweepSpec, sweep_dir: Path, *, fresh: bool = False,
+                  git_commit: str | None = None) -> list[CellSpec]:
+    """The cells of `spec` that a run into `sweep_dir` would run: all with `fresh`, else
+    those without a finished result of the same spec key and git commit."""
+    commit = provenance(REPO_ROOT)["git"]["commit"] if git_commit is None else git_commit
+    return [c for c in spec.cells()
+            if fresh or not is_finished(sweep_dir / c.name, c.key, git_commit=commit)]
+
+
+def estimate_line(spec: SweepSpec, todo: list[CellSpec]) -> str:
+    """'sweep NAME: N cells to run, about M min (...)', the time stated up front."""
+    head = f"sweep {spec.name}: {len(todo)} of {len(spec.cells())} cells to run"
+    seconds = spec.estimate_s(todo)
+    if seconds is None:
+        return f"{head} (the sweep file states no measured rates: no time estimate)"
+    t = spec.timing
+    return (f"{head}, about {seconds / 60:.1f} min (from the rates measured on the machine "
+            f"the sweep was sized on: {t.start_s:g} s a cell, {t.step_s_per_rank:g} s a step "
+            f"per rank, {t.eval_s_per_window:g} s an evaluated window)")
+
+
 def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
               fresh: bool = False, quiet: bool = False,
               echo: Callable[[str], None] = print,
@@ -164,7 +185,8 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     """Run every unfinished cell of `spec` into `sweep_dir`; returns one
     outcome per cell (skipped ones included). Never raises for a cell that
     fails; raises for bad input (an unknown scenario: bench.net.scenario.ScenarioError,
-    listing the available ones) before anything runs."""
+    listing the available ones) before anything runs. States the estimated time
+    (estimate_line) before the first cell; the progress bar counts estimated seconds."""
     cells = spec.cells()
     scenarios = {name: load_scenario(name) for name in dict.fromkeys(c.scenario for c in cells)}
     choice = choose_launcher(launcher)
@@ -174,23 +196,23 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     write_json(sweep_dir / "sweep.json", {"spec": dataclasses.asdict(spec),
                                           "cells": [c.name for c in cells]})
     prov = provenance(REPO_ROOT)
-    commit = prov["git"]["commit"]
-    todo = [c for c in cells
-            if fresh or not is_finished(sweep_dir / c.name, c.key, git_commit=commit)]
+    todo = pending_cells(spec, sweep_dir, fresh=fresh, git_commit=prov["git"]["commit"])
     outcomes = [CellOutcome(c.name, "skipped", reason="finished earlier")
                 for c in cells if c not in todo]
     for o in outcomes:
         echo(f"skip {o.name} (finished earlier by this commit)")
+    echo(estimate_line(spec, todo))
     prepare_checkpoints(todo, REPO_ROOT, echo)
-    with Progress(len(todo), quiet) as bar:
+    weights = {c.name: spec.timing.cell_s(c) if spec.timing else 1.0 for c in todo}
+    with Progress(sum(weights.values()), quiet) as bar:
         for name, group in itertools.groupby(todo, key=lambda c: c.scenario):
             outcomes.extend(_run_group(scenarios[name], list(group), sweep_dir, spec.name,
-                                       choice, prov, bar, echo, worker_cmd))
+                                       choice, prov, bar, weights, echo, worker_cmd))
     return outcomes
 
 
 def _run_group(scenario: NetworkScenario, group: list[CellSpec], sweep_dir: Path, sweep: str,
-               choice: LauncherChoice, prov: dict, bar: Progress,
+               choice: LauncherChoice, prov: dict, bar: Progress, weights: dict[str, float],
                echo: Callable[[str], None], worker_cmd: tuple[str, ...]) -> list[CellOutcome]:
     """Bring up the hosts of one scenario once, probe, run its cells."""
     outcomes: list[CellOutcome] = []
@@ -213,7 +235,7 @@ def _run_group(scenario: NetworkScenario, group: list[CellSpec], sweep_dir: Path
                 outcomes.append(outcome)
                 echo(f"{outcome.status:6s} {cell.name} ({outcome.wall_s:.1f} s)"
                      + (f": {outcome.reason}" if outcome.reason else ""))
-                bar.advance(cell.name)
+                bar.advance(cell.name, weights[cell.name])
     except Exception as err:  # hosts or probe failed: the group fails, the sweep goes on
         done = {o.name for o in outcomes}
         rest = [c for c in group if c.name not in done]
@@ -221,5 +243,5 @@ def _run_group(scenario: NetworkScenario, group: list[CellSpec], sweep_dir: Path
         echo(f"failed {name}: {reason}")
         outcomes.extend(_fail_group(rest, sweep_dir, sweep, choice, reason, prov))
         for cell in rest:
-            bar.advance(cell.name)
+            bar.advance(cell.name, weights[cell.name])
     return outcomes

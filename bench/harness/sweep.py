@@ -1,5 +1,6 @@
-"""Sweeps: which cells to run (scenarios x modes x bit widths). bench.harness.run
-runs them, resumably, with a progress bar.
+"""Sweeps: which cells to run (scenarios x modes x bit widths x seeds x variants).
+bench.harness.run runs them, resumably, with a progress bar; the modes and their
+syntax are bench.harness.modes.
 
     python -m bench sweep scenarios/sweeps/paper.yaml
 
@@ -8,12 +9,21 @@ A sweep file (YAML, checked against SweepFile: unknown keys and wrong types reje
     name: paper                       # results go to results/<name>/
     description: throughput against bandwidth, every mode
     scenarios: [10gbps, 1gbps, 500mbps, 300mbps, 100mbps]
-    modes: [fp32, directq, aqsgd, aqsgd+gc]   # or explicit "aqsgd:2/4"
+    modes: [fp32, directq, aqsgd, aqsgd+gc]   # or explicit "aqsgd:2/4", "aqsgd+gc/ef21:2/4"
     bits: [[2, 4], [3, 6], [4, 8]]            # (forward, backward) bit pairs,
                                               # crossed with bare quantized modes
     workload: {steps: 8, preset: tiny, stages: 2}   # any Workload field
     reference: loopback               # optional: fp32 on an unshaped link too
     gc_reference: true                # fp32 with aqsgd+gc's replicas too (default)
+    seeds: [1, 2, 3]                  # optional: every cell once per seed, `__s<seed>` in names
+    variants:                         # optional: some modes again with other workload values
+      - {name: dropout0, modes: [fp32, "aqsgd:2/4"], workload: {dropout: 0.0}}
+    timing: {start_s: 7.0, step_s_per_rank: 0.09, eval_s_per_window: 0.002}
+    throughput: paper                 # optional: the sweep with this one's step times
+
+Modes read `NAME[/GRAD][:FW/BW]`: fp32, directq, aqsgd, aqsgd-lowbits (AQ-SGD with its
+cache stored quantized) and aqsgd+gc, whose `/GRAD` names the data-parallel gradient
+compressor (qadam, the default; ef21; natural): `aqsgd+gc/ef21:2/4`.
 
 A cell is finished when its meta.json exists with status ok, the same spec
 key and the same git commit of the suite; a rerun skips those and reruns the
@@ -29,113 +39,39 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aqsgd.model.config import PRESETS
+from bench.harness.modes import DEFAULT_BITS, ModeSpec, check_int, parse_mode
 from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
 __all__ = [
-    "MODE_NAMES",
-    "DEFAULT_BITS",
-    "DEFAULT_GRID",
-    "ModeSpec",
+    "DROPOUT_MASKS",
     "Workload",
+    "Timing",
+    "Variant",
     "CellSpec",
     "SweepSpec",
     "SweepFile",
-    "parse_mode",
+    "VariantFile",
     "load_sweep",
 ]
 
-MODE_NAMES = ("fp32", "directq", "aqsgd", "aqsgd+gc")
-# (forward bits, backward bits) used when a quantized mode is named bare.
-DEFAULT_BITS = {"directq": (4, 8), "aqsgd": (2, 4), "aqsgd+gc": (2, 4)}
-# The grid `python -m bench run` runs by default: every mode, AQ-SGD at three bit widths.
-DEFAULT_GRID = ("fp32", "directq:4/8", "aqsgd:2/4", "aqsgd:3/6", "aqsgd:4/8", "aqsgd+gc:2/4")
-BITS_RANGE = (1, 8)
-
-
-def _check_int(owner: str, name: str, value, lo: int, hi: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner}.{name} must be an int, got {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise ValueError(f"{owner}.{name} must be in {bound}, got {value}")
-
-
-@dataclass(frozen=True)
-class ModeSpec:
-    """One compression mode of the comparison: AQ-SGD and the baselines it is measured against.
-
-    fp32: nothing compressed. directq: activations and their gradients
-    quantized directly. aqsgd: activation deltas against the per-sample cache
-    forward, DirectQ backward. aqsgd+gc: aqsgd plus compressed data-parallel
-    gradients (`grad_mode`, QuantizedAdam by default) -- needs replicas >= 2.
-    """
-
-    name: str
-    fw_bits: int | None = None
-    bw_bits: int | None = None
-    grad_mode: str = "qadam"  # only used by aqsgd+gc
-    grad_bits: int = 8
-
-    def __post_init__(self):
-        if self.name not in MODE_NAMES:
-            raise ValueError(f"ModeSpec.name must be one of {', '.join(MODE_NAMES)}, "
-                             f"got {self.name!r}")
-        if self.name == "fp32":
-            for f in ("fw_bits", "bw_bits"):
-                if getattr(self, f) is not None:
-                    raise ValueError(f"ModeSpec.{f} must be unset for mode fp32, "
-                                     f"got {getattr(self, f)}")
-        else:
-            for f in ("fw_bits", "bw_bits"):
-                _check_int(f"ModeSpec({self.name})", f, getattr(self, f), *BITS_RANGE)
-        _check_int(f"ModeSpec({self.name})", "grad_bits", self.grad_bits, *BITS_RANGE)
-        if self.grad_mode not in ("qadam", "natural", "ef21"):
-            raise ValueError(f"ModeSpec.grad_mode must be qadam, natural or ef21, "
-                             f"got {self.grad_mode!r}")
-
-    @property
-    def compresses_dp(self) -> bool:
-        return self.name == "aqsgd+gc"
-
-    @property
-    def label(self) -> str:
-        """File-name-safe label, e.g. 'aqsgd-fw2-bw4', 'aqsgd+gc-fw2-bw4'."""
-        if self.name == "fp32":
-            return "fp32"
-        return f"{self.name}-fw{self.fw_bits}-bw{self.bw_bits}"
-
-    def __str__(self) -> str:
-        return self.name if self.name == "fp32" else f"{self.name}:{self.fw_bits}/{self.bw_bits}"
-
-
-def parse_mode(text: str) -> ModeSpec:
-    """'fp32', 'aqsgd', 'aqsgd:2/4', 'directq:4/8', 'aqsgd+gc:2/4' -> ModeSpec."""
-    text = text.strip()
-    name, sep, bits = text.partition(":")
-    if name not in MODE_NAMES:
-        raise ValueError(f"mode must be one of {', '.join(MODE_NAMES)} "
-                         f"(optionally NAME:FW/BW), got {text!r}")
-    if name == "fp32":
-        if sep:
-            raise ValueError(f"mode fp32 takes no bit widths, got {text!r}")
-        return ModeSpec("fp32")
-    if not sep:
-        fw, bw = DEFAULT_BITS[name]
-        return ModeSpec(name, fw, bw)
-    fw_text, slash, bw_text = bits.partition("/")
-    if not slash or not fw_text.strip().isdigit() or not bw_text.strip().isdigit():
-        raise ValueError(f"mode bit widths must read NAME:FW/BW with integers, got {text!r}")
-    return ModeSpec(name, int(fw_text), int(bw_text))
+DROPOUT_MASKS = ("random", "per_sample")  # RunConfig train.dropout_masks
+_VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 @dataclass(frozen=True)
 class Workload:
-    """What every worker of a cell trains: model, layout, data, steps.
+    """What every worker of a cell trains: model, layout, data, steps, evaluation.
 
-    `steps` counts measured optimizer steps after the warm-up; the warm-up
-    epochs (uncompressed, excluded from throughput) run over `train_samples`
-    windows first, so their length is train_samples / global batch steps.
+    Length: with `epochs` 0 (bench cells), the warm-up epochs (uncompressed, excluded
+    from throughput) run over `train_samples` windows first, then `steps` measured
+    optimizer steps; with `epochs` > 0 (convergence cells) the run is that many whole
+    passes over the training split, warm-up epochs included, and `steps` is not used.
+    Evaluation: once at the end, or with `eval_each_epoch` also before the first step
+    and after every epoch, each time over `eval_windows` held-out windows, uncompressed.
     """
+
+    __pydantic_config__ = SPEC_CONFIG  # a variant's workload is validated on its own
 
     preset: str = "tiny"
     stages: int = 2
@@ -143,13 +79,19 @@ class Workload:
     micro_batch_size: int = 16  # aqsgd.model.config.TINY_PIPELINE: comm-bound at 100 Mbit/s
     num_micro_batches: int = 4
     steps: int = 10
+    epochs: int = 0
     warmup_epochs: int = 1
     train_samples: int = 128  # one warm-up epoch = 2 steps of 64 samples
     seed: int = 0
     threads: int = 1
     lr: float = 1e-4
-    eval_batches: int = 1  # micro-batches per replica in the final evaluation; 0 = none
-    eval_samples: int = 8  # windows held out for evaluation
+    # held-out windows per evaluation, rounded up to whole micro-batches of every replica
+    # (see eval_windows); 0 = no evaluation
+    eval_samples: int = 128
+    eval_each_epoch: bool = False
+    dropout: float | None = None  # RunConfig model.dropout; None = the preset's
+    dropout_masks: str = "random"  # RunConfig train.dropout_masks: random | per_sample
+    variant: str = ""  # short label of a sweep variant, in the cell's name ("" = default)
     dist_timeout_s: float = 60.0  # worker's init_process_group and p2p wait
     # starting weights (RunConfig train.init_from): "pretrained" = the cached
     # checkpoint of aqsgd.model.pretrain (the paper fine-tunes a pre-trained model;
@@ -162,14 +104,27 @@ class Workload:
 
     def __post_init__(self):
         for name, lo in (("stages", 1), ("replicas", 1), ("micro_batch_size", 1),
-                         ("num_micro_batches", 1), ("steps", 1), ("warmup_epochs", 0),
-                         ("train_samples", 1), ("seed", 0), ("threads", 1),
-                         ("gc_replicas", 2), ("eval_batches", 0), ("eval_samples", 0)):
-            _check_int("Workload", name, getattr(self, name), lo)
-        if not isinstance(self.preset, str) or not self.preset:
-            raise ValueError(f"Workload.preset must be a preset name, got {self.preset!r}")
+                         ("num_micro_batches", 1), ("steps", 1), ("epochs", 0),
+                         ("warmup_epochs", 0), ("train_samples", 1), ("seed", 0),
+                         ("threads", 1), ("gc_replicas", 2), ("eval_samples", 0)):
+            check_int("Workload", name, getattr(self, name), lo)
+        if self.preset not in PRESETS:
+            raise ValueError(f"Workload.preset must be one of {sorted(PRESETS)}, "
+                             f"got {self.preset!r}")
         if not (isinstance(self.lr, int | float) and 0 < self.lr < 1):
             raise ValueError(f"Workload.lr must be in (0, 1), got {self.lr!r}")
+        if self.epochs and self.epochs <= self.warmup_epochs:
+            raise ValueError(f"Workload.epochs must exceed warmup_epochs={self.warmup_epochs} "
+                             f"(or be 0: warm-up, then `steps`), got {self.epochs}")
+        if self.dropout is not None and not (isinstance(self.dropout, int | float)
+                                             and 0 <= self.dropout < 1):
+            raise ValueError(f"Workload.dropout must be in [0, 1) or null, got {self.dropout!r}")
+        if self.dropout_masks not in DROPOUT_MASKS:
+            raise ValueError(f"Workload.dropout_masks must be one of {', '.join(DROPOUT_MASKS)}, "
+                             f"got {self.dropout_masks!r}")
+        if not isinstance(self.variant, str) or not set(self.variant) <= _VARIANT_CHARS:
+            raise ValueError(f"Workload.variant must be a short label of a-z, 0-9, '-' and "
+                             f"'_' (it goes in directory names), got {self.variant!r}")
         if not isinstance(self.overrides, dict) or not all(
                 isinstance(k, str) and k.count(".") == 1 for k in self.overrides):
             raise ValueError(f"Workload.overrides must map 'section.key' to a value, "
@@ -184,22 +139,75 @@ class Workload:
         return self.micro_batch_size * self.num_micro_batches * self.replicas
 
     @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps of one pass over the training split (partial last batch
+        dropped; each replica passes over its own shard of train_samples / replicas)."""
+        return max(1, self.train_samples // self.global_batch)
+
+    @property
     def warmup_steps(self) -> int:
-        """Optimizer steps of the warm-up epochs (partial last batch dropped)."""
-        return self.warmup_epochs * max(1, self.train_samples // self.global_batch)
+        """Optimizer steps of the warm-up epochs."""
+        return self.warmup_epochs * self.steps_per_epoch
 
     @property
     def total_steps(self) -> int:
+        if self.epochs:
+            return self.epochs * self.steps_per_epoch
         return self.warmup_steps + self.steps
+
+    @property
+    def eval_batches(self) -> int:
+        """Micro-batches per replica in one evaluation (RunConfig train.eval_batches)."""
+        return -(-self.eval_samples // (self.replicas * self.micro_batch_size))
+
+    @property
+    def eval_windows(self) -> int:
+        """Held-out windows of one evaluation: every replica evaluates eval_batches
+        micro-batches of its own windows, each window once (RunConfig data.eval_samples)."""
+        return self.eval_batches * self.replicas * self.micro_batch_size
+
+    @property
+    def evaluations(self) -> int:
+        """Evaluations in one run: before the first step and after each epoch, or once."""
+        if not self.eval_samples:
+            return 0
+        return 1 + self.total_steps // self.steps_per_epoch if self.eval_each_epoch else 1
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Measured rates of the machine a sweep was sized on, for the time stated before
+    its first cell: a cell takes about `start_s` (processes, data, checkpoint,
+    rendezvous) + steps x ranks x `step_s_per_rank` (the ranks share the cores, so a step's
+    time grows with them) + evaluations x windows x `eval_s_per_window`."""
+
+    start_s: float
+    step_s_per_rank: float
+    eval_s_per_window: float = 0.0
+
+    def __post_init__(self):
+        for name in ("start_s", "step_s_per_rank", "eval_s_per_window"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, int | float) and value >= 0):
+                raise ValueError(f"Timing.{name} must be a number of seconds >= 0, "
+                                 f"got {value!r}")
+
+    def cell_s(self, cell: CellSpec) -> float:
+        """Estimated wall time of `cell`, in seconds."""
+        w = cell.workload
+        return (self.start_s + w.total_steps * cell.world_size * self.step_s_per_rank
+                + w.evaluations * w.eval_windows * self.eval_s_per_window)
 
 
 @dataclass(frozen=True)
 class CellSpec:
-    """One run: a scenario, a mode, a workload. Its key names its results."""
+    """One run: a scenario, a mode, a workload. Its key names its results;
+    `seed_in_name`: the sweep runs several seeds, so the name carries the seed."""
 
     scenario: str
     mode: ModeSpec
     workload: Workload = field(default_factory=Workload)
+    seed_in_name: bool = False
 
     def __post_init__(self):
         if self.mode.compresses_dp and self.workload.replicas < 2:
@@ -214,9 +222,13 @@ class CellSpec:
 
     @property
     def name(self) -> str:
-        """Directory name, e.g. '100mbps__aqsgd-fw2-bw4' ('-dp2' with replicas)."""
-        dp = f"-dp{self.workload.replicas}" if self.workload.replicas > 1 else ""
-        return f"{self.scenario_name}__{self.mode.label}{dp}"
+        """Directory name, e.g. '100mbps__aqsgd-fw2-bw4' ('-dp2' with replicas),
+        'loopback__aqsgd-fw2-bw4__dropout0__s1' (a variant, one of several seeds)."""
+        w = self.workload
+        dp = f"-dp{w.replicas}" if w.replicas > 1 else ""
+        variant = f"__{w.variant}" if w.variant else ""
+        seed = f"__s{w.seed}" if self.seed_in_name else ""
+        return f"{self.scenario_name}__{self.mode.label}{dp}{variant}{seed}"
 
     @property
     def world_size(self) -> int:
@@ -239,8 +251,24 @@ def _with_replicas(workload: Workload, mode: ModeSpec) -> Workload:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """Some modes of a sweep run again with another workload (`workload.variant` is the
+    label in their names), e.g. dropout off; the sweep's default cells run as well."""
+
+    modes: tuple[ModeSpec, ...]
+    workload: Workload
+
+    def __post_init__(self):
+        if not self.workload.variant:
+            raise ValueError("Variant.workload.variant must name the variant, got ''")
+        if not self.modes:
+            raise ValueError(f"variant {self.workload.variant!r} must name at least one mode")
+
+
+@dataclass(frozen=True)
 class SweepSpec:
-    """Scenarios x modes over one workload; expands to cells in run order."""
+    """Scenarios x modes x seeds over one workload, plus variants; expands to cells in
+    run order."""
 
     name: str
     scenarios: tuple[str, ...]
@@ -253,6 +281,13 @@ class SweepSpec:
     # when aqsgd+gc runs with more replicas than the sweep's workload, also run
     # fp32 with those replicas: the reference for its speed-up.
     gc_reference: bool = True
+    # () = the workload's one seed; else every cell once per seed, the seed in its name
+    seeds: tuple[int, ...] = ()
+    variants: tuple[Variant, ...] = ()
+    timing: Timing | None = None  # measured rates: the time stated before the first cell
+    # the sweep (a file in scenarios/sweeps/, by name) whose cells hold each mode's step
+    # time at each bandwidth, for this sweep's time-to-quality (bench.harness.convergence)
+    throughput: str | None = None
 
     def __post_init__(self):
         if not self.name or "/" in self.name or self.name.startswith("."):
@@ -261,30 +296,65 @@ class SweepSpec:
             raise ValueError("SweepSpec.scenarios must name at least one scenario, got none")
         if not self.modes:
             raise ValueError("SweepSpec.modes must name at least one mode, got none")
+        for seed in self.seeds:
+            check_int("SweepSpec", "seeds[]", seed, 0)
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"SweepSpec.seeds must not repeat a seed, got {list(self.seeds)}")
+        names = [v.workload.variant for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"SweepSpec.variants must have distinct names, got {names}")
+        for v in self.variants:
+            missing = [str(m) for m in v.modes if m not in self.modes]
+            if missing:
+                raise ValueError(f"variant {v.workload.variant!r} names modes the sweep does "
+                                 f"not run: {', '.join(missing)}")
 
     def cells(self) -> list[CellSpec]:
-        """Cells grouped by scenario (one launcher bring-up each), modes in order.
+        """Cells grouped by scenario (one launcher bring-up each), then by seed (a
+        killed multi-seed sweep has whole seeds done), modes in order, variants last.
         aqsgd+gc with replicas=1 runs with `gc_replicas` replicas: with one
         replica there is no data-parallel gradient to compress."""
         cells: list[CellSpec] = []
         seen: set[str] = set()
         has_fp32 = any(m.name == "fp32" for m in self.modes)
+        runs = [(m, self.workload) for m in self.modes]
+        runs += [(m, v.workload) for v in self.variants for m in v.modes]
         for scenario in self.scenarios:
-            for mode in self.modes:
-                cell = CellSpec(scenario, mode, _with_replicas(self.workload, mode))
-                group = [cell]
-                if (self.gc_reference and has_fp32
-                        and cell.workload.replicas != self.workload.replicas):
-                    group.insert(0, CellSpec(scenario, ModeSpec("fp32"), cell.workload))
-                for c in group:
-                    if c.name not in seen:
-                        seen.add(c.name)
-                        cells.append(c)
+            for seed in self.seeds or (None,):
+                for mode, base in runs:
+                    workload = base if seed is None else dataclasses.replace(base, seed=seed)
+                    named = seed is not None
+                    cell = CellSpec(scenario, mode, _with_replicas(workload, mode), named)
+                    group = [cell]
+                    if (self.gc_reference and has_fp32 and not base.variant
+                            and cell.workload.replicas != workload.replicas):
+                        group.insert(0, CellSpec(scenario, ModeSpec("fp32"), cell.workload,
+                                                 named))
+                    for c in group:
+                        if c.name not in seen:
+                            seen.add(c.name)
+                            cells.append(c)
         if self.reference_scenario is not None:
             ref = CellSpec(self.reference_scenario, ModeSpec("fp32"), self.workload)
             if ref.name not in seen:
                 cells.append(ref)
         return cells
+
+    def estimate_s(self, cells: list[CellSpec]) -> float | None:
+        """Estimated wall time of `cells` from the sweep's measured rates (None without)."""
+        if self.timing is None:
+            return None
+        return sum(self.timing.cell_s(c) for c in cells)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantFile:
+    """A sweep file's `variants` entry: a name (in the cells' names), the modes to run
+    again, and the Workload fields that differ from the sweep's workload."""
+
+    name: str
+    modes: tuple[str, ...]
+    workload: dict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -302,6 +372,10 @@ class SweepFile:
     workload: Workload = field(default_factory=Workload)
     reference: str | None = None
     gc_reference: bool = True
+    seeds: tuple[int, ...] = ()
+    variants: tuple[VariantFile, ...] = ()
+    timing: Timing | None = None
+    throughput: str | None = None
 
     def __post_init__(self):
         if self.bits is not None and not all(len(pair) == 2 for pair in self.bits):
@@ -309,8 +383,8 @@ class SweepFile:
                              f"got {[list(pair) for pair in self.bits]}")
 
 
-def _expand_modes(modes: tuple[str, ...], bits: tuple[tuple[int, ...], ...] | None
-                  ) -> tuple[ModeSpec, ...]:
+def _expand_modes(modes: tuple[str, ...], bits: tuple[tuple[int, ...], ...] | None,
+                  where: str = "modes") -> tuple[ModeSpec, ...]:
     """Mode names as ModeSpecs; with `bits`, a bare quantized name runs at every pair."""
     out: list[ModeSpec] = []
     for k, text in enumerate(modes):
@@ -320,16 +394,41 @@ def _expand_modes(modes: tuple[str, ...], bits: tuple[tuple[int, ...], ...] | No
             else:
                 out.append(parse_mode(text))
         except ValueError as e:
-            raise SpecError(str(e), f"modes[{k}]") from None
+            raise SpecError(str(e), f"{where}[{k}]") from None
     return tuple(out)
+
+
+def _variant(k: int, file: VariantFile, base: Workload,
+             bits: tuple[tuple[int, ...], ...] | None) -> Variant:
+    """A `variants[k]` entry: its workload is the sweep's with the entry's fields on top."""
+    where = f"variants[{k}]"
+    if "variant" in file.workload:
+        raise SpecError("the variant's label is its `name`", f"{where}.workload.variant")
+    try:
+        workload = validate(Workload, {**dataclasses.asdict(base), **file.workload,
+                                       "variant": file.name})
+    except SpecError as e:
+        raise e.within(f"{where}.workload") from None
+    except ValueError as e:  # Workload.__post_init__
+        raise SpecError(str(e), f"{where}.workload") from None
+    try:
+        return Variant(_expand_modes(file.modes, bits, f"{where}.modes"), workload)
+    except SpecError:
+        raise
+    except ValueError as e:
+        raise SpecError(str(e), where) from None
 
 
 def _sweep(file: SweepFile) -> SweepSpec:
     modes = _expand_modes(file.modes, file.bits)
+    variants = tuple(_variant(k, v, file.workload, file.bits)
+                     for k, v in enumerate(file.variants))
     try:
         return SweepSpec(name=file.name, scenarios=file.scenarios, modes=modes,
                          workload=file.workload, description=file.description,
-                         reference_scenario=file.reference, gc_reference=file.gc_reference)
+                         reference_scenario=file.reference, gc_reference=file.gc_reference,
+                         seeds=file.seeds, variants=variants, timing=file.timing,
+                         throughput=file.throughput)
     except ValueError as e:
         raise SpecError(str(e), "") from None
 

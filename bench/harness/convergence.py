@@ -1,0 +1,130 @@
+"""`python -m bench convergence`: what each compression costs in model quality.
+
+    python -m bench convergence                  # the default size, then its report
+    python -m bench convergence --size smoke     # seconds (the test suite runs it)
+    python -m bench convergence --no-run         # the report from the cells there are
+
+Runs (resumably) the sweep of scenarios/sweeps/convergence.yaml (a size NAME other than
+the default is scenarios/sweeps/convergence-NAME.yaml): every mode fine-tuned for many
+epochs over a large training split, several seeds, dropout as a knob (variants), the
+held-out loss evaluated uncompressed before the first step and after every epoch. The
+cells run on the local launcher, unshaped: the model a run converges to does not depend
+on the link, only its wall time does, and that comes from the throughput sweep the file
+names (`throughput: paper`), whose missing cells run first (on `--launcher`, shaped).
+Both sweeps' times are stated before the first cell. Then the report
+(bench.report.convergence.write_convergence_report) reads both result directories.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import REPO_ROOT
+from bench.harness.run import CellOutcome, estimate_line, pending_cells, run_sweep
+from bench.harness.sweep import SweepSpec, load_sweep
+from bench.launch.choice import LAUNCHERS
+
+__all__ = ["CONVERGENCE_LAUNCHER", "SIZES", "ConvergencePlan", "add_arguments", "plan",
+           "run_convergence", "run_plan", "state_times", "sweep_file", "write_report"]
+
+SWEEPS_DIR = REPO_ROOT / "scenarios" / "sweeps"
+SIZES = ("default", "smoke")
+# unshaped, every rank on this machine: quality does not depend on the link
+CONVERGENCE_LAUNCHER = "local"
+
+
+def sweep_file(size: str) -> Path:
+    """The sweep file of a size: convergence.yaml, or convergence-SIZE.yaml."""
+    if size not in SIZES:
+        raise ValueError(f"--size must be one of {', '.join(SIZES)}, got {size!r}")
+    return SWEEPS_DIR / ("convergence.yaml" if size == "default" else f"convergence-{size}.yaml")
+
+
+@dataclass(frozen=True)
+class ConvergencePlan:
+    """The two sweeps and where their results go; `throughput` None: none to run."""
+
+    convergence: SweepSpec
+    results: Path
+    throughput: SweepSpec | None
+    throughput_results: Path
+
+
+def plan(size: str, results: Path | None = None, throughput_results: Path | None = None,
+         with_throughput: bool = True) -> ConvergencePlan:
+    """Load the size's sweep (and the throughput sweep it names, unless
+    `with_throughput` is false); results default to results/<sweep name>/."""
+    spec = load_sweep(sweep_file(size))
+    tp = None
+    if spec.throughput is not None and with_throughput:
+        tp = load_sweep(SWEEPS_DIR / f"{spec.throughput}.yaml")
+    tp_name = spec.throughput or "paper"
+    return ConvergencePlan(spec, results or REPO_ROOT / "results" / spec.name, tp,
+                           throughput_results or REPO_ROOT / "results" / tp_name)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size", default="default", choices=SIZES,
+                   help="default: about 30 min on 2 cores; smoke: seconds")
+    p.add_argument("--results", type=Path, help="convergence cells (default results/<sweep>)")
+    p.add_argument("--throughput-results", type=Path,
+                   help="throughput cells, shared with `make paper` (default results/paper)")
+    p.add_argument("--out", type=Path, help="report and figures (default RESULTS/report)")
+    p.add_argument("--no-throughput", action="store_true",
+                   help="do not run missing throughput cells (time-to-quality uses those "
+                        "there are)")
+    p.add_argument("--no-run", action="store_true", help="report from existing cells only")
+    p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
+                   help="launcher of the throughput cells (the convergence cells run on "
+                        "the local launcher, unshaped)")
+    p.add_argument("--fresh", action="store_true", help="rerun every cell")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_convergence)
+
+
+def state_times(p: ConvergencePlan, fresh: bool = False) -> list[str]:
+    """The lines said before anything runs: what each sweep still has to run, how long."""
+    lines = []
+    if p.throughput is not None:
+        todo = pending_cells(p.throughput, p.throughput_results, fresh=fresh)
+        lines.append(f"{estimate_line(p.throughput, todo)}; throughput cells for "
+                     f"time-to-quality, into {p.throughput_results}")
+    todo = pending_cells(p.convergence, p.results, fresh=fresh)
+    lines.append(f"{estimate_line(p.convergence, todo)}; into {p.results}")
+    return lines
+
+
+def run_plan(p: ConvergencePlan, *, launcher: str, fresh: bool, quiet: bool) -> int:
+    """Run (resume) both sweeps; 1 when a cell failed, else 0."""
+    for line in state_times(p, fresh):
+        print(line)
+    outcomes: list[CellOutcome] = []
+    if p.throughput is not None:
+        outcomes += run_sweep(p.throughput, p.throughput_results, launcher=launcher,
+                              fresh=fresh, quiet=quiet)
+    outcomes += run_sweep(p.convergence, p.results, launcher=CONVERGENCE_LAUNCHER,
+                          fresh=fresh, quiet=quiet)
+    failed = [o.name for o in outcomes if o.status == "failed"]
+    if failed:
+        print(f"{len(failed)} cell(s) failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+def write_report(conv_dir: Path, throughput_dir: Path, out: Path) -> Path:
+    """The convergence report (bench.report.convergence) from the two result dirs."""
+    from bench.report.convergence import write_convergence_report
+
+    return write_convergence_report(conv_dir, throughput_dir, out)
+
+
+def run_convergence(args) -> int:
+    """Run unless --no-run, then write the report; 1 when a cell failed, else 0."""
+    p = plan(args.size, args.results, args.throughput_results,
+             with_throughput=not (args.no_throughput or args.no_run))
+    code = 0 if args.no_run else run_plan(p, launcher=args.launcher, fresh=args.fresh,
+                                          quiet=args.quiet)
+    report = write_report(p.results, p.throughput_results, args.out or p.results / "report")
+    print(f"convergence report: {report}")
+    return code

@@ -1,0 +1,121 @@
+"""The compression modes a sweep compares, and their `NAME[/GRAD][:FW/BW]` syntax.
+
+    parse_mode("aqsgd:2/4")            # ModeSpec("aqsgd", 2, 4)
+    parse_mode("aqsgd+gc/ef21:2/4")    # aqsgd plus EF21 data-parallel gradients
+    str(parse_mode("aqsgd+gc:2/4"))    # 'aqsgd+gc/qadam:2/4' (QuantizedAdam by default)
+
+bench.harness.cells maps each mode name to what the workers compress (MODE_COMPRESSION).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["MODE_NAMES", "GRAD_COMPRESSORS", "DEFAULT_BITS", "DEFAULT_GRID", "BITS_RANGE",
+           "ModeSpec", "check_int", "parse_mode"]
+
+MODE_NAMES = ("fp32", "directq", "aqsgd", "aqsgd-lowbits", "aqsgd+gc")
+# The data-parallel gradient compressors aqsgd+gc can select (aqsgd.compress.gradient).
+GRAD_COMPRESSORS = ("qadam", "ef21", "natural")
+# (forward bits, backward bits) used when a quantized mode is named bare.
+DEFAULT_BITS = {"directq": (4, 8), "aqsgd": (2, 4), "aqsgd-lowbits": (2, 4), "aqsgd+gc": (2, 4)}
+# The grid `python -m bench run` runs by default: every mode, AQ-SGD at three bit widths,
+# and DirectQ at AQ-SGD's most aggressive width beside it (the paper's quality contrast).
+DEFAULT_GRID = ("fp32", "directq:2/4", "directq:4/8", "aqsgd:2/4", "aqsgd:3/6", "aqsgd:4/8",
+                "aqsgd+gc/qadam:2/4")
+BITS_RANGE = (1, 8)
+
+
+def check_int(owner: str, name: str, value, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}.{name} must be an int, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"{owner}.{name} must be in {bound}, got {value}")
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """One compression mode of the comparison: AQ-SGD and the baselines it is measured against.
+
+    fp32: nothing compressed. directq: activations and their gradients
+    quantized directly. aqsgd: activation deltas against the per-sample cache
+    forward, DirectQ backward. aqsgd-lowbits: aqsgd with the cache itself stored
+    quantized. aqsgd+gc: aqsgd plus compressed data-parallel gradients (`grad_mode`
+    of GRAD_COMPRESSORS, QuantizedAdam by default) -- needs replicas >= 2.
+    """
+
+    name: str
+    fw_bits: int | None = None
+    bw_bits: int | None = None
+    grad_mode: str = "qadam"  # only used by aqsgd+gc
+    grad_bits: int = 8
+
+    def __post_init__(self):
+        if self.name not in MODE_NAMES:
+            raise ValueError(f"ModeSpec.name must be one of {', '.join(MODE_NAMES)}, "
+                             f"got {self.name!r}")
+        if self.name == "fp32":
+            for f in ("fw_bits", "bw_bits"):
+                if getattr(self, f) is not None:
+                    raise ValueError(f"ModeSpec.{f} must be unset for mode fp32, "
+                                     f"got {getattr(self, f)}")
+        else:
+            for f in ("fw_bits", "bw_bits"):
+                check_int(f"ModeSpec({self.name})", f, getattr(self, f), *BITS_RANGE)
+        check_int(f"ModeSpec({self.name})", "grad_bits", self.grad_bits, *BITS_RANGE)
+        if self.grad_mode not in GRAD_COMPRESSORS:
+            raise ValueError(f"ModeSpec.grad_mode must be one of {', '.join(GRAD_COMPRESSORS)}, "
+                             f"got {self.grad_mode!r}")
+        if not self.compresses_dp and self.grad_mode != "qadam":
+            raise ValueError(f"ModeSpec.grad_mode selects the gradient compressor of aqsgd+gc "
+                             f"only; mode {self.name} got {self.grad_mode!r}")
+
+    @property
+    def compresses_dp(self) -> bool:
+        return self.name == "aqsgd+gc"
+
+    @property
+    def label(self) -> str:
+        """File-name-safe label, e.g. 'aqsgd-fw2-bw4', 'aqsgd+gc-qadam-fw2-bw4' (aqsgd+gc
+        always names its gradient compressor, so no table or figure hides it)."""
+        if self.name == "fp32":
+            return "fp32"
+        grad = f"-{self.grad_mode}" if self.compresses_dp else ""
+        return f"{self.name}{grad}-fw{self.fw_bits}-bw{self.bw_bits}"
+
+    def __str__(self) -> str:
+        """The form parse_mode reads back: 'aqsgd:2/4', 'aqsgd+gc/qadam:2/4'."""
+        if self.name == "fp32":
+            return "fp32"
+        grad = f"/{self.grad_mode}" if self.compresses_dp else ""
+        return f"{self.name}{grad}:{self.fw_bits}/{self.bw_bits}"
+
+
+def parse_mode(text: str) -> ModeSpec:
+    """'fp32', 'aqsgd', 'aqsgd:2/4', 'directq:4/8', 'aqsgd-lowbits:2/4', 'aqsgd+gc:2/4'
+    (QuantizedAdam), 'aqsgd+gc/ef21:2/4' -> ModeSpec."""
+    text = text.strip()
+    head, sep, bits = text.partition(":")
+    name, slash, grad = head.partition("/")
+    if name not in MODE_NAMES:
+        raise ValueError(f"mode must be one of {', '.join(MODE_NAMES)} "
+                         f"(optionally NAME:FW/BW), got {text!r}")
+    if slash and name != "aqsgd+gc":
+        raise ValueError(f"only aqsgd+gc selects a gradient compressor (NAME/GRAD), "
+                         f"got {text!r}")
+    if slash and grad not in GRAD_COMPRESSORS:
+        raise ValueError(f"gradient compressor must be one of {', '.join(GRAD_COMPRESSORS)} "
+                         f"(aqsgd+gc/GRAD:FW/BW), got {text!r}")
+    extra = {"grad_mode": grad} if slash else {}
+    if name == "fp32":
+        if sep:
+            raise ValueError(f"mode fp32 takes no bit widths, got {text!r}")
+        return ModeSpec("fp32")
+    if not sep:
+        fw, bw = DEFAULT_BITS[name]
+        return ModeSpec(name, fw, bw, **extra)
+    fw_text, slash, bw_text = bits.partition("/")
+    if not slash or not fw_text.strip().isdigit() or not bw_text.strip().isdigit():
+        raise ValueError(f"mode bit widths must read NAME:FW/BW with integers, got {text!r}")
+    return ModeSpec(name, int(fw_text), int(bw_text), **extra)
