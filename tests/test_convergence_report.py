@@ -218,3 +218,16 @@ def test_report_without_cells_says_so(tmp_path):
                                     quiet=True)
     assert "No convergence cells under" in path.read_text()
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["convergence.md"]
+
+
+def test_a_variant_without_its_fp32_says_so(tmp_path):
+    for seed in (0, 1):
+        write_fixture_cell(tmp_path, seed=seed, eval_losses=[4.0, 3.0 + seed / 100])
+        write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, seed=seed,
+                           variant="masks-per_sample", dropout_masks="per_sample",
+                           eval_losses=[4.0, 3.0])
+    text = write_convergence_report(tmp_path, tmp_path / "none", tmp_path / "out",
+                                    quiet=True).read_text()
+    assert "| - | - | none (no fp32 [masks-per_sample] cells) |" in text
+    assert "3.0000 +- 0.0000 (no fp32 of this variant)" in text
+    assert "No throughput cells under" in text

@@ -123,7 +123,11 @@ def quality_rows(quality: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     rows = []
     for _, q in quality.iterrows():
         ref = ("fp32" + (f" dp{int(q['replicas'])}" if q["replicas"] > 1 else "")
-               + (f" [{q['variant']}]" if q["variant"] else "")) if q["mode"] != "fp32" else "-"
+               + (f" [{q['variant']}]" if q["variant"] else ""))
+        if q["mode"] == "fp32":
+            ref = "-"
+        elif math.isnan(q["fp32_mean"]):
+            ref = f"none (no {ref} cells)"
         rows.append([q["series"], str(q["n_seeds"]), _f(q["mean"], ".4f"), _f(q["sd"], ".4f"),
                      f"{q['lo']:.4f}..{q['hi']:.4f}" + (" (diverged)" if q["diverged"] else ""),
                      "-" if q["mode"] == "fp32" else _f(q["gap_pct"], ".2f", True),
@@ -176,7 +180,9 @@ def dropout_rows(quality: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 row.append("-")
                 continue
             q = hit.iloc[0]
-            gap = "" if q["mode"] == "fp32" else f" ({_f(q['gap_pct'], '.2f', True)}%)"
+            gap = "" if q["mode"] == "fp32" else (
+                " (no fp32 of this variant)" if math.isnan(q["gap_pct"])
+                else f" ({_f(q['gap_pct'], '.2f', True)}%)")
             row.append(f"{q['mean']:.4f} +- {_f(q['sd'], '.4f')}{gap}")
         rows.append(row)
     return headers, rows
