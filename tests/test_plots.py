@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from harness_helpers import write_cell
+from report_fixtures import write_fixture_cell
 
-from bench.harness.sweep import CellSpec, ModeSpec, Workload
-from bench.report.paper import claims_table, draw_paper_figures, load_claims, relative_throughput
+from bench.report.claims import load_claims
+from bench.report.convergence import analyse
+from bench.report.paper import claims_table, draw_paper_figures, relative_throughput
 from bench.report.plots import make_figures, mode_order
 from bench.report.summary import summarize
 from bench.report.tables import format_table, write_report
@@ -15,21 +16,22 @@ pytestmark = pytest.mark.timeout(90)
 
 # (scenario, rate Mbit/s) x mode -> step time: fp32 slows down with bandwidth, aqsgd less.
 RATES = {"10gbps": 10_000, "500mbps": 500, "100mbps": 100}
-MODES = {"fp32": ModeSpec("fp32"), "aqsgd": ModeSpec("aqsgd", 2, 4),
-         "directq": ModeSpec("directq", 4, 8)}
+MODES = {"fp32": (None, None), "aqsgd": (2, 4), "directq": (4, 8)}
 
 
 def _sweep(tmp_path, host_limited: bool = False):
     for scenario, rate in RATES.items():
         # with host_limited: the 10 Gbit/s links deliver what this host carries, 4.2 Gbit/s
         limited = host_limited and rate == 10_000
-        for name, mode in MODES.items():
+        for name, (fw, bw) in MODES.items():
             traffic = 8e6 if name == "fp32" else 1e6  # bits per step
-            write_cell(tmp_path, CellSpec(scenario, mode, Workload(steps=4)), rate_mbit=rate,
-                       act_bytes=int(traffic / 8), step_time_s=0.2 + traffic / (rate * 1e6),
-                       loss0=5.0 if name != "directq" else 5.3,
-                       achieved_mbit=4_234.5 if limited else None,
-                       ceiling_mbit=5_012.3 if limited else None)
+            write_fixture_cell(tmp_path, mode=name, fw=fw, bw=bw, scenario=scenario,
+                               rate_mbit=rate, act_bytes=int(traffic / 8),
+                               step_time_s=0.2 + traffic / (rate * 1e6),
+                               train_loss0=5.0 if name != "directq" else 5.3,
+                               eval_losses=[5.0, 4.5] if name != "directq" else [5.0, 4.8],
+                               achieved_mbit=4_234.5 if limited else None,
+                               ceiling_mbit=5_012.3 if limited else None)
     return tmp_path
 
 
@@ -75,14 +77,22 @@ def test_paper_figures_and_claims_table(sweep_dir, tmp_path):
     rel = relative_throughput(summarize([sweep_dir]))
     fp32_fast = rel[(rel["mode"] == "fp32") & (rel["scenario"] == "10gbps")]
     assert fp32_fast["rel_fp32_fastest"].iloc[0] == pytest.approx(1.0)
-    figures = draw_paper_figures(sweep_dir, tmp_path / "paper")
+    figures = draw_paper_figures(sweep_dir, tmp_path / "paper",
+                                 conv_dir=tmp_path / "no-convergence")
     assert {p.name for p in figures} >= {"paper_throughput.png", "paper_speedup.png",
-                                          "paper_loss.png", "paper_speedup.svg"}
-    headers, rows = claims_table(summarize([sweep_dir]), claims)
+                                          "paper_speedup.svg"}
+    # the few steps of a throughput cell say nothing about quality: no loss figure
+    assert "paper_loss.png" not in {p.name for p in figures}
+    conv = analyse(tmp_path / "no-convergence", sweep_dir, claims)
+    headers, rows = claims_table(summarize([sweep_dir]), claims, conv)
     by_claim = {r[0]: r for r in rows}
     speedup_row = next(r for t, r in by_claim.items() if t.startswith("Up to 4.3x"))
-    assert speedup_row[1] == "up to 4.3x" and "@ 100mbps" in speedup_row[2]
-    assert "paper.md" in {p.name for p in (tmp_path / "paper").iterdir()}
+    assert speedup_row[1] == "up to 4.3x" and "steady state" in speedup_row[2]
+    assert "@ 100mbps" in speedup_row[2]
+    quality_row = next(r for t, r in by_claim.items() if t.startswith("Activations"))
+    assert quality_row[2].startswith("not judged: no convergence cells under")
+    paper_md = (tmp_path / "paper" / "paper.md").read_text()
+    assert "Quality claims: not judged. There are no convergence cells under" in paper_md
 
 
 def test_claims_file_must_hold_a_list_of_claims(tmp_path):
@@ -118,6 +128,6 @@ def test_host_limited_links_are_labelled_in_table_report_and_figures(tmp_path):
     assert "| 10gbps (host-limited) | fp32 |" in report
     assert "**host-limited: 10gbps links delivered 4234.5 Mbit/s" in report
     assert "| 10gbps | 0 -> 1 | 10000.0 | 4234.5 | 0.423 | 5012.3 | **yes** | 0.100 |" in report
-    paper = draw_paper_figures(sweep, tmp_path / "paper")
+    paper = draw_paper_figures(sweep, tmp_path / "paper", conv_dir=tmp_path / "no-convergence")
     svg = next(p for p in paper if p.name == "paper_speedup.svg").read_text()
     assert "host-limited link (achieved &lt; configured)" in svg

@@ -7,15 +7,18 @@ import os
 
 import pandas as pd
 import pytest
-from harness_helpers import rank_records, write_cell
+from harness_helpers import rank_records
+from report_fixtures import write_fixture_cell
 
 from aqsgd import filecache
 from aqsgd.filecache import atomic_write_text
-from bench.harness.sweep import CellSpec, ModeSpec, Workload
 from bench.report.summary import summarize
+from bench.report.tables import format_table, mode_text
 from bench.results import files as results
 from bench.results.files import (
     METRIC_COLUMNS,
+    SCHEMA_VERSION,
+    SchemaError,
     is_finished,
     load_results,
     metrics_frame,
@@ -88,48 +91,92 @@ def test_metrics_file_name_must_carry_the_rank(tmp_path):
         metrics_frame([path], "c")
 
 
-def _cell(scenario, mode, **kw):
-    return CellSpec(scenario, mode, Workload(steps=4, **kw))
-
-
 def test_load_results_and_summary_from_written_cells(tmp_path):
-    fp32 = _cell("100mbps", ModeSpec("fp32"))
-    aq = _cell("100mbps", ModeSpec("aqsgd", 2, 4))
-    write_cell(tmp_path, fp32, rate_mbit=100, act_bytes=4_000_000, step_time_s=0.8)
-    write_cell(tmp_path, aq, rate_mbit=100, act_bytes=250_000, step_time_s=0.2, loss0=5.01)
+    # 2 warm-up steps (one epoch of 2) at 0.8 s, then 4 measured steps
+    fp32 = write_fixture_cell(tmp_path, act_bytes=4_000_000, step_time_s=0.8)
+    aq = write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, act_bytes=250_000,
+                            step_time_s=0.2, warmup_step_time_s=0.8, train_loss0=5.01)
     frame = load_results([tmp_path])
     assert set(frame["cell"]) == {fp32.name, aq.name}
-    assert {"scenario", "mode", "fw_bits", "launcher", "rate_mbit"} <= set(frame.columns)
+    assert {"scenario", "mode", "fw_bits", "launcher", "rate_mbit", "seed", "variant",
+            "dropout", "eval_windows"} <= set(frame.columns)
     assert len(frame) == 2 * 2 * 6  # cells x ranks x (2 warm-up + 4 measured steps)
 
     table = summarize([tmp_path]).set_index("cell")
     assert table.loc[fp32.name, "measured_steps"] == 4
     assert table.loc[fp32.name, "throughput_samples_s"] == pytest.approx(64 / 0.8)
     assert table.loc[aq.name, "speedup_vs_fp32"] == pytest.approx(4.0)
+    # end to end, the warm-up steps count at their own time: 6 steps in 2 * 0.8 + 4 * 0.2 s
+    assert table.loc[aq.name, "throughput_e2e_samples_s"] == pytest.approx(6 * 64 / 2.4)
+    assert table.loc[aq.name, "speedup_e2e_vs_fp32"] == pytest.approx(4.8 / 2.4)
     # both ranks send: activations forward from stage 0, gradients back from stage 1
     assert table.loc[aq.name, "bytes_per_step"] == 2 * 250_000
     assert table.loc[aq.name, "final_loss"] == pytest.approx(5.01 - 0.5)
     assert table.loc[fp32.name, "comm_compute_ratio"] == pytest.approx(0.7 / 0.1)
 
 
+def test_summary_held_out_loss_is_the_last_evaluation(tmp_path):
+    write_fixture_cell(tmp_path, eval_losses=[4.0, 3.5, 3.25, 3.125], eval_windows=256)
+    row = summarize([tmp_path]).iloc[0]
+    assert row["final_eval_loss"] == pytest.approx(3.125) and row["eval_windows"] == 256
+    text = format_table(summarize([tmp_path]))
+    assert "held-out loss (256 windows)" in text and "3.1250" in text
+    assert "speed-up vs fp32 (steady state)" in text
+    assert "end-to-end vs fp32 (warm-up incl.)" in text
+
+
+def test_speedups_compare_the_same_replicas_and_variant(tmp_path):
+    write_fixture_cell(tmp_path, step_time_s=1.0)
+    write_fixture_cell(tmp_path, replicas=2, step_time_s=2.0)
+    write_fixture_cell(tmp_path, step_time_s=0.5, variant="dropout0", dropout=0.0)
+    write_fixture_cell(tmp_path, mode="aqsgd+gc", fw=2, bw=4, grad_mode="ef21", replicas=2,
+                       step_time_s=1.0)
+    write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, step_time_s=0.25,
+                       variant="dropout0", dropout=0.0)
+    table = summarize([tmp_path])
+    table["mode_text"] = table.apply(mode_text, axis=1)
+    speedup = table.set_index(["mode_text", "replicas"])["speedup_vs_fp32"]
+    # dp2 against fp32 dp2 (2 s per step of 128 samples), a variant against its own fp32
+    assert speedup[("aqsgd+gc/ef21 2/4", 2)] == pytest.approx(2.0)
+    assert speedup[("aqsgd 2/4 [dropout0]", 1)] == pytest.approx(2.0)
+
+
 def test_finished_means_meta_ok_and_same_spec(tmp_path):
-    cell = _cell("100mbps", ModeSpec("fp32"))
-    cell_dir = write_cell(tmp_path, cell, rate_mbit=100, act_bytes=10, step_time_s=0.2)
-    assert is_finished(cell_dir, cell.key)
-    other = _cell("100mbps", ModeSpec("fp32"), seed=1)
-    assert not is_finished(cell_dir, other.key)
+    cell_dir = write_fixture_cell(tmp_path, spec_key="k1")
+    assert is_finished(cell_dir, "k1")
+    assert not is_finished(cell_dir, "k2")
     assert not is_finished(tmp_path / "missing")
     # a cell measured by another commit of the suite is not reused
-    assert is_finished(cell_dir, cell.key, git_commit="abc")
-    assert not is_finished(cell_dir, cell.key, git_commit="def")
+    assert is_finished(cell_dir, "k1", git_commit="abc")
+    assert not is_finished(cell_dir, "k1", git_commit="def")
+
+
+def _rewrite_meta(cell_dir, change) -> None:
+    meta = json.loads((cell_dir / "meta.json").read_text())
+    change(meta)
+    (cell_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def test_a_cell_of_schema_1_is_refused_by_name_and_version(tmp_path):
+    cell_dir = write_fixture_cell(tmp_path, spec_key="k1")
+    _rewrite_meta(cell_dir, lambda m: m.update(schema_version=1))
+    with pytest.raises(SchemaError, match=rf"{cell_dir / 'meta.json'}: schema_version 1, "
+                                          rf"this suite reads schema {SCHEMA_VERSION} only"):
+        load_results([tmp_path])
+    with pytest.raises(SchemaError, match="schema_version 1"):
+        summarize([tmp_path])
+    assert not is_finished(cell_dir, "k1")  # measured again, never reused
+
+
+def test_a_cell_block_without_a_schema_2_key_is_refused(tmp_path):
+    cell_dir = write_fixture_cell(tmp_path)
+    _rewrite_meta(cell_dir, lambda m: m["cell"].pop("eval_windows"))
+    with pytest.raises(SchemaError, match="the `cell` block lacks eval_windows"):
+        load_results([tmp_path])
 
 
 def test_failed_cells_are_left_out_unless_asked(tmp_path):
-    cell = _cell("100mbps", ModeSpec("fp32"))
-    cell_dir = write_cell(tmp_path, cell, rate_mbit=100, act_bytes=10, step_time_s=0.2)
-    meta = json.loads((cell_dir / "meta.json").read_text())
-    meta["status"] = "failed"
-    (cell_dir / "meta.json").write_text(json.dumps(meta))
+    write_fixture_cell(tmp_path, status="failed")
     assert load_results([tmp_path]).empty
     assert len(load_results([tmp_path], include_failed=True)) == 12
     assert summarize([tmp_path])["status"].tolist() == ["failed"]

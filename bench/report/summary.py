@@ -14,15 +14,20 @@ Definitions (docs/results-schema.md, "Summary"):
   total samples over total step time.
 - bytes per step: everything every rank sent in a measured step, averaged
   over measured steps (activation + gradient + data-parallel).
-- final loss: mean over replicas of the last-stage loss at the last train
-  step; final eval loss when the worker evaluated.
+- end-to-end throughput: samples of every train step, warm-up included, over the
+  summed step wall time of every step (the warm-up epoch's steps at their measured time).
+- final loss: mean over replicas of the last-stage training loss at the last train
+  step (quantized inputs, dropout, one batch: not a quality measure);
+  final eval loss: the held-out loss of the last evaluation record (uncompressed, over
+  `eval_windows` windows), the quality the tables show.
 - comm/compute: summed `comm_wait_s` over summed `compute_s`, all ranks,
   measured steps (how much of a step waits on the network per unit of compute).
 - host_limited / rate_mbit_achieved: from the link probe (meta.json `cell`):
   the machine could not carry the scenario's rate even unshaped, and the
   lowest rate a shaped link achieved; old cells without them read False/empty.
-- speed-up: throughput over the fp32 cell of the same sweep, scenario,
-  stages and replicas; `speedup_vs_unshaped` over the fp32 cell of the
+- speed-up: steady-state throughput over that of the fp32 cell of the same sweep,
+  scenario, stages, replicas, variant and seed; `speedup_e2e_vs_fp32` the same with
+  end-to-end throughputs; `speedup_vs_unshaped_fp32` over the fp32 cell of the
   sweep's unshaped reference scenario when one was run.
 """
 
@@ -41,11 +46,14 @@ __all__ = ["MODE_RANK", "SUMMARY_COLUMNS", "host_limited_flags", "summarize_cell
 
 SUMMARY_COLUMNS = (
     "sweep", "cell", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
-    "stages", "replicas", "launcher", "shaped", "rate_mbit", "rate_mbit_achieved",
+    "stages", "replicas", "seed", "variant", "dropout", "dropout_masks", "epochs",
+    "steps_per_epoch", "warmup_epochs", "eval_windows",
+    "launcher", "shaped", "rate_mbit", "rate_mbit_achieved",
     "host_limited", "delay_ms", "status",
     "measured_steps", "step_time_s", "step_time_spread_s", "throughput_samples_s",
-    "throughput_tokens_s", "throughput_mean_samples_s",
-    "speedup_vs_fp32", "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
+    "throughput_tokens_s", "throughput_mean_samples_s", "throughput_e2e_samples_s",
+    "speedup_vs_fp32", "speedup_e2e_vs_fp32",
+    "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
     "final_loss", "final_eval_loss", "comm_compute_ratio", "wall_s",
 )
 
@@ -96,41 +104,57 @@ def summarize_cell(frame: pd.DataFrame) -> dict:
     if not evals.empty and _num(evals["eval_loss"]).notna().any():
         last_eval = evals[evals["step"] == evals["step"].max()]
         out["final_eval_loss"] = float(_num(last_eval["eval_loss"]).mean())
+    # end to end: every train step, the warm-up epoch's at their own measured time
+    all_wall = _num(train["step_time_s"]).groupby(train["step"]).max()
+    all_first = train[_num(train["stage"]) == 0]
+    all_samples = float(_num(all_first["samples"]).sum())
+    out["throughput_e2e_samples_s"] = (all_samples / float(all_wall.sum())
+                                       if all_wall.sum() > 0 else np.nan)
     compute = float(_num(measured["compute_s"]).sum())
     out["comm_compute_ratio"] = (float(_num(measured["comm_wait_s"]).sum()) / compute
                                  if compute > 0 else np.nan)
     return out
 
 
-def _add_speedups(table: pd.DataFrame) -> pd.DataFrame:
-    keys = ["sweep", "scenario", "stages", "replicas"]
-    fp32 = table[(table["mode"] == "fp32") & (table["status"] == "ok")]
-    base = fp32.set_index(keys)["throughput_samples_s"]
+def _over_fp32(table: pd.DataFrame, fp32: pd.DataFrame, keys: list[str],
+               column: str) -> np.ndarray:
+    """`column` of each row over that of the fp32 row with the same `keys` (NaN when
+    there is none)."""
+    base = fp32.set_index(keys)[column]
     base = base[~base.index.duplicated(keep="last")]
     idx = pd.MultiIndex.from_frame(table[keys])
-    table["speedup_vs_fp32"] = table["throughput_samples_s"].to_numpy() / base.reindex(
-        idx).to_numpy()
+    return table[column].to_numpy(dtype=float) / base.reindex(idx).to_numpy(dtype=float)
+
+
+def _add_speedups(table: pd.DataFrame) -> pd.DataFrame:
+    # like against like: the same layout, and the same seed and variant of a sweep
+    same = ["sweep", "stages", "replicas", "variant", "seed"]
+    fp32 = table[(table["mode"] == "fp32") & (table["status"] == "ok")]
+    table["speedup_vs_fp32"] = _over_fp32(table, fp32, ["scenario", *same],
+                                          "throughput_samples_s")
+    table["speedup_e2e_vs_fp32"] = _over_fp32(table, fp32, ["scenario", *same],
+                                              "throughput_e2e_samples_s")
     # against fp32 on an unshaped link (the suite's headline target)
-    unshaped = fp32[~fp32["shaped"].astype(bool)].set_index(["sweep", "stages", "replicas"])
-    ref = unshaped["throughput_samples_s"]
-    ref = ref[~ref.index.duplicated(keep="last")]
-    idx2 = pd.MultiIndex.from_frame(table[["sweep", "stages", "replicas"]])
-    table["speedup_vs_unshaped_fp32"] = table["throughput_samples_s"].to_numpy() / \
-        ref.reindex(idx2).to_numpy()
+    unshaped = fp32[~fp32["shaped"].astype(bool)]
+    table["speedup_vs_unshaped_fp32"] = _over_fp32(table, unshaped, same,
+                                                   "throughput_samples_s")
     return table
 
 
-MODE_RANK = {"fp32": 0, "directq": 1, "aqsgd": 2, "aqsgd+gc": 3}  # reading order of modes
+# reading order of modes
+MODE_RANK = {"fp32": 0, "directq": 1, "aqsgd": 2, "aqsgd-lowbits": 3, "aqsgd+gc": 4}
 
 
 def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows by sweep, scenario (fastest link first), mode, bits, replicas."""
+    """Rows by sweep, scenario (fastest link first), mode, bits, gradient compressor,
+    replicas, variant (the default first), seed."""
     order = table.assign(
         _rate=table["rate_mbit"].fillna(np.inf),
         _mode=table["mode"].map(MODE_RANK).fillna(9),
         _fw=table["fw_bits"].fillna(0))
-    order = order.sort_values(["sweep", "_rate", "scenario", "_mode", "_fw", "replicas"],
-                              ascending=[True, False, True, True, True, True], kind="stable")
+    keys = ["sweep", "_rate", "scenario", "_mode", "_fw", "grad_mode", "replicas",
+            "variant", "seed"]
+    order = order.sort_values(keys, ascending=[k != "_rate" for k in keys], kind="stable")
     return order.drop(columns=["_rate", "_mode", "_fw"]).reset_index(drop=True)
 
 

@@ -25,24 +25,28 @@ import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from aqsgd.filecache import atomic_write_text
 from bench.results.files import load_metas
 
-__all__ = ["TABLE_COLUMNS", "format_table", "host_limited_notes", "markdown_table",
-           "print_table", "text_table", "write_report"]
+__all__ = ["TABLE_COLUMNS", "format_table", "held_out_header", "host_limited_notes",
+           "markdown_table", "mode_text", "print_table", "text_table", "write_report"]
 
-# (summary column, header, formatter)
+# (summary column, header, formatter); the held-out loss header names its windows
+# (held_out_header)
 TABLE_COLUMNS = (
     ("scenario_label", "scenario", str),
-    ("mode_bits", "mode", str),
+    ("mode_text", "mode", str),
     ("replicas", "dp", lambda v: f"{int(v)}"),
+    ("seed", "seed", lambda v: f"{int(v)}"),
     ("throughput_samples_s", "samples/s", lambda v: f"{v:.2f}"),
     ("throughput_tokens_s", "tokens/s", lambda v: f"{v:.0f}"),
-    ("speedup_vs_fp32", "speed-up vs fp32", lambda v: f"{v:.2f}x"),
+    ("speedup_vs_fp32", "speed-up vs fp32 (steady state)", lambda v: f"{v:.2f}x"),
+    ("speedup_e2e_vs_fp32", "end-to-end vs fp32 (warm-up incl.)", lambda v: f"{v:.2f}x"),
     ("speedup_vs_unshaped_fp32", "vs fp32 unshaped", lambda v: f"{v:.2f}x"),
     ("bytes_per_step", "MB/step", lambda v: f"{v / 1e6:.3f}"),
-    ("final_loss", "final loss", lambda v: f"{v:.4f}"),
+    ("final_eval_loss", "held-out loss", lambda v: f"{v:.4f}"),
     ("comm_compute_ratio", "comm/compute", lambda v: f"{v:.2f}"),
     ("status", "status", str),
 )
@@ -52,18 +56,39 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
 
 
+def mode_text(row) -> str:
+    """How a table names a cell's mode: 'fp32', 'aqsgd 2/4', 'aqsgd+gc/ef21 2/4' (the
+    gradient compressor always shown), with ' [VARIANT]' for a non-default variant."""
+    name = row["mode"]
+    if name == "aqsgd+gc":
+        name = f"{name}/{row['grad_mode']}"
+    if row["mode"] != "fp32":
+        name = f"{name} {int(row['fw_bits'])}/{int(row['bw_bits'])}"
+    return f"{name} [{row['variant']}]" if row["variant"] else name
+
+
+def held_out_header(windows: Iterable) -> str:
+    """'held-out loss (128 windows)': the windows of one evaluation of the cells shown
+    (every count listed when they differ)."""
+    counts = sorted({int(w) for w in windows if not _missing(w)})
+    if not counts:
+        return "held-out loss"
+    unit = "window" if counts == [1] else "windows"
+    return f"held-out loss ({'/'.join(str(c) for c in counts)} {unit})"
+
+
 def _rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     table = summary.copy()
     table["scenario_label"] = [f"{s} (host-limited)" if limited else s for s, limited
                                in zip(table["scenario"], table["host_limited"], strict=True)]
-    table["mode_bits"] = table.apply(
-        lambda r: r["mode"] if r["mode"] == "fp32"
-        else f"{r['mode']} {int(r['fw_bits'])}/{int(r['bw_bits'])}", axis=1)
+    table["mode_text"] = table.apply(mode_text, axis=1) if len(table) else []
+    columns = list(TABLE_COLUMNS)
     if table["speedup_vs_unshaped_fp32"].isna().all():
-        columns = [c for c in TABLE_COLUMNS if c[0] != "speedup_vs_unshaped_fp32"]
-    else:
-        columns = list(TABLE_COLUMNS)
-    headers = [h for _, h, _ in columns]
+        columns = [c for c in columns if c[0] != "speedup_vs_unshaped_fp32"]
+    if table["seed"].nunique() <= 1:  # one seed: the column says nothing
+        columns = [c for c in columns if c[0] != "seed"]
+    header = {"final_eval_loss": held_out_header(table["eval_windows"])}
+    headers = [header.get(c, h) for c, h, _ in columns]
     rows = []
     for _, r in table.iterrows():
         rows.append(["-" if _missing(r.get(c)) else fmt(r[c]) for c, _, fmt in columns])
@@ -115,8 +140,8 @@ def print_table(summary: pd.DataFrame) -> None:
     notes = host_limited_notes(summary)
     table = Table(*headers, title="AQ-SGD benchmark summary",
                   caption="\n".join(notes) or None, caption_style="bold red")
-    for r in rows:
-        table.add_row(*r)
+    for r in rows:  # Text: a variant's '[dropout0]' is not rich markup
+        table.add_row(*(Text(c) for c in r))
     console = Console(width=max(160, os.get_terminal_size().columns
                                 if os.isatty(1) else 160))
     console.print(table)
@@ -201,8 +226,11 @@ def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
              *_provenance_lines(metas), "",
              "## Summary", "", markdown_table(headers, rows), "",
              *[line for note in host_limited_notes(summary) for line in (f"**{note}**", "")],
-             "Throughput counts measured steps only (after the uncompressed warm-up); "
-             "definitions in docs/results-schema.md.", ""]
+             "The steady-state speed-up counts measured steps only (after the "
+             "uncompressed warm-up epoch); the end-to-end one counts every step, the "
+             "warm-up epoch's at their measured time. The held-out loss is the last "
+             "evaluation's, uncompressed, on windows training never sees. Definitions in "
+             "docs/results-schema.md.", ""]
     if pngs:
         lines += ["## Figures", ""]
         for png in pngs:

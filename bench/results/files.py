@@ -33,7 +33,9 @@ from aqsgd.filecache import atomic_write_text
 
 __all__ = [
     "SCHEMA_VERSION",
+    "CELL_KEYS",
     "BYTE_KINDS",
+    "SchemaError",
     "write_json",
     "write_csv",
     "read_meta",
@@ -47,7 +49,9 @@ __all__ = [
     "log_tail",
 ]
 
-SCHEMA_VERSION = 1
+# 2: the `cell` block names the seed, the variant, dropout and its masks, the epochs and
+# the held-out windows of an evaluation (CELL_KEYS); reports read those keys directly.
+SCHEMA_VERSION = 2
 BYTE_KINDS = ("activation", "gradient", "dp")
 # Columns every metrics.csv has, in this order; unknown scalar fields a
 # worker adds later are kept after them (forward compatible).
@@ -83,9 +87,10 @@ def is_finished(cell_dir: str | Path, spec_key: str | None = None,
     """A cell is finished when its meta.json exists with status ok (and, when
     `spec_key` is given, was produced by the same cell specification; when
     `git_commit` is given, by the same commit of the suite, so a rerun after a
-    code change measures the new code instead of reusing old figures)."""
+    code change measures the new code instead of reusing old figures). A cell of
+    another schema version is never finished: it is measured again."""
     meta = read_meta(cell_dir)
-    if meta is None or meta["status"] != "ok":
+    if meta is None or meta.get("schema_version") != SCHEMA_VERSION or meta["status"] != "ok":
         return False
     if spec_key is not None and meta["spec_key"] != spec_key:
         return False
@@ -265,17 +270,38 @@ def find_cells(paths: Iterable[str | Path]) -> list[Path]:
     return sorted(set(cells))
 
 
-# meta.json fields copied onto every metrics row by load_results.
-_META_COLUMNS = ("sweep", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
-                 "preset", "stages", "replicas", "launcher", "shaped", "rate_mbit",
-                 "delay_ms", "status")
+# Keys of meta.json's `cell` block that every schema-2 cell has and the loader copies
+# onto every metrics row (with `status`).
+CELL_KEYS = ("sweep", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
+             "preset", "stages", "replicas", "launcher", "shaped", "rate_mbit", "delay_ms",
+             "host_limited", "rate_mbit_achieved", "seed", "variant", "dropout",
+             "dropout_masks", "epochs", "steps_per_epoch", "warmup_epochs", "eval_windows")
+_META_COLUMNS = (*CELL_KEYS, "status")
+
+
+class SchemaError(ValueError):
+    """A meta.json this suite cannot read: another schema version, or a key missing."""
+
+
+def _check_schema(path: Path, meta: dict) -> None:
+    version = meta.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise SchemaError(f"{path}: schema_version {version!r}, this suite reads schema "
+                          f"{SCHEMA_VERSION} only (docs/results-schema.md); rerun the "
+                          f"sweep that wrote it to measure it again")
+    missing = [k for k in ("name", *CELL_KEYS) if k not in meta.get("cell", {})]
+    if missing:
+        raise SchemaError(f"{path}: the `cell` block lacks {', '.join(missing)} "
+                          f"(required by schema {SCHEMA_VERSION})")
 
 
 def load_metas(paths: Iterable[str | Path]) -> list[dict]:
-    """meta.json of every cell under `paths`, each with its `cell_dir`."""
+    """meta.json of every cell under `paths`, each with its `cell_dir`; SchemaError
+    naming the file for a cell of another schema version or with a key missing."""
     metas = []
     for cell_dir in find_cells(paths):
         meta = read_meta(cell_dir)
+        _check_schema(Path(cell_dir) / "meta.json", meta)
         meta["cell_dir"] = str(cell_dir)
         metas.append(meta)
     return metas

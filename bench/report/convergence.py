@@ -1,0 +1,290 @@
+"""The convergence report: what each compression costs in model quality, over seeds, and
+what it buys in time to quality on every link of the paper sweep. Made from result files
+only: the convergence cells (held-out loss every epoch) and the throughput cells of the
+paper sweep (measured step times). docs/convergence.md explains how to read it.
+
+    write_convergence_report(Path("results/convergence"), Path("results/paper"),
+                             Path("results/convergence/report"))   # -> .../convergence.md
+
+writes convergence.md and the figures of bench.report.convergence_plots into the output
+folder and prints the same tables as rich tables on the terminal (unless quiet).
+`analyse` holds every number the report shows; the paper report reuses it for its
+quality verdicts and loss figure.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from aqsgd.filecache import atomic_write_text
+from bench.report.claims import CLAIMS_FILE, load_claims
+from bench.report.convergence_plots import (
+    BAND,
+    plot_dropout,
+    plot_loss_epoch,
+    plot_loss_time,
+    plot_time_to_quality,
+)
+from bench.report.quality import (
+    NOISE_SPREADS,
+    TOLERANCE_PCT,
+    Verdict,
+    eval_curves,
+    judge_claims,
+    quality_table,
+    seed_bands,
+)
+from bench.report.tables import markdown_table
+from bench.report.timetoquality import (
+    format_seconds,
+    series_facts,
+    step_times,
+    time_to_quality,
+    timed_bands,
+)
+from bench.results.files import find_cells, load_results
+
+__all__ = ["DEFAULT_SCENARIO", "Convergence", "analyse", "quality_rows", "time_rows",
+           "source_rows", "dropout_rows", "verdict_rows", "write_convergence_report"]
+
+DEFAULT_SCENARIO = "100mbps"  # the link of the loss-against-time figure
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """Every frame the report shows (bench.report.quality, bench.report.timetoquality)."""
+
+    conv_dir: Path
+    throughput_dir: Path
+    scenario: str
+    bands: pd.DataFrame
+    quality: pd.DataFrame
+    times: pd.DataFrame
+    timed: pd.DataFrame
+    ttq: pd.DataFrame
+    verdicts: tuple[Verdict, ...]
+
+    def __post_init__(self):
+        if not self.scenario:
+            raise ValueError("Convergence.scenario must name a scenario, got ''")
+
+    @property
+    def has_cells(self) -> bool:
+        return not self.quality.empty
+
+    @property
+    def order(self) -> list[str]:
+        return list(self.quality["series"]) if self.has_cells else []
+
+
+def _has_cells(path: Path) -> bool:
+    return path.exists() and bool(find_cells([path]))
+
+
+def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
+            scenario: str = DEFAULT_SCENARIO) -> Convergence:
+    """Read both result folders (either may be missing or empty) and compute."""
+    metrics = load_results([conv_dir]) if _has_cells(conv_dir) else pd.DataFrame()
+    curves = eval_curves(metrics)
+    bands, quality = seed_bands(curves), quality_table(curves)
+    thr = load_results([throughput_dir]) if _has_cells(throughput_dir) else pd.DataFrame()
+    times = step_times(thr) if not thr.empty else pd.DataFrame()
+    if quality.empty:
+        empty = pd.DataFrame()
+        return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, empty,
+                           empty, tuple(judge_claims(quality, claims)))
+    facts = series_facts(metrics, curves)
+    # time axes for the default variant: a variant changes the model, not the link
+    timed = timed_bands(bands[bands["variant"] == ""], facts, times, scenario)
+    ttq = time_to_quality(quality, bands, facts, times)
+    return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, timed, ttq,
+                       tuple(judge_claims(quality, claims)))
+
+
+# ------------------------------------------------------------------------ tables
+def _f(value: float, fmt: str, sign: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, ("+" if sign else "") + fmt)
+
+
+def quality_rows(quality: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """(d): per series, final held-out loss over seeds and the gap to fp32."""
+    headers = ["mode", "seeds", "final held-out loss (mean)", "spread (sd)", "min..max",
+               "gap to fp32 (%)", "gap (seed spreads)", "fp32 reference"]
+    rows = []
+    for _, q in quality.iterrows():
+        ref = ("fp32" + (f" dp{int(q['replicas'])}" if q["replicas"] > 1 else "")
+               + (f" [{q['variant']}]" if q["variant"] else ""))
+        if q["mode"] == "fp32":
+            ref = "-"
+        elif math.isnan(q["fp32_mean"]):
+            ref = f"none (no {ref} cells)"
+        rows.append([q["series"], str(q["n_seeds"]), _f(q["mean"], ".4f"), _f(q["sd"], ".4f"),
+                     f"{q['lo']:.4f}..{q['hi']:.4f}" + (" (diverged)" if q["diverged"] else ""),
+                     "-" if q["mode"] == "fp32" else _f(q["gap_pct"], ".2f", True),
+                     "-" if q["mode"] == "fp32" else _f(q["gap_spreads"], ".1f", True), ref])
+    return headers, rows
+
+
+def time_rows(ttq: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """(c): time to reach fp32's final held-out loss within the tolerance, series x link."""
+    links = list(dict.fromkeys(ttq["scenario"]))
+    limited = set(ttq.loc[ttq["host_limited"], "scenario"])
+    headers = ["mode", "reached at step",
+               *[f"{x} (host-limited)" if x in limited else x for x in links]]
+    rows = []
+    for series, mine in ttq.groupby("series", sort=False):
+        at = mine.set_index("scenario")
+        step = mine["reached_step"].iloc[0]
+        rows.append([series, "not reached" if pd.isna(step) else str(int(step)),
+                     *[format_seconds(at.loc[x, "time_s"]) if at.loc[x, "status"] == "reached"
+                       else at.loc[x, "status"] for x in links]])
+    return headers, rows
+
+
+def source_rows(timed: pd.DataFrame, order: list[str]) -> tuple[list[str], list[list[str]]]:
+    """(b): where each series' time axis came from, series in `order`."""
+    headers = ["mode", "throughput cell", "warm-up s/step", "steady s/step"]
+    rows = []
+    for series in [s for s in order if s in set(timed["series"])]:
+        r = timed[timed["series"] == series].iloc[0]
+        rows.append([series, r["source"], _f(r["warm_step_s"], ".3f"),
+                     _f(r["steady_step_s"], ".3f")])
+    return headers, rows
+
+
+def dropout_rows(quality: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """(e): per mode label (one replica) that has variants: final held-out loss under each
+    variant, with its gap to fp32 of the same variant."""
+    single = quality[quality["replicas"] == 1]
+    variants = list(dict.fromkeys(["", *sorted(single["variant"].unique())]))
+    labels = single.loc[single["variant"] != "", "label"].unique()
+    default = single[single["variant"] == ""].set_index("label")["series"]
+    names = {v: _variant_name(single[single["variant"] == v]) for v in variants}
+    headers = ["mode", *[names[v] for v in variants]]
+    rows = []
+    for label in labels:
+        row = [default.get(label, label)]
+        for v in variants:
+            hit = single[(single["label"] == label) & (single["variant"] == v)]
+            if hit.empty:
+                row.append("-")
+                continue
+            q = hit.iloc[0]
+            gap = "" if q["mode"] == "fp32" else (
+                " (no fp32 of this variant)" if math.isnan(q["gap_pct"])
+                else f" ({_f(q['gap_pct'], '.2f', True)}%)")
+            row.append(f"{q['mean']:.4f} +- {_f(q['sd'], '.4f')}{gap}")
+        rows.append(row)
+    return headers, rows
+
+
+def _variant_name(rows: pd.DataFrame) -> str:
+    if rows.empty:
+        return "default"
+    r = rows.iloc[0]
+    what = f"dropout {r['dropout']:g}, {r['dropout_masks']} masks"
+    return f"{r['variant'] or 'default'} ({what})"
+
+
+def verdict_rows(verdicts: tuple[Verdict, ...]) -> tuple[list[str], list[list[str]]]:
+    """(f): each published quality claim, its verdict, the rule and the numbers."""
+    return (["published claim", "verdict", "rule", "numbers"],
+            [[v.text, v.verdict, v.rule, "; ".join(v.evidence)] for v in verdicts])
+
+
+# ------------------------------------------------------------------------ output
+def _setting(conv: Convergence) -> list[str]:
+    q = conv.quality
+    seeds = sorted({s for seeds in q["seeds"] for s in seeds})
+    return [f"- cells: `{conv.conv_dir}`; {len(q)} series, seeds {seeds}; "
+            f"{q['epochs'].max():g} epochs of {int(q['steps_per_epoch'].max())} steps "
+            f"(one replica), {int(q['warmup_epochs'].max())} of them warm-up (uncompressed); "
+            f"held-out "
+            f"evaluation of {int(q['eval_windows'].max())} windows before training and "
+            f"after every epoch",
+            f"- step times: `{conv.throughput_dir}` "
+            f"({len(conv.times)} throughput cells)",
+            f"- rules: same quality = within {TOLERANCE_PCT:g}% of fp32's final held-out "
+            f"loss; seed noise = within {NOISE_SPREADS:g} pooled seed spreads (sample sd); "
+            f"figures: mean over seeds, {BAND}"]
+
+
+def _tables(conv: Convergence) -> list[tuple[str, str, tuple[list[str], list[list[str]]]]]:
+    """(title, note, (headers, rows)) of every table, in report order."""
+    out = [("Final held-out loss over seeds", "Gap: mean minus fp32's of the same layout and "
+            "variant; in seed spreads: over the pooled sample sd.", quality_rows(conv.quality))]
+    if not conv.ttq.empty:
+        out.append((f"Time to fp32's final held-out loss within {TOLERANCE_PCT:g}%",
+                    "Training time of the first evaluation at or below the target, from the "
+                    "measured step times of each link's throughput cell.",
+                    time_rows(conv.ttq)))
+    if not conv.timed.empty:
+        out.append((f"Step times behind the time axis ({conv.scenario})",
+                    "Medians of the throughput cell's warm-up and measured steps.",
+                    source_rows(conv.timed, conv.order)))
+    dropout = dropout_rows(conv.quality)
+    if dropout[1]:
+        out.append(("Dropout and the delta", "Final held-out loss +- seed sd per variant "
+                    "(gap to fp32 of the same variant).", dropout))
+    out.append(("Published quality claims", "", verdict_rows(conv.verdicts)))
+    return out
+
+
+def _print(conv: Convergence, tables) -> None:
+    console = Console(width=max(160, os.get_terminal_size().columns if os.isatty(1) else 160))
+    if not conv.has_cells:
+        console.print(f"no convergence cells under {conv.conv_dir}")
+        return
+    for title, note, (headers, rows) in tables:
+        table = Table(*headers, title=title, caption=note or None)
+        for row in rows:  # Text: a variant's '[dropout0]' is not rich markup
+            table.add_row(*(Text(cell) for cell in row))
+        console.print(table)
+
+
+def write_convergence_report(conv_dir: Path, throughput_dir: Path, out_dir: Path, *,
+                             scenario: str = DEFAULT_SCENARIO,
+                             claims_path: Path = CLAIMS_FILE, quiet: bool = False) -> Path:
+    """Write `out_dir/convergence.md` and its figures; returns the report's path."""
+    conv_dir, throughput_dir, out_dir = Path(conv_dir), Path(throughput_dir), Path(out_dir)
+    conv = analyse(conv_dir, throughput_dir, load_claims(claims_path), scenario)
+    lines = ["# Convergence: model quality of each compression", ""]
+    if not conv.has_cells:
+        lines += [f"No convergence cells under `{conv_dir}`: nothing to judge. "
+                  "`make convergence` runs them.", ""]
+        tables: list = []
+    else:
+        tables = _tables(conv)
+        figures = (plot_loss_epoch(conv.bands, conv.order, out_dir)
+                   + plot_loss_time(conv.timed, conv.order, scenario, out_dir)
+                   + plot_time_to_quality(conv.ttq, conv.order, out_dir)
+                   + plot_dropout(conv.bands, out_dir))
+        lines += [*_setting(conv), ""]
+        if conv.times.empty:
+            lines += [f"No throughput cells under `{throughput_dir}`: no time axis and no "
+                      "time to quality (`make paper` runs them).", ""]
+        elif conv.timed.empty:
+            lines += [f"No throughput cell in `{throughput_dir}` for scenario {scenario} "
+                      "with the convergence cells' modes and batch: no loss-against-time "
+                      "figure.", ""]
+        for title, note, (headers, rows) in tables:
+            lines += [f"## {title}", "", markdown_table(headers, rows), ""]
+            lines += [note, ""] if note else []
+        lines += ["## Figures", ""]
+        lines += [f"![{p.stem}]({os.path.relpath(p, out_dir)})" for p in figures
+                  if p.suffix == ".png"]
+        lines += ["", "How to read each table and figure, and the verdict rules: "
+                  "docs/convergence.md."]
+    if not quiet:
+        _print(conv, tables)
+    return atomic_write_text(out_dir / "convergence.md", "\n".join(lines) + "\n")

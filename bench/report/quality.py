@@ -1,0 +1,264 @@
+"""Model quality from convergence cells: held-out loss curves, their statistics over
+seeds, the gap of each mode to fp32, and the verdicts on the published quality claims.
+Made from result files only (docs/results-schema.md).
+
+    curves = eval_curves(load_results(["results/convergence"]))
+    bands = seed_bands(curves)          # per series and eval step: mean, sd, min, max
+    table = quality_table(curves)       # per series: final loss over seeds, gap to fp32
+    verdicts = judge_claims(table, load_claims())
+
+Definitions (docs/convergence.md says the same for readers):
+- a series is one mode at one bit width, gradient compressor, layout and variant; its
+  cells differ only by seed. Its curve is the held-out loss (`eval_loss` of the eval
+  records, uncompressed, mean over the last-stage ranks of every replica) against epochs
+  done (= step / steps_per_epoch).
+- spread over seeds: the sample standard deviation (ddof 1) of the final held-out loss;
+  bands in the figures are min..max over seeds (with three seeds a band of +-1 sd would
+  claim a precision the data does not have).
+- gap to fp32: mean final loss minus that of fp32 with the same stages, replicas and
+  variant (a dp2 mode against fp32 dp2), in percent of fp32's, and in units of the
+  pooled seed spread sqrt((sd_mode^2 + sd_fp32^2) / 2).
+- verdict rules: see `judge_width` and `RULES`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from bench.report.claims import find_claim
+from bench.report.summary import MODE_RANK
+from bench.report.tables import mode_text
+
+__all__ = ["TOLERANCE_PCT", "NOISE_SPREADS", "RULES", "Verdict", "series_name",
+           "eval_curves", "seed_bands", "quality_table", "relative_final", "judge_width",
+           "judge_claims"]
+
+# Within 1% of fp32's final held-out loss is "the same quality" (also the target of
+# time-to-quality); a gap within 2 pooled seed spreads cannot be told from seed noise.
+TOLERANCE_PCT = 1.0
+NOISE_SPREADS = 2.0
+
+_IDENTITY = ("mode", "label", "grad_mode", "fw_bits", "bw_bits", "stages", "replicas",
+             "variant", "dropout", "dropout_masks", "epochs", "steps_per_epoch",
+             "warmup_epochs", "eval_windows")
+
+
+def series_name(row) -> str:
+    """'aqsgd 2/4', 'fp32 dp2', 'aqsgd+gc/ef21 2/4 dp2', 'directq 2/4 [dropout0]'."""
+    dp = f" dp{int(row['replicas'])}" if int(row["replicas"]) > 1 else ""
+    text = mode_text(row)
+    if row["variant"]:  # the variant goes last, after the layout
+        return text.replace(f" [{row['variant']}]", f"{dp} [{row['variant']}]")
+    return text + dp
+
+
+def eval_curves(metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell and eval step: the cell's identity, `series`, `seed`, `cell_dir`,
+    `step`, `epoch_done` and `eval_loss`. `metrics` is bench.results.files.load_results."""
+    if metrics.empty:
+        return pd.DataFrame(columns=[*_IDENTITY, "series", "seed", "cell_dir", "step",
+                                     "epoch_done", "eval_loss"])
+    # the last stage's records carry the loss (a diverged run's NaN stays NaN)
+    last_stage = pd.to_numeric(metrics["stage"]) == pd.to_numeric(metrics["stages"]) - 1
+    evals = metrics[(metrics["kind"] == "eval") & last_stage].copy()
+    evals["eval_loss"] = pd.to_numeric(evals["eval_loss"], errors="coerce")
+    if evals.empty:
+        return pd.DataFrame(columns=[*_IDENTITY, "series", "seed", "cell_dir", "step",
+                                     "epoch_done", "eval_loss"])
+    keys = ["cell_dir", "step"]
+    curves = evals.groupby(keys, as_index=False).agg(
+        eval_loss=("eval_loss", lambda v: v.mean(skipna=False)), seed=("seed", "first"),
+        **{k: (k, "first") for k in _IDENTITY})
+    curves["variant"] = curves["variant"].fillna("")
+    curves["series"] = curves.apply(series_name, axis=1)
+    curves["epoch_done"] = curves["step"] / curves["steps_per_epoch"]
+    return curves.sort_values(["series", "seed", "step"]).reset_index(drop=True)
+
+
+def _first(group: pd.DataFrame) -> dict:
+    return {k: group[k].iloc[0] for k in _IDENTITY}
+
+
+def seed_bands(curves: pd.DataFrame) -> pd.DataFrame:
+    """Per series and eval step: `mean`, `sd` (ddof 1), `lo`, `hi` (min, max) over seeds,
+    `n_seeds`, with the series identity and `epoch_done`."""
+    rows = []
+    for (series, step), group in curves.groupby(["series", "step"], sort=True):
+        losses = group["eval_loss"].to_numpy(dtype=float)
+        rows.append({"series": series, "step": int(step), **_first(group),
+                     "epoch_done": float(group["epoch_done"].iloc[0]),
+                     "mean": float(losses.mean()),
+                     "sd": float(losses.std(ddof=1)) if len(losses) > 1 else math.nan,
+                     "lo": float(losses.min()), "hi": float(losses.max()),
+                     "n_seeds": len(losses)})
+    return pd.DataFrame(rows)
+
+
+def quality_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """Per series: `n_seeds`, `seeds`, final held-out loss `mean`, `sd`, `lo`, `hi`,
+    `start_mean` (step 0, when evaluated), `diverged` (a seed ended non-finite or above
+    its own start), and against fp32 of the same stages, replicas and variant:
+    `fp32_mean`, `gap` (mean - fp32_mean), `gap_pct`, `gap_spreads` (gap over the pooled
+    spread; NaN with fewer than two seeds on either side or zero spread)."""
+    rows = []
+    for series, group in curves.groupby("series", sort=False):
+        by_seed = group.sort_values("step").groupby("seed")["eval_loss"]
+        last = by_seed.agg(lambda v: v.iloc[-1])
+        start = group[group["step"] == 0].set_index("seed")["eval_loss"]
+        diverged = bool((~np.isfinite(last)).any() or (last > start.reindex(last.index)).any())
+        final = last.to_numpy(dtype=float)
+        rows.append({"series": series, **_first(group), "n_seeds": len(final),
+                     "seeds": sorted(int(s) for s in last.index),
+                     "mean": float(final.mean()),
+                     "sd": float(final.std(ddof=1)) if len(final) > 1 else math.nan,
+                     "lo": float(final.min()), "hi": float(final.max()),
+                     "start_mean": float(start.mean()) if len(start) else math.nan,
+                     "diverged": diverged})
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    fp32 = table[table["mode"] == "fp32"].set_index(["stages", "replicas", "variant"])
+    ref = fp32.reindex(pd.MultiIndex.from_frame(table[["stages", "replicas", "variant"]]))
+    table["fp32_mean"] = ref["mean"].to_numpy(dtype=float)
+    table["gap"] = table["mean"] - table["fp32_mean"]
+    table["gap_pct"] = 100.0 * table["gap"] / table["fp32_mean"]
+    pooled = np.sqrt((table["sd"] ** 2 + ref["sd"].to_numpy(dtype=float) ** 2) / 2)
+    table["gap_spreads"] = table["gap"] / pooled.where(pooled > 0)
+    return _ordered(table)
+
+
+def relative_final(quality: pd.DataFrame) -> pd.DataFrame:
+    """Per series with an fp32 reference: final held-out loss over fp32's mean of the same
+    stages, replicas and variant: `rel` (mean), `rel_lo`, `rel_hi` (min, max over seeds)."""
+    rows = quality[quality["fp32_mean"].notna()]
+    return pd.DataFrame({"series": rows["series"], "rel": rows["mean"] / rows["fp32_mean"],
+                         "rel_lo": rows["lo"] / rows["fp32_mean"],
+                         "rel_hi": rows["hi"] / rows["fp32_mean"]}).reset_index(drop=True)
+
+
+def _ordered(table: pd.DataFrame) -> pd.DataFrame:
+    """Default variant first, then by replicas, mode, bits, gradient compressor."""
+    key = table.assign(_m=table["mode"].map(MODE_RANK).fillna(9),
+                       _fw=table["fw_bits"].fillna(0), _v=table["variant"] != "")
+    key = key.sort_values(["_v", "variant", "replicas", "_m", "_fw", "grad_mode"],
+                          kind="stable")
+    return key.drop(columns=["_m", "_fw", "_v"]).reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------- verdicts
+def judge_width(row, claim: str) -> str:
+    """One bit width's judgement of a claim, from its gap to fp32:
+    - "no_loss" (AQ-SGD keeps fp32's quality): `matched` when the gap is at most
+      TOLERANCE_PCT percent of fp32's loss (better than fp32 included); else
+      `inconclusive` when it is within NOISE_SPREADS pooled seed spreads (or there is no
+      spread to tell); else `not matched` (also when a seed diverged).
+    - "worse" (DirectQ loses quality or diverges): `matched` when a seed diverged, or
+      the gap exceeds TOLERANCE_PCT percent and NOISE_SPREADS spreads; `not matched` when
+      it is at most TOLERANCE_PCT percent; else `inconclusive`.
+    `not judged` when there is no fp32 reference."""
+    if claim not in ("no_loss", "worse"):
+        raise ValueError(f"judge_width: claim must be no_loss or worse, got {claim!r}")
+    gap_pct, spreads = row["gap_pct"], row["gap_spreads"]
+    if row["diverged"]:  # a diverged seed loses quality, whatever the mean says
+        return "matched" if claim == "worse" else "not matched"
+    if math.isnan(gap_pct):
+        return "not judged"
+    beyond_noise = not math.isnan(spreads) and spreads > NOISE_SPREADS
+    if claim == "no_loss":
+        if gap_pct <= TOLERANCE_PCT:
+            return "matched"
+        return "not matched" if beyond_noise else "inconclusive"
+    if gap_pct > TOLERANCE_PCT and beyond_noise:
+        return "matched"
+    return "not matched" if gap_pct <= TOLERANCE_PCT else "inconclusive"
+
+
+# claim id -> (mode, forward bit widths judged, per-width rule, how widths combine):
+# "all" = the claim speaks of every width (matched only when all are), "any" = of some
+# aggressive width (matched when one is). DirectQ's "aggressive" widths are those below
+# 4 bits: at 4/8 it should be close to fp32, and judging it there would test nothing.
+RULES = {
+    "quality_2_4_bits": ("aqsgd", (2, 3, 4), "no_loss", "all"),
+    "directq_worse": ("directq", (2, 3), "worse", "any"),
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A published claim judged on the convergence cells."""
+
+    claim_id: str
+    text: str
+    verdict: str  # matched | not matched | partly matched | inconclusive | not judged
+    rule: str
+    evidence: tuple[str, ...]  # one line per bit width: numbers and its judgement
+
+    def __post_init__(self):
+        allowed = ("matched", "not matched", "partly matched", "inconclusive", "not judged")
+        if self.verdict not in allowed:
+            raise ValueError(f"Verdict.verdict must be one of {allowed}, got {self.verdict!r}")
+
+
+def _rule_text(mode: str, widths: tuple[int, ...], claim: str, combine: str) -> str:
+    bits = ", ".join(str(b) for b in widths)
+    noise = f"{NOISE_SPREADS:g} pooled seed spreads"
+    if claim == "no_loss":
+        each = (f"a width holds when {mode}'s mean final held-out loss is within "
+                f"{TOLERANCE_PCT:g}% of fp32's (inconclusive when above that but within "
+                f"{noise})")
+    else:
+        each = (f"a width holds when {mode}'s mean final held-out loss is more than "
+                f"{TOLERANCE_PCT:g}% and more than {noise} above fp32's, or a seed diverged "
+                f"(not matched within {TOLERANCE_PCT:g}%)")
+    whole = ("every width must hold" if combine == "all" else
+             "matched when every width holds, partly matched when some do")
+    return f"forward {bits} bits, default variant, one replica; {each}; {whole}"
+
+
+def _combine(judged: list[str], combine: str) -> str:
+    if not judged or all(j == "not judged" for j in judged):
+        return "not judged"
+    if combine == "all":
+        if all(j == "matched" for j in judged):
+            return "matched"
+        return "not matched" if "not matched" in judged else "inconclusive"
+    if all(j == "matched" for j in judged):
+        return "matched"
+    if "matched" in judged:
+        return "partly matched"
+    return "not matched" if all(j == "not matched" for j in judged) else "inconclusive"
+
+
+def _evidence(row, judged: str) -> str:
+    spreads = "-" if math.isnan(row["gap_spreads"]) else f"{row['gap_spreads']:+.1f}"
+    return (f"{row['series']}: {row['mean']:.4f} vs fp32 {row['fp32_mean']:.4f} "
+            f"({row['gap_pct']:+.2f}%, {spreads} spreads, {row['n_seeds']} seeds"
+            f"{', diverged' if row['diverged'] else ''}): {judged}")
+
+
+def judge_claims(table: pd.DataFrame, claims: list[dict]) -> list[Verdict]:
+    """A Verdict for every claim of RULES present in `claims`, from quality_table."""
+    verdicts = []
+    for claim_id, (mode, widths, claim, combine) in RULES.items():
+        published = find_claim(claims, claim_id)
+        if published is None:
+            continue
+        rows = table[(table["mode"] == mode) & (table["variant"] == "")
+                     & (table["replicas"] == 1)
+                     & table["fw_bits"].isin(widths)] if not table.empty else table
+        rows = rows.sort_values("fw_bits") if not rows.empty else rows
+        judged = [judge_width(r, claim) for _, r in rows.iterrows()]
+        evidence = tuple(_evidence(r, j) for (_, r), j in zip(rows.iterrows(), judged,
+                                                              strict=True))
+        missing = sorted(set(widths) - {int(b) for b in rows["fw_bits"]}) if len(rows) \
+            else list(widths)
+        if missing:  # a width without cells counts as not judged
+            evidence += (f"no {mode} cells at forward {', '.join(map(str, missing))} bits",)
+            judged += ["not judged"] * len(missing)
+        verdicts.append(Verdict(claim_id, published["text"], _combine(judged, combine),
+                                _rule_text(mode, widths, claim, combine), evidence))
+    return verdicts

@@ -1,0 +1,177 @@
+"""Held-out loss against wall-clock time on a given link, and the time each mode needs to
+reach fp32's quality on every link of the paper sweep: quality from the convergence
+cells (run unshaped: quality does not depend on the link), time from the measured step
+times of the same mode in the throughput cells of that scenario.
+
+    times = step_times(load_results(["results/paper"]))
+    timed = timed_bands(bands, facts, times, "100mbps")     # bands with `time_s`
+    ttq = time_to_quality(quality, bands, facts, times)     # series x scenario
+
+Definitions:
+- a throughput cell serves a series when it has the same label (mode, bits, gradient
+  compressor), stages, replicas and samples per optimizer step; its warm-up step time
+  is the median wall time (slowest rank) of its warm-up steps, its steady step time the
+  median of its measured steps. Medians resist the odd step slowed by other load.
+- elapsed time after `s` optimizer steps of a convergence cell with `W` warm-up steps:
+  min(s, W) * warm-up step time + max(0, s - W) * steady step time. Evaluation time is
+  left out (it is the same for every mode and no part of training).
+- time to quality: the elapsed time of the first evaluation at which the series' mean
+  held-out loss over seeds is within TOLERANCE_PCT of fp32's final mean (fp32 of the
+  same stages and replicas), "not reached" when no evaluation is; resolution is one
+  evaluation interval (an epoch).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from bench.report.quality import TOLERANCE_PCT
+
+__all__ = ["format_seconds", "step_times", "series_facts", "elapsed_s", "match_step_time",
+           "timed_bands", "time_to_quality"]
+
+
+def format_seconds(value: float) -> str:
+    """'0.42 s', '37.5 s', '412 s', '1.9 h': enough digits to compare modes."""
+    if value < 10:
+        return f"{value:.2f} s"
+    if value < 100:
+        return f"{value:.1f} s"
+    return f"{value:.0f} s" if value < 3600 else f"{value / 3600:.1f} h"
+
+
+def _num(series: pd.Series) -> pd.Series:
+    return pd.to_numeric(series, errors="coerce")
+
+
+def _per_cell(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per cell_dir: samples per step (stage-0 ranks summed, median over steps) and the
+    number of train steps the worker flagged warm-up."""
+    train = metrics[metrics["kind"] == "train"]
+    rows = []
+    for cell_dir, cell in train.groupby("cell_dir", sort=True):
+        first = cell[_num(cell["stage"]) == 0]
+        samples = _num(first["samples"]).groupby(first["step"]).sum()
+        warm = cell[cell["warmup"].astype(bool)]["step"].nunique()
+        rows.append({"cell_dir": cell_dir, "samples_per_step": float(samples.median()),
+                     "warmup_steps": int(warm)})
+    return pd.DataFrame(rows, columns=["cell_dir", "samples_per_step", "warmup_steps"])
+
+
+def step_times(metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per throughput cell (bench.results.files.load_results of its sweep):
+    identity, `samples_per_step`, `warm_step_s` (NaN without warm-up steps),
+    `steady_step_s`, `warmup_steps`, `cell` (its name)."""
+    train = metrics[metrics["kind"] == "train"]
+    per_cell = _per_cell(metrics).set_index("cell_dir")
+    rows = []
+    for cell_dir, cell in train.groupby("cell_dir", sort=True):
+        wall = _num(cell["step_time_s"]).groupby(cell["step"]).max()
+        warm_steps = cell.groupby("step")["warmup"].agg(lambda v: bool(v.astype(bool).any()))
+        head = cell.iloc[0]
+        rows.append({"cell_dir": cell_dir, "cell": head["cell"], "scenario": head["scenario"],
+                     "rate_mbit": head["rate_mbit"], "shaped": bool(head["shaped"]),
+                     "host_limited": bool(head["host_limited"]), "label": head["label"],
+                     "mode": head["mode"], "stages": int(head["stages"]),
+                     "replicas": int(head["replicas"]),
+                     "samples_per_step": per_cell.loc[cell_dir, "samples_per_step"],
+                     "warmup_steps": per_cell.loc[cell_dir, "warmup_steps"],
+                     "warm_step_s": float(wall[warm_steps].median()) if warm_steps.any()
+                     else math.nan,
+                     "steady_step_s": float(wall[~warm_steps].median())})
+    return pd.DataFrame(rows)
+
+
+def series_facts(metrics: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """Per series of the convergence cells: `label`, `stages`, `replicas`,
+    `samples_per_step`, `warmup_steps` (of its first cell: the seeds share them)."""
+    per_cell = _per_cell(metrics)
+    cells = curves.drop_duplicates("cell_dir")[["cell_dir", "series", "label", "stages",
+                                                "replicas"]]
+    facts = cells.merge(per_cell, on="cell_dir", how="left")
+    return facts.drop_duplicates("series").drop(columns="cell_dir").set_index("series")
+
+
+def elapsed_s(steps, warmup_steps: int, warm_step_s: float, steady_step_s: float):
+    """Training time after `steps` optimizer steps (array or scalar): warm-up steps at
+    their own measured time, the rest at the steady one."""
+    steps = np.asarray(steps, dtype=float)
+    warm = np.minimum(steps, warmup_steps)
+    # a throughput cell without warm-up steps has no warm-up time: use the steady one
+    warm_s = steady_step_s if math.isnan(warm_step_s) else warm_step_s
+    return warm * warm_s + (steps - warm) * steady_step_s
+
+
+def match_step_time(fact: pd.Series, times: pd.DataFrame, scenario: str) -> pd.Series | None:
+    """The throughput cell of `scenario` that serves the series of `fact` (same label,
+    stages, replicas and samples per step), None when there is none."""
+    if times.empty:
+        return None
+    hit = times[(times["scenario"] == scenario) & (times["label"] == fact["label"])
+                & (times["stages"] == fact["stages"]) & (times["replicas"] == fact["replicas"])
+                & (times["samples_per_step"] == fact["samples_per_step"])]
+    return None if hit.empty else hit.iloc[-1]
+
+
+def timed_bands(bands: pd.DataFrame, facts: pd.DataFrame, times: pd.DataFrame,
+                scenario: str) -> pd.DataFrame:
+    """`bands` (quality.seed_bands) of the series that have a throughput cell in
+    `scenario`, with `time_s` (elapsed training time at that eval step), `source`
+    (the throughput cell's name), `warm_step_s`, `steady_step_s`."""
+    out = []
+    for series, rows in bands.groupby("series", sort=False):
+        src = match_step_time(facts.loc[series], times, scenario)
+        if src is None:
+            continue
+        rows = rows.sort_values("step").copy()
+        rows["time_s"] = elapsed_s(rows["step"], int(facts.loc[series, "warmup_steps"]),
+                                   src["warm_step_s"], src["steady_step_s"])
+        rows["source"] = src["cell"]
+        rows["warm_step_s"], rows["steady_step_s"] = src["warm_step_s"], src["steady_step_s"]
+        out.append(rows)
+    return pd.concat(out, ignore_index=True) if out else bands.iloc[0:0].assign(
+        time_s=[], source=[], warm_step_s=[], steady_step_s=[])
+
+
+def time_to_quality(quality: pd.DataFrame, bands: pd.DataFrame, facts: pd.DataFrame,
+                    times: pd.DataFrame, tolerance_pct: float = TOLERANCE_PCT) -> pd.DataFrame:
+    """One row per series of the default variant and scenario of `times` (shaped links,
+    fastest first): `target` (fp32's final mean x (1 + tolerance)), `reached_step`,
+    `time_s`, `status` (reached | not reached | no throughput cell | no fp32 reference),
+    `source` (the throughput cell), `rate_mbit`, `host_limited`, and the series' `mode`,
+    `stages`, `replicas`."""
+    shaped = times[times["shaped"]] if not times.empty else times
+    links = (shaped.drop_duplicates("scenario").sort_values("rate_mbit", ascending=False)
+             if not shaped.empty else shaped)
+    rows = []
+    for _, q in quality[quality["variant"] == ""].iterrows():
+        target = q["fp32_mean"] * (1 + tolerance_pct / 100)
+        mine = bands[bands["series"] == q["series"]].sort_values("step")
+        hit = mine[mine["mean"] <= target]
+        reached_step = int(hit["step"].iloc[0]) if not hit.empty else None
+        for _, link in links.iterrows():
+            scenario = link["scenario"]
+            src = match_step_time(facts.loc[q["series"]], times, scenario)
+            row = {"series": q["series"], "mode": q["mode"], "stages": q["stages"],
+                   "replicas": q["replicas"], "scenario": scenario, "rate_mbit": link["rate_mbit"],
+                   "host_limited": bool(link["host_limited"]), "target": target,
+                   "reached_step": reached_step, "time_s": math.nan,
+                   "source": None if src is None else src["cell"]}
+            if math.isnan(target):
+                row["status"] = "no fp32 reference"
+            elif src is None:
+                row["status"] = "no throughput cell"
+            elif reached_step is None:
+                row["status"] = "not reached"
+            else:
+                row["status"] = "reached"
+                row["time_s"] = float(elapsed_s(reached_step,
+                                                int(facts.loc[q["series"], "warmup_steps"]),
+                                                src["warm_step_s"], src["steady_step_s"]))
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["series", "mode", "stages", "replicas", "scenario",
+                                       "rate_mbit", "host_limited", "target", "reached_step",
+                                       "time_s", "status", "source"])

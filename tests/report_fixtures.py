@@ -1,0 +1,116 @@
+"""Hand-made result cells for the report tests, written to the documented schema
+(docs/results-schema.md) by the result writers of bench.results.files, without the
+harness: the reports are tested against the files, and every number in a fixture is
+chosen so the expected figure can be worked out by hand.
+
+    write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, seed=1, eval_losses=[4, 3, 2.5])
+
+Train records: `(epochs) * steps_per_epoch` steps per rank, the first `warmup_epochs *
+steps_per_epoch` flagged warm-up and taking `warmup_step_time_s`, the rest
+`step_time_s`. Eval records: one before training and one after every epoch (`step` =
+optimizer steps done), from every rank, `eval_loss` on the last stage only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.results.files import SCHEMA_VERSION, metrics_frame, write_csv, write_json
+
+__all__ = ["fixture_label", "write_fixture_cell"]
+
+
+def fixture_label(mode: str, fw: int | None, bw: int | None, grad_mode: str) -> str:
+    """The harness's label: 'fp32', 'aqsgd-fw2-bw4', 'aqsgd+gc-ef21-fw2-bw4'."""
+    if mode == "fp32":
+        return "fp32"
+    gc = f"-{grad_mode}" if mode == "aqsgd+gc" else ""
+    return f"{mode}{gc}-fw{fw}-bw{bw}"
+
+
+def _records(rank: int, *, stages: int, replicas: int, epochs: int, steps_per_epoch: int,
+             warmup_epochs: int, step_time_s: float, warmup_step_time_s: float,
+             act_bytes: int, samples: int, train_loss0: float,
+             eval_losses: list[float] | None) -> list[dict]:
+    stage, replica = rank % stages, rank // stages
+    last = stage == stages - 1
+    recs = []
+    for i, loss in enumerate(eval_losses or []):
+        recs.append({"kind": "eval", "step": i * steps_per_epoch, "epoch": i, "warmup": False,
+                     "rank": rank, "stage": stage, "replica": replica,
+                     "eval_loss": loss if last else None, "samples": 128, "tokens": 128 * 64,
+                     "eval_time_s": 0.5})
+    for step in range(epochs * steps_per_epoch):
+        warm = step < warmup_epochs * steps_per_epoch
+        sent = {"activation": act_bytes if not last else 0,
+                "gradient": act_bytes if stage > 0 else 0, "dp": 0}
+        t = warmup_step_time_s if warm else step_time_s
+        recs.append({
+            "kind": "train", "step": step, "epoch": step // steps_per_epoch, "warmup": warm,
+            "rank": rank, "stage": stage, "replica": replica,
+            "loss": train_loss0 - 0.1 * step if last else None,
+            "step_time_s": t, "compute_s": 0.1, "comm_wait_s": t - 0.1, "compress_s": 0.0,
+            "samples": samples, "tokens": samples * 64, "lr": 1e-4,
+            "bytes_sent": sent, "bytes_recv": {"activation": 0, "gradient": 0, "dp": 0},
+            "bytes_by_peer": {}})
+    return recs
+
+
+def write_fixture_cell(root: Path, *, mode: str = "fp32", fw: int | None = None,
+                       bw: int | None = None, grad_mode: str = "fp32",
+                       scenario: str = "100mbps", rate_mbit: float | None = 100.0,
+                       shaped: bool = True, launcher: str = "netns", sweep: str = "synthetic",
+                       stages: int = 2, replicas: int = 1, seed: int = 0, variant: str = "",
+                       dropout: float = 0.1, dropout_masks: str = "random", epochs: int = 3,
+                       steps_per_epoch: int = 2, warmup_epochs: int = 1,
+                       eval_windows: int = 128, step_time_s: float = 0.2,
+                       warmup_step_time_s: float | None = None, act_bytes: int = 1000,
+                       samples: int = 64, train_loss0: float = 5.0,
+                       eval_losses: list[float] | None = None, status: str = "ok",
+                       achieved_mbit: float | None = None,
+                       ceiling_mbit: float | None = None, spec_key: str = "key") -> Path:
+    """One finished cell under `root`; returns its directory."""
+    label = fixture_label(mode, fw, bw, grad_mode)
+    name = f"{scenario}__{label}" + (f"-dp{replicas}" if replicas > 1 else "") + \
+        f"__s{seed}" + (f"__{variant}" if variant else "")
+    cell_dir = root / name
+    metrics = cell_dir / "metrics"
+    metrics.mkdir(parents=True, exist_ok=True)
+    for rank in range(stages * replicas):
+        recs = _records(rank, stages=stages, replicas=replicas, epochs=epochs,
+                        steps_per_epoch=steps_per_epoch, warmup_epochs=warmup_epochs,
+                        step_time_s=step_time_s,
+                        warmup_step_time_s=step_time_s if warmup_step_time_s is None
+                        else warmup_step_time_s,
+                        act_bytes=act_bytes, samples=samples, train_loss0=train_loss0,
+                        eval_losses=eval_losses)
+        (metrics / f"rank{rank}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    frame, _ = metrics_frame(sorted(metrics.glob("rank*.jsonl")), name)
+    write_csv(cell_dir / "metrics.csv", frame)
+    achieved = (rate_mbit or 1000.0) if achieved_mbit is None else achieved_mbit
+    cell = {"name": name, "sweep": sweep, "scenario": scenario, "mode": mode, "label": label,
+            "fw_bits": fw, "bw_bits": bw, "grad_mode": grad_mode, "preset": "tiny",
+            "stages": stages, "replicas": replicas, "launcher": launcher,
+            "shaped": shaped and rate_mbit is not None, "rate_mbit": rate_mbit,
+            "delay_ms": 0.0, "host_limited": ceiling_mbit is not None,
+            "rate_mbit_achieved": achieved if rate_mbit is not None else None,
+            "seed": seed, "variant": variant, "dropout": dropout,
+            "dropout_masks": dropout_masks, "epochs": epochs,
+            "steps_per_epoch": steps_per_epoch, "warmup_epochs": warmup_epochs,
+            "eval_windows": eval_windows}
+    probe = [{"src": 0, "dst": 1, "rate_mbit_configured": rate_mbit,
+              "rate_mbit_achieved": achieved, "rate_mbit_first_to_last": achieved,
+              "rate_mbit_ceiling": ceiling_mbit, "host_limited": ceiling_mbit is not None,
+              "rtt_ms": 0.1, "rtt_ms_min": 0.1, "rtt_ms_configured": 0.0,
+              "probe_bytes": 1 << 20}]
+    prov = {"git": {"commit": "abc", "dirty": False}, "versions": {},
+            "hardware": {"cpu_model": "test cpu", "cpu_cores": 2, "memory_gib": 24.0,
+                         "gpus": [], "hostname": "test", "os": "Linux"}}
+    write_json(cell_dir / "meta.json", {
+        "schema_version": SCHEMA_VERSION, "cell": cell, "spec": {}, "spec_key": spec_key,
+        "seed": seed, "probe": probe, "provenance": prov, "status": status,
+        "failure": None if status == "ok" else {"rank": None, "returncode": None,
+                                                "reason": "fixture failure"},
+        "wall_s": 1.0})
+    return cell_dir
