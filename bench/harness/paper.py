@@ -19,7 +19,8 @@ from pathlib import Path
 
 from bench.harness.convergence import plan, run_plan, write_report
 from bench.launch.choice import LAUNCHERS
-from bench.report.paper import CLAIMS_FILE, draw_paper_figures
+from bench.report.claims import CLAIMS_FILE
+from bench.report.paper import draw_paper_figures
 from bench.report.plots import print_figure_paths
 
 __all__ = ["add_arguments", "run_paper"]
