@@ -19,7 +19,9 @@ from bench.results.files import (
     METRIC_COLUMNS,
     SCHEMA_VERSION,
     SchemaError,
+    find_cells,
     is_finished,
+    load_metas,
     load_results,
     metrics_frame,
     provenance,
@@ -193,3 +195,18 @@ def test_load_results_of_a_missing_path_says_which(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
         load_results([tmp_path / "nowhere"])
     assert isinstance(load_results([tmp_path]), pd.DataFrame)
+
+
+def test_a_sweep_directory_reads_only_the_cells_its_sweep_json_lists(tmp_path):
+    # A cell left from an earlier version of the sweep (here: renamed, of schema 1) must
+    # neither be read nor stop the reader; outside a sweep directory every cell counts.
+    sweep_dir = tmp_path / "results" / "regress"
+    kept = write_fixture_cell(sweep_dir, spec_key="k1")
+    stale = write_fixture_cell(sweep_dir, mode="aqsgd", fw=2, bw=4, spec_key="k2")
+    _rewrite_meta(stale, lambda m: m.update(schema_version=1))
+    with pytest.raises(SchemaError):
+        load_metas([sweep_dir])
+    (sweep_dir / "sweep.json").write_text(json.dumps({"cells": [kept.name, "never-ran"]}))
+    assert find_cells([sweep_dir]) == [kept]
+    assert [m["cell_dir"] for m in load_metas([sweep_dir])] == [str(kept)]
+    assert find_cells([tmp_path / "results"]) == [kept]

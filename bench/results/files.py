@@ -256,8 +256,16 @@ def metrics_frame(jsonl_paths: Iterable[str | Path],
 
 
 # -------------------------------------------------------------------- loading
+def _sweep_cells(sweep_dir: Path) -> list[Path]:
+    """The cells a sweep directory's sweep.json lists that have a meta.json: a cell left
+    from an earlier version of the sweep (a renamed or dropped cell) is not read."""
+    listed = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))["cells"]
+    return [sweep_dir / name for name in listed if (sweep_dir / name / "meta.json").is_file()]
+
+
 def find_cells(paths: Iterable[str | Path]) -> list[Path]:
-    """Cell directories under `paths` (each a cell, a sweep, or a results tree)."""
+    """Cell directories under `paths` (each a cell, a sweep, or a results tree). Inside a
+    sweep directory (one with sweep.json) only the cells its sweep.json lists count."""
     cells: list[Path] = []
     for p in paths:
         p = Path(p)
@@ -265,8 +273,12 @@ def find_cells(paths: Iterable[str | Path]) -> list[Path]:
             raise FileNotFoundError(f"no results at {p}")
         if (p / "meta.json").is_file():
             cells.append(p)
-        else:
-            cells.extend(sorted(m.parent for m in p.rglob("meta.json")))
+            continue
+        sweeps = {s.parent for s in p.rglob("sweep.json")}
+        for sweep_dir in sweeps:
+            cells.extend(_sweep_cells(sweep_dir))
+        cells.extend(m.parent for m in p.rglob("meta.json")
+                     if not any(m.is_relative_to(s) for s in sweeps))
     return sorted(set(cells))
 
 
