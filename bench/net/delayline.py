@@ -23,6 +23,16 @@ between two hosts, measured on a busy 2-core machine. The link probe reports a
 link that falls short, and `python -m bench.launch calibrate` measures this
 machine's ceiling ("delay mechanism ceiling").
 
+Between containers (the Docker launcher), each container runs a delay line of
+its own (`--tunnel-config`): one TUN device in its own namespace, and one UDP
+socket on the container's network. A packet the container's kernel sends to
+peer j's TUN address comes out of the TUN, waits (or is dropped) here as above,
+then travels to peer j's delay line as one UDP datagram; that delay line writes
+it into its TUN at once. The delay is applied once, by the sender, so the round
+trip is delay(i -> j) + delay(j -> i) as on the namespace path, and rate shaping
+stays on each TUN's egress. The TUN's MTU leaves room for the UDP/IP header
+(TUNNEL_OVERHEAD_BYTES), so no datagram is fragmented.
+
 The TUN devices are not persistent: they disappear when this process exits.
 """
 
@@ -44,7 +54,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["DelayLineConfig", "open_tun", "run_delay_line"]
+__all__ = ["TUNNEL_OVERHEAD_BYTES", "DelayLineConfig", "TunnelConfig", "open_tun",
+           "run_delay_line", "run_tunnel"]
 
 TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
@@ -54,6 +65,7 @@ PR_SET_PDEATHSIG = 1
 READ_BATCH = 256  # packets read from one TUN per wake-up
 MAX_PACKET_BYTES = 65536
 RT_PRIORITY = 10  # low among real-time priorities (1..99)
+TUNNEL_OVERHEAD_BYTES = 28  # IPv4 (20) + UDP (8) around each tunnelled packet
 
 
 @dataclass(frozen=True)
@@ -93,13 +105,66 @@ class DelayLineConfig:
                    seed=int(raw["seed"]), **mats)
 
 
+@dataclass(frozen=True)
+class TunnelConfig:
+    """The delay line of container `host` (see module doc): its TUN `tun`; every
+    host's TUN address `tun_addrs[j]` (the workers' addresses) and address on the
+    containers' network `peer_addrs[j]`, where its delay line listens on UDP `port`;
+    the rows give this host's outgoing link to j (entry `host` unused)."""
+
+    host: int
+    tun: str
+    tun_addrs: tuple[str, ...]
+    peer_addrs: tuple[str, ...]
+    port: int
+    delay_ms: tuple[float, ...]
+    jitter_ms: tuple[float, ...]
+    loss_pct: tuple[float, ...]
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.tun_addrs)
+        if not 0 <= self.host < n:
+            raise ValueError(f"TunnelConfig.host: expected 0..{n - 1}, got {self.host}")
+        for name in ("peer_addrs", "delay_ms", "jitter_ms", "loss_pct"):
+            row = getattr(self, name)
+            if len(row) != n:
+                raise ValueError(f"TunnelConfig.{name}: expected {n} entries (one per host), "
+                                 f"got {row}")
+        for name in ("delay_ms", "jitter_ms", "loss_pct"):
+            if any(v < 0 for v in getattr(self, name)):
+                raise ValueError(f"TunnelConfig.{name}: negative entry in {getattr(self, name)}")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"TunnelConfig.port: expected 1..65535, got {self.port}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TunnelConfig:
+        raw = json.loads(text)
+        rows = {k: tuple(float(v) for v in raw[k]) for k in ("delay_ms", "jitter_ms", "loss_pct")}
+        return cls(host=int(raw["host"]), tun=raw["tun"], tun_addrs=tuple(raw["tun_addrs"]),
+                   peer_addrs=tuple(raw["peer_addrs"]), port=int(raw["port"]),
+                   seed=int(raw["seed"]), **rows)
+
+
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def open_tun(netns: str, name: str) -> int:
-    """Create TUN device `name` inside namespace `netns`; return its (non-blocking) fd.
-    The process enters the namespace only to create the device, then returns."""
+def _tun_fd(name: str) -> int:
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH22x", name.encode(), IFF_TUN | IFF_NO_PI))
+    return fd
+
+
+def open_tun(netns: str | None, name: str) -> int:
+    """Create TUN device `name` inside namespace `netns` (None: this process's own);
+    return its (non-blocking) fd. The process enters the namespace only to create the
+    device, then returns."""
+    if netns is None:
+        return _tun_fd(name)
     libc = _libc()
     own = os.open("/proc/self/ns/net", os.O_RDONLY)
     target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
@@ -108,9 +173,7 @@ def open_tun(netns: str, name: str) -> int:
             err = ctypes.get_errno()
             raise OSError(err, f"setns into network namespace {netns!r}: {os.strerror(err)}")
         try:
-            fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
-            ifr = struct.pack("16sH22x", name.encode(), IFF_TUN | IFF_NO_PI)
-            fcntl.ioctl(fd, TUNSETIFF, ifr)
+            fd = _tun_fd(name)
         finally:
             if libc.setns(own, CLONE_NEWNET) != 0:
                 raise OSError(ctypes.get_errno(), "setns back into the original namespace")
@@ -120,59 +183,130 @@ def open_tun(netns: str, name: str) -> int:
     return fd
 
 
+class _Impairments:
+    """Delay, jitter and loss of directed links (ms, ms, % matrices), and the heap of
+    packets waiting to leave: `admit` schedules one packet (or drops it), `due`
+    pops those whose time has come."""
+
+    def __init__(self, delay_ms, jitter_ms, loss_pct, seed: int):
+        self.delay_s = [[d / 1e3 for d in row] for row in delay_ms]
+        self.jitter_s = [[j / 1e3 for j in row] for row in jitter_ms]
+        self.loss = [[p / 100.0 for p in row] for row in loss_pct]
+        self.last_out = [[0.0] * len(row) for row in delay_ms]  # per-link FIFO
+        self.rng = random.Random(seed)
+        self.pending: list[tuple[float, int, int, bytes]] = []  # (due time, seq, dst, packet)
+        self.seq = 0
+
+    def wait_s(self) -> float | None:
+        """Seconds until the next packet is due; None when none waits."""
+        return max(0.0, self.pending[0][0] - time.monotonic()) if self.pending else None
+
+    def admit(self, src: int, dst: int, pkt: bytes, now: float) -> None:
+        loss, jitter = self.loss[src][dst], self.jitter_s[src][dst]
+        if loss and self.rng.random() < loss:
+            return
+        due = now + self.delay_s[src][dst]
+        if jitter:
+            due += self.rng.uniform(-jitter, jitter)
+        due = max(due, self.last_out[src][dst])  # no packet overtakes the one ahead
+        self.last_out[src][dst] = due
+        heapq.heappush(self.pending, (due, self.seq, dst, pkt))
+        self.seq += 1
+
+    def due(self, now: float):
+        while self.pending and self.pending[0][0] <= now:
+            _, _, dst, pkt = heapq.heappop(self.pending)
+            yield dst, pkt
+
+
+def _ipv4_dst(pkt: bytes) -> bytes | None:
+    # IPv4 only (byte 0 high nibble); the destination address is bytes 16..20
+    return pkt[16:20] if len(pkt) >= 20 and pkt[0] >> 4 == 4 else None
+
+
+def _select(fds: list, wait_s: float | None) -> list:
+    # select() takes a microsecond timeout (epoll rounds up to whole milliseconds)
+    return select.select(fds, [], [], wait_s)[0] if wait_s is not None \
+        else select.select(fds, [], [])[0]
+
+
+def _read_batch(fd: int):
+    for _ in range(READ_BATCH):
+        try:
+            yield os.read(fd, MAX_PACKET_BYTES)
+        except BlockingIOError:
+            return
+
+
+def _write(fd: int, pkt: bytes) -> None:
+    try:
+        os.write(fd, pkt)
+    except (BlockingIOError, OSError):
+        pass  # the receiving TUN is full or down: a drop, as a real link would
+
+
 def run_delay_line(cfg: DelayLineConfig, ready=sys.stdout, scheduling: str = "normal") -> None:
     """Open the TUNs, print "ready SCHEDULING", forward packets until SIGTERM."""
-    n = len(cfg.netns)
     fds = [open_tun(ns, tun) for ns, tun in zip(cfg.netns, cfg.tun, strict=True)]
     host_of = {socket.inet_aton(a): i for i, a in enumerate(cfg.addrs)}
-    delay_s = [[d / 1e3 for d in row] for row in cfg.delay_ms]
-    jitter_s = [[j / 1e3 for j in row] for row in cfg.jitter_ms]
-    loss = [[p / 100.0 for p in row] for row in cfg.loss_pct]
-    last_out = [[0.0] * n for _ in range(n)]  # per-link FIFO: no packet overtakes
-    rng = random.Random(cfg.seed)
-    pending: list[tuple[float, int, int, bytes]] = []  # heap of (due time, seq, dst, packet)
-    seq = 0
-
+    links = _Impairments(cfg.delay_ms, cfg.jitter_ms, cfg.loss_pct, cfg.seed)
     src_of_fd = {fd: i for i, fd in enumerate(fds)}
     print(f"ready {scheduling}", file=ready, flush=True)
 
     while True:
-        # select() takes a microsecond timeout (epoll rounds up to whole milliseconds)
-        if pending:
-            wait_s = max(0.0, pending[0][0] - time.monotonic())
-            readable, _, _ = select.select(fds, [], [], wait_s)
-        else:
-            readable, _, _ = select.select(fds, [], [])
+        readable = _select(fds, links.wait_s())
         now = time.monotonic()
         for fd in readable:
             src = src_of_fd[fd]
+            for pkt in _read_batch(fd):
+                dst = host_of.get(_ipv4_dst(pkt))
+                if dst is not None and dst != src:
+                    links.admit(src, dst, pkt, now)
+        for dst, pkt in links.due(time.monotonic()):
+            _write(fds[dst], pkt)
+
+
+def run_tunnel(cfg: TunnelConfig, ready_path: Path, scheduling: str = "normal") -> None:
+    """One container's delay line (see module doc): open its TUN and UDP socket, write
+    "ready SCHEDULING" to ready_path (atomically), forward packets until SIGTERM."""
+    n, me = len(cfg.tun_addrs), cfg.host
+    tun = open_tun(None, cfg.tun)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind((cfg.peer_addrs[me], cfg.port))
+    udp.setblocking(False)
+    host_of = {socket.inet_aton(a): j for j, a in enumerate(cfg.tun_addrs)}
+    peers = {(a, cfg.port) for j, a in enumerate(cfg.peer_addrs) if j != me}
+
+    def only_mine(row: tuple[float, ...]) -> list[list[float]]:
+        return [list(row) if i == me else [0.0] * n for i in range(n)]  # (n, n)
+
+    links = _Impairments(only_mine(cfg.delay_ms), only_mine(cfg.jitter_ms),
+                         only_mine(cfg.loss_pct), cfg.seed)
+    tmp = ready_path.with_name(ready_path.name + ".tmp")
+    tmp.write_text(f"ready {scheduling}\n")
+    os.replace(tmp, ready_path)
+
+    while True:
+        readable = _select([tun, udp], links.wait_s())
+        now = time.monotonic()
+        if tun in readable:
+            for pkt in _read_batch(tun):
+                dst = host_of.get(_ipv4_dst(pkt))
+                if dst is not None and dst != me:
+                    links.admit(me, dst, pkt, now)
+        if udp in readable:
             for _ in range(READ_BATCH):
                 try:
-                    pkt = os.read(fd, MAX_PACKET_BYTES)
+                    pkt, sender = udp.recvfrom(MAX_PACKET_BYTES)
                 except BlockingIOError:
                     break
-                # IPv4 only (byte 0 high nibble); the destination address is bytes 16..20
-                if len(pkt) < 20 or pkt[0] >> 4 != 4:
-                    continue
-                dst = host_of.get(pkt[16:20])
-                if dst is None or dst == src:
-                    continue
-                if loss[src][dst] and rng.random() < loss[src][dst]:
-                    continue
-                due = now + delay_s[src][dst]
-                if jitter_s[src][dst]:
-                    due += rng.uniform(-jitter_s[src][dst], jitter_s[src][dst])
-                due = max(due, last_out[src][dst])
-                last_out[src][dst] = due
-                heapq.heappush(pending, (due, seq, dst, pkt))
-                seq += 1
-        now = time.monotonic()
-        while pending and pending[0][0] <= now:
-            _, _, dst, pkt = heapq.heappop(pending)
+                if sender in peers:  # nothing else may inject packets into the TUN
+                    _write(tun, pkt)
+        for dst, pkt in links.due(time.monotonic()):
             try:
-                os.write(fds[dst], pkt)
+                udp.sendto(pkt, (cfg.peer_addrs[dst], cfg.port))
             except (BlockingIOError, OSError):
-                pass  # the receiving TUN is full or down: a drop, as a real link would
+                pass  # the socket's buffer is full: a drop, as a real link would
 
 
 def _realtime_priority() -> str:
@@ -192,12 +326,23 @@ def _exit_on_sigterm(signum, frame):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", type=Path, required=True, help="DelayLineConfig JSON file")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--config", type=Path, help="DelayLineConfig JSON file (namespaces)")
+    mode.add_argument("--tunnel-config", type=Path,
+                      help="TunnelConfig JSON file (this container's delay line)")
+    parser.add_argument("--ready-file", type=Path,
+                        help="with --tunnel-config: written once the delay line forwards")
     args = parser.parse_args(argv)
+    if args.tunnel_config is not None and args.ready_file is None:
+        parser.error("--tunnel-config needs --ready-file")
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     # die with the launcher, so a killed run leaves no forwarding process behind
     _libc().prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    run_delay_line(DelayLineConfig.load(args.config), scheduling=_realtime_priority())
+    if args.config is not None:
+        run_delay_line(DelayLineConfig.load(args.config), scheduling=_realtime_priority())
+    else:
+        run_tunnel(TunnelConfig.from_json(args.tunnel_config.read_text()), args.ready_file,
+                   scheduling=_realtime_priority())
 
 
 if __name__ == "__main__":
