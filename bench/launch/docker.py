@@ -23,8 +23,19 @@ handed to that user before each spawn. `docker exec` does not pass signals on, s
 each worker runs under the entrypoint's `--tied` mode: stopping the client (the
 harness's stop_all, or the harness dying) closes its stdin, and the worker's
 process group inside the container is stopped. Delay, jitter and loss use netem where the
-kernel has it; the userspace delay line is not run inside containers, so without
-netem they are refused (or, with allow_drop, recorded as dropped).
+kernel has it (tried in a scratch container P-cap before the hosts exist); without
+it, each container runs its own userspace delay line (bench.net.delayline, container
+mode), which the image's entrypoint starts before anything else: the containers then
+get the TUN device (`--device /dev/net/tun`, only then) and the workers talk over it.
+
+Interpreter (`python`): "host" runs the workers with this process's own interpreter
+and virtual environment, mounted read-only at their own paths, so that a Docker cell
+tokenizes the same text (the BPE's corpus and the fine-tuning text come from the
+interpreter's standard library), finds the host's starting checkpoint under the same
+cache key and computes with the same torch as a netns cell; "image" runs the image's
+own Python (a CUDA base on GPU hosts): its standard library gives other cache keys, so
+the run builds its own tokenizer and checkpoint in its volume. Default: "image" when
+the run uses GPUs, else "host".
 
 Every name is written to the state file before it exists; teardown removes exactly
 those names, in a `finally`; `python -m bench.launch cleanup` does the same for a
@@ -45,7 +56,10 @@ from aqsgd.filecache import atomic_write_text, default_cache_dir
 from bench import REPO_ROOT
 from bench.launch.dockerprobe import probe_containers
 from bench.launch.dockerspec import (
+    DELAY_LINE_PID_FILE,
+    DELAY_LINE_READY_FILE,
     SHAPED_FILE,
+    TUN_DEVICE,
     WORKER_USER,
     DockerRunSpec,
 )
@@ -68,6 +82,13 @@ __all__ = ["ContainerExecutor", "DockerLauncher", "docker_client", "gpu_count",
 MAX_NAME_DRAWS = 5
 ENTRYPOINT = ("python3", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
 HOST_CACHE = "/run/aqsgd/host-cache"  # the host's .cache, read-only, seeds the run's volume
+PYTHONS = ("host", "image")
+MECHANISMS = {"htb": "htb qdisc (kernel, inside each container)",
+              "netem": "netem qdisc (kernel, inside each container)",
+              "delayline": "userspace TUN delay line inside each container "
+                           "(bench/net/delayline.py, UDP between containers)"}
+DELAY_LINE_TIMEOUT_S = 60.0  # the entrypoint gives its delay line as long (docker/entrypoint.py)
+POLL_S = 0.2
 # Host variables a worker keeps inside its container besides those the caller set.
 PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
 
@@ -118,7 +139,8 @@ class DockerLauncher(HostsLifecycle):
     `image`: the worker image. `gpus`: True = rank i on GPU i (a GpuShortage error when
     there are fewer), False = none, None = GPUs when the host has any. `results_dir`:
     mounted read-write at its own path (default: the parent of state_dir).
-    `allow_drop`, `payload_correction`: as on NetnsLauncher."""
+    `python`: "host" or "image", the workers' interpreter (see module doc; None: "image"
+    with GPUs, else "host"). `allow_drop`, `payload_correction`: as on NetnsLauncher."""
 
     name = "docker"
     shaped = True
@@ -127,7 +149,7 @@ class DockerLauncher(HostsLifecycle):
                  run_id: str | None = None, state_dir: Path | str | None = None,
                  image: str | None = None, gpus: bool | None = None,
                  results_dir: Path | str | None = None, allow_drop: bool = False,
-                 payload_correction: bool = True, client=None):
+                 payload_correction: bool = True, python: str | None = None, client=None):
         self.scenario = scenario
         self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
         self.run_id = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -137,6 +159,9 @@ class DockerLauncher(HostsLifecycle):
         if image is not None:
             self._spec_kw["image"] = image
         self.spec = DockerRunSpec.new(scenario, self.n_hosts, self.run_id, **self._spec_kw)
+        self.python = python or ("image" if self.spec.use_gpus else "host")
+        if self.python not in PYTHONS:
+            raise ValueError(f"python: expected one of {', '.join(PYTHONS)}, got {python!r}")
         self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
         self.results_dir = Path(results_dir) if results_dir else (
             Path(state_dir).resolve().parent if state_dir else None)
@@ -150,6 +175,7 @@ class DockerLauncher(HostsLifecycle):
         self._procs: list[subprocess.Popen] = []
         self._probe_records: list[ProbeRecord] = []
         self._timing: dict[str, float] = {}
+        self.delay_line_scheduling: list[str] = []
 
     # -- names, addresses, environment ---------------------------------------------
     @property
@@ -173,6 +199,10 @@ class DockerLauncher(HostsLifecycle):
         if self.results_dir is not None:
             self.results_dir.mkdir(parents=True, exist_ok=True)
             binds[str(self.results_dir)] = {"bind": str(self.results_dir), "mode": "rw"}
+        if self.python == "host":  # the interpreter and its environment, at their own paths
+            for prefix in {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}:
+                if not prefix.is_relative_to(REPO_ROOT):
+                    binds[str(prefix)] = {"bind": str(prefix), "mode": "ro"}
         return binds
 
     @staticmethod
@@ -186,7 +216,8 @@ class DockerLauncher(HostsLifecycle):
                  "launcher_pid": os.getpid(),
                  "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "docker_host": os.environ.get("DOCKER_HOST"),
-                 "containers": sp.containers(), "networks": [sp.network],
+                 "containers": [*sp.containers(), sp.scratch_container],
+                 "networks": [sp.network],
                  "volumes": [sp.volume], "spawned_pids": [p.pid for p in self._procs]}
         atomic_write_text(self.state_path, json.dumps(state, indent=1))
 
@@ -221,7 +252,12 @@ class DockerLauncher(HostsLifecycle):
 
     def _build(self) -> None:
         self._create_network()  # writes the state file before the network exists
-        sp = self.spec
+        self.capabilities = self._probe_capabilities()
+        self.mechanisms = mechanisms_for(self.scenario, self.n_hosts, self.capabilities,
+                                         self.allow_drop)
+        self.spec = sp = dataclasses.replace(
+            self.spec, netem="netem" in self.mechanisms.values(),
+            delay_line="delayline" in self.mechanisms.values())
         self._client.volumes.create(sp.volume)
         self._created["volumes"].append(sp.volume)
         for i in range(self.n_hosts):
@@ -230,13 +266,14 @@ class DockerLauncher(HostsLifecycle):
         cache = str(self._cache_dir())
         seed.run(("cp", "-a", f"{HOST_CACHE}/.", cache))
         seed.run(("chown", "-R", f"{WORKER_USER}:{WORKER_USER}", cache))
-        self.capabilities = self._probe_capabilities()
-        self.mechanisms = mechanisms_for(self.scenario, self.n_hosts, self.capabilities,
-                                         self.allow_drop)
-        self.spec = dataclasses.replace(sp, netem=self.capabilities.netem)
+        if self.python == "host":
+            self._check_host_python()
+        if sp.delay_line:
+            self.delay_line_scheduling = [self._wait_for_delay_line(i)
+                                          for i in range(self.n_hosts)]
         for i, c in self._containers.items():
             ex = ContainerExecutor(c, self.history)
-            ex.run_all(self.spec.shaping_argvs(i))
+            ex.run_all(sp.shaping_argvs(i))
             ex.run(("touch", SHAPED_FILE))  # the entrypoint starts its command now
 
     def _create_container(self, i: int):
@@ -244,15 +281,18 @@ class DockerLauncher(HostsLifecycle):
 
         sp, api = self.spec, self._client.api
         gpu = sp.gpu(i)
+        env = {**sp.worker_env(i), "AQ_SHAPED_FILE": SHAPED_FILE, "PYTHONPATH": str(REPO_ROOT)}
+        if sp.delay_line:  # the entrypoint starts the delay line first (docker/entrypoint.py)
+            env["AQ_DELAYLINE_CONFIG"] = sp.tunnel_config(i).to_json()
         host_config = api.create_host_config(
             network_mode=sp.network, cap_add=["NET_ADMIN"], binds=self._mounts(),
+            devices=[f"{TUN_DEVICE}:{TUN_DEVICE}:rwm"] if sp.delay_line else None,
             device_requests=None if gpu is None else [docker.types.DeviceRequest(
                 device_ids=[str(gpu)], capabilities=[["gpu"]])])
         networking = api.create_networking_config(
-            {sp.network: api.create_endpoint_config(ipv4_address=sp.addr(i))})
+            {sp.network: api.create_endpoint_config(ipv4_address=sp.network_addr(i))})
         created = api.create_container(
-            sp.image, name=sp.container(i), hostname=sp.container(i),
-            environment={**sp.worker_env(i), "AQ_SHAPED_FILE": SHAPED_FILE},
+            sp.image, name=sp.container(i), hostname=sp.container(i), environment=env,
             host_config=host_config, networking_config=networking,
             labels={"aqsgd-bench.run": self.run_id})
         self._created["containers"].append(sp.container(i))
@@ -260,14 +300,71 @@ class DockerLauncher(HostsLifecycle):
         return self._client.containers.get(created["Id"])
 
     def _probe_capabilities(self) -> Capabilities:
-        """Whether netem works inside the containers (tried on container 0's loopback and
-        removed). The delay line is not run inside containers: delay_line False."""
-        ex = ContainerExecutor(self._containers[0], self.history)
-        netem = ex.run(("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"),
-                       check=False).returncode == 0
-        if netem:
-            ex.run(("tc", "qdisc", "del", "dev", "lo", "root"))
-        return Capabilities(netem=netem, delay_line=False)
+        """Whether netem works in a container (a netem qdisc on the loopback of the
+        scratch container P-cap, removed at once), and whether this host has the TUN
+        device the delay line needs. Only a scenario with delay, jitter or loss asks."""
+        tun = Path(TUN_DEVICE).exists()
+        # with netem assumed, every property netem would deliver shows up as "netem"
+        wanted = mechanisms_for(self.scenario, self.n_hosts, Capabilities(True, True), False)
+        if "netem" not in wanted.values():
+            return Capabilities(netem=False, delay_line=tun)
+        import docker
+
+        name = self.spec.scratch_container
+        argv = ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]
+        self.history.append(("docker", "run", "--rm", "--cap-add", "NET_ADMIN", name, *argv))
+        self._created["containers"].append(name)
+        try:
+            self._client.containers.run(self.spec.image, argv[1:], entrypoint=[argv[0]],
+                                        name=name, cap_add=["NET_ADMIN"], network_mode="none",
+                                        user="root")
+            netem = True
+        except docker.errors.ContainerError:
+            netem = False
+        finally:
+            teardown_docker({"containers": [name]}, self._client)
+            self._created["containers"].remove(name)
+        return Capabilities(netem=netem, delay_line=tun)
+
+    def _wait_for_delay_line(self, i: int) -> str:
+        """Wait until container i's delay line forwards; its scheduling ("normal", or
+        "fifo:N" where it got a real-time priority). Raises with the container's log
+        when the entrypoint gave up."""
+        c = self._containers[i]
+        deadline = time.monotonic() + DELAY_LINE_TIMEOUT_S + 10
+        while True:
+            code, out = c.exec_run(["cat", DELAY_LINE_READY_FILE], user="root")
+            if code == 0 and out.decode().startswith("ready "):
+                return out.decode().split()[1]
+            c.reload()
+            if c.status != "running" or time.monotonic() > deadline:
+                raise RuntimeError(f"the delay line of container {c.name} is not ready "
+                                   f"(container {c.status}); its log:\n"
+                                   f"{c.logs().decode(errors='replace')[-4000:]}")
+            time.sleep(POLL_S)
+
+    def check_delay_line(self) -> None:
+        """Raise if a container's delay line, which carries every packet, has died."""
+        if not self.spec.delay_line:
+            return
+        for c in self._containers.values():
+            ex = ContainerExecutor(c, self.history)
+            pid = ex.run(("cat", DELAY_LINE_PID_FILE)).stdout.strip()
+            if ex.run(("test", "-d", f"/proc/{pid}"), check=False).returncode != 0:
+                log = ex.run(("cat", "/run/aqsgd/delayline.log"), check=False).stdout
+                raise RuntimeError(f"the delay line of container {c.name} (pid {pid}) has "
+                                   f"exited; its log:\n{log[-4000:]}")
+
+    def _check_host_python(self) -> None:
+        """The host's interpreter must run in the image as the worker user."""
+        code, out = self._containers[0].exec_run(
+            [sys.executable, "-c", "import torch"], user=WORKER_USER)
+        if code != 0:
+            raise RuntimeError(
+                f"this host's Python ({sys.executable}) does not run in image "
+                f"{self.spec.image} as {WORKER_USER!r} (exit {code}): "
+                f"{out.decode(errors='replace')[-1000:]}; rebuild the image "
+                f"(`make docker-image`) or pass python='image'")
 
     def _remove(self) -> None:
         stop_all(self._procs, TEARDOWN_GRACE_S)
@@ -284,7 +381,8 @@ class DockerLauncher(HostsLifecycle):
         environment, and the NCCL/gloo/torch/OMP variables of this process). `tied`:
         through the entrypoint's --tied mode, so that argv stops when the client's
         stdin closes (spawn with stdin_pipe=True)."""
-        if argv and (argv[0] == sys.executable or Path(argv[0]).name.startswith("python")):
+        host_python = self.python == "host" and argv and argv[0] == sys.executable
+        if argv and not host_python and Path(argv[0]).name.startswith("python"):
             argv = ["python3", *argv[1:]]
         full = {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES)}
         if env is not None:
@@ -322,9 +420,10 @@ class DockerLauncher(HostsLifecycle):
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
         """bench.net.probe inside the containers, one directed link after the other
         (default: those the pipeline layout uses); raise LinkProbeError if one is off
-        by more than `tolerance`. A link that falls short is measured again with its
-        limits lifted (the host's ceiling), as on the netns launcher
-        (bench/launch/dockerprobe.py)."""
+        by more than `tolerance` (rate, or round trip). A link that falls short is
+        measured again with its limits lifted (the host's ceiling), as on the netns
+        launcher (bench/launch/dockerprobe.py)."""
+        self.check_delay_line()
         links = links or default_probe_links(self.scenario, self.n_hosts)
         self._probe_records = probe_containers(self, links, tolerance, duration_s)
         if check:
@@ -347,17 +446,21 @@ class DockerLauncher(HostsLifecycle):
             "n_hosts": self.n_hosts,
             "scenario": self.scenario.to_dict(),
             "capabilities": self.capabilities.to_dict() if self.capabilities else None,
-            "shaping": {p: ("htb qdisc (kernel, inside each container)" if m == "htb" else
-                            "netem qdisc (kernel, inside each container)" if m == "netem"
-                            else m) for p, m in self.mechanisms.items()},
+            "shaping": {p: MECHANISMS.get(m, m) for p, m in self.mechanisms.items()},
             "allow_drop": self.allow_drop,
-            "data_plane": "Docker bridge network, eth0 of each container",
+            "data_plane": ("TUN of each container's delay line, over the Docker bridge "
+                           "network" if sp.delay_line else
+                           "Docker bridge network, eth0 of each container"),
+            "delay_line_scheduling": self.delay_line_scheduling or None,
+            "python": {"mode": self.python, "executable": sys.executable
+                       if self.python == "host" else "python3 (the image's)"},
             "payload_correction_factor": sp.factor,
             "image": sp.image,
             "network": {"name": sp.network, "subnet": sp.subnet, "gateway": sp.gateway},
             "volumes": [sp.volume],
-            "hosts": [{"host": i, "container": sp.container(i), "device": "eth0",
-                       "addr": sp.addr(i), "gpu": sp.gpu(i)} for i in range(self.n_hosts)],
+            "hosts": [{"host": i, "container": sp.container(i), "device": sp.device,
+                       "addr": sp.addr(i), "network_addr": sp.network_addr(i),
+                       "gpu": sp.gpu(i)} for i in range(self.n_hosts)],
             "containers": sp.containers(),
             "links": [{"src": a, "dst": b, **self.scenario.link_spec(a, b).to_dict(),
                        "payload_rate_mbit": self.scenario.payload_rate_mbit(a, b)}
