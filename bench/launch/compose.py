@@ -90,8 +90,10 @@ def compose_dict(scenario: NetworkScenario, n_hosts: int | None = None, *,
         services[f"host{i}"] = service
     return {
         "services": services,
-        "networks": {"aqsgd": {"driver": "bridge", "ipam": {"config": [
-            {"subnet": spec.subnet, "gateway": spec.gateway}]}}},
+        "networks": {"aqsgd": {
+            "driver": "bridge",
+            "driver_opts": {"com.docker.network.driver.mtu": str(spec.network_mtu)},
+            "ipam": {"config": [{"subnet": spec.subnet, "gateway": spec.gateway}]}}},
     }
 
 

@@ -236,14 +236,17 @@ class DockerLauncher(HostsLifecycle):
             ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(
                 subnet=self.spec.subnet, gateway=self.spec.gateway)])
             try:
-                self._client.networks.create(self.spec.network, driver="bridge", ipam=ipam,
-                                             check_duplicate=True)
+                self._client.networks.create(
+                    self.spec.network, driver="bridge", ipam=ipam, check_duplicate=True,
+                    options={"com.docker.network.driver.mtu": str(self.spec.network_mtu)})
             except docker.errors.APIError as err:
                 if err.status_code not in (403, 409):  # pool overlaps, name taken
                     raise
                 self.state_path.unlink(missing_ok=True)
-                self.spec = DockerRunSpec.new(self.scenario, self.n_hosts, self.run_id,
-                                              **self._spec_kw)
+                fresh = DockerRunSpec.new(self.scenario, self.n_hosts, self.run_id,
+                                          **self._spec_kw)
+                self.spec = dataclasses.replace(self.spec, prefix=fresh.prefix,
+                                                subnet_index=fresh.subnet_index)
                 continue
             self._created["networks"].append(self.spec.network)
             return
@@ -251,13 +254,15 @@ class DockerLauncher(HostsLifecycle):
                            f"{MAX_NAME_DRAWS} draws")
 
     def _build(self) -> None:
-        self._create_network()  # writes the state file before the network exists
+        self._write_state()  # before anything exists: a kill at any point is cleanable
         self.capabilities = self._probe_capabilities()
         self.mechanisms = mechanisms_for(self.scenario, self.n_hosts, self.capabilities,
                                          self.allow_drop)
-        self.spec = sp = dataclasses.replace(
+        self.spec = dataclasses.replace(
             self.spec, netem="netem" in self.mechanisms.values(),
             delay_line="delayline" in self.mechanisms.values())
+        self._create_network()  # its MTU depends on the delay mechanism
+        sp = self.spec
         self._client.volumes.create(sp.volume)
         self._created["volumes"].append(sp.volume)
         for i in range(self.n_hosts):
