@@ -54,10 +54,17 @@ from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text, default_cache_dir
 from bench import REPO_ROOT
+from bench.launch.dockerchecks import (
+    ContainerExecutor,
+    check_delay_lines,
+    check_host_python,
+    docker_client,
+    gpu_count,
+    probe_capabilities,
+    wait_for_delay_line,
+)
 from bench.launch.dockerprobe import probe_containers
 from bench.launch.dockerspec import (
-    DELAY_LINE_PID_FILE,
-    DELAY_LINE_READY_FILE,
     SHAPED_FILE,
     TUN_DEVICE,
     WORKER_USER,
@@ -71,13 +78,12 @@ from bench.launch.process import (
     stop_all,
 )
 from bench.launch.state import DEFAULT_STATE_DIR
-from bench.net.executor import Argv, CommandError, Executor
+from bench.net.executor import Argv
 from bench.net.probe import ProbeRecord, check_links
 from bench.net.scenario import NetworkScenario
 from bench.net.tc import Capabilities, mechanisms_for
 
-__all__ = ["ContainerExecutor", "DockerLauncher", "docker_client", "gpu_count",
-           "teardown_docker"]
+__all__ = ["DockerLauncher", "docker_client", "gpu_count", "teardown_docker"]
 
 MAX_NAME_DRAWS = 5
 ENTRYPOINT = ("python3", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
@@ -87,50 +93,8 @@ MECHANISMS = {"htb": "htb qdisc (kernel, inside each container)",
               "netem": "netem qdisc (kernel, inside each container)",
               "delayline": "userspace TUN delay line inside each container "
                            "(bench/net/delayline.py, UDP between containers)"}
-DELAY_LINE_TIMEOUT_S = 60.0  # the entrypoint gives its delay line as long (docker/entrypoint.py)
-POLL_S = 0.2
 # Host variables a worker keeps inside its container besides those the caller set.
 PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
-
-
-def docker_client():
-    """The daemon's client; a clear error when none answers."""
-    import docker
-
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as err:
-        where = os.environ.get("DOCKER_HOST", "the default socket")
-        raise RuntimeError(f"no Docker daemon answers at {where} ({err}); start one with "
-                           f"`docker/dockerd.sh start` and export the DOCKER_HOST it "
-                           f"prints") from None
-    return client
-
-
-def gpu_count() -> int:
-    """NVIDIA GPUs on this host (/dev/nvidiaN device nodes)."""
-    return sum(1 for p in Path("/dev").glob("nvidia[0-9]*"))
-
-
-class ContainerExecutor(Executor):
-    """Runs argvs inside one container as root (`docker exec`, no shell); keeps the
-    history as `docker exec NAME argv...` for the run record."""
-
-    def __init__(self, container, history: list[Argv]):
-        super().__init__()
-        self.container = container
-        self.history = history
-
-    def run(self, argv, check: bool = True) -> subprocess.CompletedProcess:
-        argv = tuple(argv)
-        self.history.append(("docker", "exec", self.container.name, *argv))
-        code, (out, err) = self.container.exec_run(list(argv), user="root", demux=True)
-        proc = subprocess.CompletedProcess(list(argv), code, (out or b"").decode(),
-                                           (err or b"").decode())
-        if check and code != 0:
-            raise CommandError(argv, code, proc.stderr)
-        return proc
 
 
 class DockerLauncher(HostsLifecycle):
@@ -272,10 +236,10 @@ class DockerLauncher(HostsLifecycle):
         seed.run(("cp", "-a", f"{HOST_CACHE}/.", cache))
         seed.run(("chown", "-R", f"{WORKER_USER}:{WORKER_USER}", cache))
         if self.python == "host":
-            self._check_host_python()
+            check_host_python(self._containers[0], sys.executable, sp.image)
         if sp.delay_line:
-            self.delay_line_scheduling = [self._wait_for_delay_line(i)
-                                          for i in range(self.n_hosts)]
+            self.delay_line_scheduling = [wait_for_delay_line(c)
+                                          for c in self._containers.values()]
         for i, c in self._containers.items():
             ex = ContainerExecutor(c, self.history)
             ex.run_all(sp.shaping_argvs(i))
@@ -305,71 +269,20 @@ class DockerLauncher(HostsLifecycle):
         return self._client.containers.get(created["Id"])
 
     def _probe_capabilities(self) -> Capabilities:
-        """Whether netem works in a container (a netem qdisc on the loopback of the
-        scratch container P-cap, removed at once), and whether this host has the TUN
-        device the delay line needs. Only a scenario with delay, jitter or loss asks."""
-        tun = Path(TUN_DEVICE).exists()
-        # with netem assumed, every property netem would deliver shows up as "netem"
-        wanted = mechanisms_for(self.scenario, self.n_hosts, Capabilities(True, True), False)
-        if "netem" not in wanted.values():
-            return Capabilities(netem=False, delay_line=tun)
-        import docker
-
+        """netem in a scratch container, where the scenario asks for delay, jitter or
+        loss (bench/launch/dockerchecks.py)."""
         name = self.spec.scratch_container
-        argv = ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]
-        self.history.append(("docker", "run", "--rm", "--cap-add", "NET_ADMIN", name, *argv))
-        self._created["containers"].append(name)
+        self._created["containers"].append(name)  # recorded until it is gone
         try:
-            self._client.containers.run(self.spec.image, argv[1:], entrypoint=[argv[0]],
-                                        name=name, cap_add=["NET_ADMIN"], network_mode="none",
-                                        user="root")
-            netem = True
-        except docker.errors.ContainerError:
-            netem = False
+            return probe_capabilities(self._client, self.spec.image, name, self.scenario,
+                                      self.n_hosts, self.history)
         finally:
-            teardown_docker({"containers": [name]}, self._client)
             self._created["containers"].remove(name)
-        return Capabilities(netem=netem, delay_line=tun)
-
-    def _wait_for_delay_line(self, i: int) -> str:
-        """Wait until container i's delay line forwards; its scheduling ("normal", or
-        "fifo:N" where it got a real-time priority). Raises with the container's log
-        when the entrypoint gave up."""
-        c = self._containers[i]
-        deadline = time.monotonic() + DELAY_LINE_TIMEOUT_S + 10
-        while True:
-            code, out = c.exec_run(["cat", DELAY_LINE_READY_FILE], user="root")
-            if code == 0 and out.decode().startswith("ready "):
-                return out.decode().split()[1]
-            c.reload()
-            if c.status != "running" or time.monotonic() > deadline:
-                raise RuntimeError(f"the delay line of container {c.name} is not ready "
-                                   f"(container {c.status}); its log:\n"
-                                   f"{c.logs().decode(errors='replace')[-4000:]}")
-            time.sleep(POLL_S)
 
     def check_delay_line(self) -> None:
         """Raise if a container's delay line, which carries every packet, has died."""
-        if not self.spec.delay_line:
-            return
-        for c in self._containers.values():
-            ex = ContainerExecutor(c, self.history)
-            pid = ex.run(("cat", DELAY_LINE_PID_FILE)).stdout.strip()
-            if ex.run(("test", "-d", f"/proc/{pid}"), check=False).returncode != 0:
-                log = ex.run(("cat", "/run/aqsgd/delayline.log"), check=False).stdout
-                raise RuntimeError(f"the delay line of container {c.name} (pid {pid}) has "
-                                   f"exited; its log:\n{log[-4000:]}")
-
-    def _check_host_python(self) -> None:
-        """The host's interpreter must run in the image as the worker user."""
-        code, out = self._containers[0].exec_run(
-            [sys.executable, "-c", "import torch"], user=WORKER_USER)
-        if code != 0:
-            raise RuntimeError(
-                f"this host's Python ({sys.executable}) does not run in image "
-                f"{self.spec.image} as {WORKER_USER!r} (exit {code}): "
-                f"{out.decode(errors='replace')[-1000:]}; rebuild the image "
-                f"(`make docker-image`) or pass python='image'")
+        if self.spec.delay_line:
+            check_delay_lines(list(self._containers.values()), self.history)
 
     def _remove(self) -> None:
         stop_all(self._procs, TEARDOWN_GRACE_S)

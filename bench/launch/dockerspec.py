@@ -45,7 +45,8 @@ from bench.net.tc import (
     payload_factor,
 )
 
-__all__ = ["CONTAINER_DEV", "DELAY_LINE_PID_FILE", "DELAY_LINE_PORT", "DELAY_LINE_READY_FILE",
+__all__ = ["CONTAINER_DEV", "DELAY_LINE_LOG_FILE", "DELAY_LINE_PID_FILE",
+           "DELAY_LINE_PORT", "DELAY_LINE_READY_FILE",
            "DOCKER_IMAGE", "DockerRunSpec", "GpuShortage", "TUN_DEV", "TUN_DEVICE",
            "gpu_for_rank", "new_docker_prefix"]
 
@@ -62,10 +63,11 @@ TUN_DEV = "aqtun0"  # the delay line's TUN inside every container (its own names
 TUNNEL_NETWORK_MTU = 9000
 TUN_MTU = TUNNEL_NETWORK_MTU - TUNNEL_OVERHEAD_BYTES
 DELAY_LINE_PORT = 47000  # UDP, on eth0 of every container of the run
-# The delay line's ready file ("ready SCHEDULING") and the pid the image's entrypoint
-# started it with (docker/entrypoint.py writes both paths too)
+# The delay line's ready file ("ready SCHEDULING"), the pid the image's entrypoint
+# started it with and its log (docker/entrypoint.py writes the same paths)
 DELAY_LINE_READY_FILE = "/run/aqsgd/delayline.ready"
 DELAY_LINE_PID_FILE = "/run/aqsgd/delayline.pid"
+DELAY_LINE_LOG_FILE = "/run/aqsgd/delayline.log"
 SHAPED_FILE = "/run/aqsgd/shaped"  # the image's entrypoint waits for it (docker/entrypoint.py)
 WORKER_USER = "worker"  # the image's non-root user (docker/Dockerfile)
 MAX_HOSTS = 250  # .2 .. .251 of the run's /24
