@@ -153,6 +153,10 @@ def test_exec_argv_runs_as_the_worker_with_only_the_worker_env(monkeypatch):
     assert str(Path(sys.base_prefix).resolve()) in hosts._mounts()
     with pytest.raises(ValueError, match="python: expected one of host, image, got 'conda'"):
         DockerLauncher(load_scenario("100mbps"), 2, gpus=False, python="conda")
+    monkeypatch.setattr(sys, "base_prefix", "/usr")  # a distribution's Python: never mounted
+    assert DockerLauncher(load_scenario("100mbps"), 2, gpus=False).python == "image"
+    with pytest.raises(ValueError, match="python: 'host' needs an interpreter outside"):
+        DockerLauncher(load_scenario("100mbps"), 2, gpus=False, python="host")
     assert argv[argv.index("-u") + 1] == "worker"
     passed = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
     assert passed["EXTRA"] == "1" and passed["NCCL_DEBUG"] == "INFO"

@@ -89,6 +89,9 @@ MAX_NAME_DRAWS = 5
 ENTRYPOINT = ("python3", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
 HOST_CACHE = "/run/aqsgd/host-cache"  # the host's .cache, read-only, seeds the run's volume
 PYTHONS = ("host", "image")
+# An interpreter installed here belongs to the system: mounted at its own path it would
+# hide the image's own /usr (tc, the entrypoint), so it is never mounted.
+SYSTEM_PREFIXES = (Path("/"), Path("/usr"), Path("/usr/local"))
 MECHANISMS = {"htb": "htb qdisc (kernel, inside each container)",
               "netem": "netem qdisc (kernel, inside each container)",
               "delayline": "userspace TUN delay line inside each container "
@@ -104,7 +107,8 @@ class DockerLauncher(HostsLifecycle):
     there are fewer), False = none, None = GPUs when the host has any. `results_dir`:
     mounted read-write at its own path (default: the parent of state_dir).
     `python`: "host" or "image", the workers' interpreter (see module doc; None: "image"
-    with GPUs, else "host"). `allow_drop`, `payload_correction`: as on NetnsLauncher."""
+    with GPUs or a system interpreter (under /usr), else "host"). `allow_drop`,
+    `payload_correction`: as on NetnsLauncher."""
 
     name = "docker"
     shaped = True
@@ -123,9 +127,14 @@ class DockerLauncher(HostsLifecycle):
         if image is not None:
             self._spec_kw["image"] = image
         self.spec = DockerRunSpec.new(scenario, self.n_hosts, self.run_id, **self._spec_kw)
-        self.python = python or ("image" if self.spec.use_gpus else "host")
+        system = Path(sys.base_prefix).resolve() in SYSTEM_PREFIXES
+        self.python = python or ("image" if self.spec.use_gpus or system else "host")
         if self.python not in PYTHONS:
             raise ValueError(f"python: expected one of {', '.join(PYTHONS)}, got {python!r}")
+        if self.python == "host" and system:
+            raise ValueError(f"python: 'host' needs an interpreter outside the system "
+                             f"directories (a virtual environment's base, pyenv, conda), "
+                             f"got {sys.base_prefix}; use python='image'")
         self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
         self.results_dir = Path(results_dir) if results_dir else (
             Path(state_dir).resolve().parent if state_dir else None)
