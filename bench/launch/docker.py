@@ -149,6 +149,7 @@ class DockerLauncher(HostsLifecycle):
         self._probe_records: list[ProbeRecord] = []
         self._timing: dict[str, float] = {}
         self.delay_line_scheduling: list[str] = []
+        self.cgroup_parent: str | None = None
 
     # -- names, addresses, environment ---------------------------------------------
     @property
@@ -198,6 +199,12 @@ class DockerLauncher(HostsLifecycle):
     def _prepare(self) -> None:
         if self._client is None:
             self._client = docker_client()
+        # With the cgroupfs driver every container sits under /docker, whose CPU weight
+        # is that of one process: on a busy host the workers of all containers together
+        # would get one process's share. Under the root cgroup each container weighs
+        # what one netns worker does.
+        cgroupfs = self._client.info().get("CgroupDriver") == "cgroupfs"
+        self.cgroup_parent = "/" if cgroupfs else None
 
     def _create_network(self) -> None:
         """The run's bridge network; another prefix (and /24) when its subnet or name is
@@ -264,6 +271,7 @@ class DockerLauncher(HostsLifecycle):
             env["AQ_DELAYLINE_CONFIG"] = sp.tunnel_config(i).to_json()
         host_config = api.create_host_config(
             network_mode=sp.network, cap_add=["NET_ADMIN"], binds=self._mounts(),
+            cgroup_parent=self.cgroup_parent,
             devices=[f"{TUN_DEVICE}:{TUN_DEVICE}:rwm"] if sp.delay_line else None,
             device_requests=None if gpu is None else [docker.types.DeviceRequest(
                 device_ids=[str(gpu)], capabilities=[["gpu"]])])
@@ -379,6 +387,7 @@ class DockerLauncher(HostsLifecycle):
                            "network" if sp.delay_line else
                            "Docker bridge network, eth0 of each container"),
             "delay_line_scheduling": self.delay_line_scheduling or None,
+            "cgroup_parent": self.cgroup_parent,
             "python": {"mode": self.python, "executable": sys.executable
                        if self.python == "host" else "python3 (the image's)"},
             "payload_correction_factor": sp.factor,
