@@ -331,14 +331,18 @@ def test_a_killed_run_is_removed_by_net_cleanup(tmp_path):
         proc.wait()
     (state,) = state_dir.glob("aqd*.json")
     names = json.loads(state.read_text())
-    built = [c for c in names["containers"] if not c.endswith("-cap")]  # the netem test's
-    assert _left_over(names) == built + names["networks"] + names["volumes"]
-    done = subprocess.run([sys.executable, "-m", "bench.launch", "cleanup", "--all-recorded",
-                           "--state-dir", str(state_dir)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
-    assert done.returncode == 0, done.stderr
-    time.sleep(0.1)
-    assert _left_over(names) == [] and not state.exists()
+    try:
+        built = [c for c in names["containers"] if not c.endswith("-cap")]  # the netem test's
+        assert _left_over(names) == built + names["networks"] + names["volumes"]
+        done = subprocess.run([sys.executable, "-m", "bench.launch", "cleanup",
+                               "--all-recorded", "--state-dir", str(state_dir)],
+                              capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.1)
+        assert _left_over(names) == [] and not state.exists()
+    finally:  # a failed check above must not leave the killed run's containers behind
+        teardown_docker(names)
 
 
 @needs_docker
