@@ -28,14 +28,11 @@ it, each container runs its own userspace delay line (bench.net.delayline, conta
 mode), which the image's entrypoint starts before anything else: the containers then
 get the TUN device (`--device /dev/net/tun`, only then) and the workers talk over it.
 
-Interpreter (`python`): "host" runs the workers with this process's own interpreter
-and virtual environment, mounted read-only at their own paths, so that a Docker cell
-tokenizes the same text (the BPE's corpus and the fine-tuning text come from the
-interpreter's standard library), finds the host's starting checkpoint under the same
-cache key and computes with the same torch as a netns cell; "image" runs the image's
-own Python (a CUDA base on GPU hosts): its standard library gives other cache keys, so
-the run builds its own tokenizer and checkpoint in its volume. Default: "image" when
-the run uses GPUs, else "host".
+Interpreter (`python`): "host" runs the workers with this process's interpreter and
+virtual environment, mounted read-only at their own paths: the same standard library
+text (the BPE's corpus, the pydoc fine-tuning text), so the host's cached tokenizer and
+checkpoint keys, and the same torch as a netns cell. "image" (the default with GPUs):
+the image's Python, whose other cache keys make the run build its own in its volume.
 
 Every name is written to the state file before it exists; teardown removes exactly
 those names, in a `finally`; `python -m bench.launch cleanup` does the same for a
