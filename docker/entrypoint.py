@@ -5,6 +5,7 @@
     AQ_SHAPING_TIMEOUT_S=300             # how long to wait for it
     AQ_SHAPING=none                      # an unshaped container: do not wait
     AQ_WORKER_USER=worker                # who runs the command (root is refused)
+    AQ_DELAYLINE_CONFIG='{"host": 0, "tun": "aqtun0", ...}'   # start the delay line first
 
     aqsgd-entrypoint --tied CMD ARG...   # what `docker exec -i` runs (the launcher)
 
@@ -19,6 +20,14 @@ Two ways a container gets shaped: the Docker launcher runs the tc commands with
 AQ_SHAPING_ARGVS (a JSON list of argv lists, run here without a shell) and this
 script creates the file itself. Either way the command starts only once the file
 exists, so no worker byte ever leaves on an unshaped link.
+
+With AQ_DELAYLINE_CONFIG (a bench.net.delayline TunnelConfig as JSON, for delay,
+jitter or loss on a kernel without netem), this script first starts the
+container's delay line as root (it needs NET_ADMIN and the TUN device) and waits
+until it has written its ready file (DELAYLINE_READY): the delay line creates
+the TUN that the shaping commands then address and shape. The checkout must be on
+PYTHONPATH (the delay line is bench.net.delayline). It keeps running, as root,
+beside the command.
 """
 
 import json
@@ -33,6 +42,30 @@ from pathlib import Path
 
 POLL_S = 0.1
 TIED_GRACE_S = 5.0
+DELAYLINE_DIR = Path("/run/aqsgd")  # bench/launch/dockerspec.py reads the same files
+DELAYLINE_READY = DELAYLINE_DIR / "delayline.ready"
+DELAYLINE_TIMEOUT_S = 60.0
+
+
+def start_delay_line(config_json: str) -> None:
+    """Start the delay line in the background and wait until it forwards packets."""
+    DELAYLINE_DIR.mkdir(parents=True, exist_ok=True)
+    config = DELAYLINE_DIR / "delayline.json"
+    config.write_text(config_json)
+    log_path = DELAYLINE_DIR / "delayline.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.net.delayline", "--tunnel-config", str(config),
+             "--ready-file", str(DELAYLINE_READY)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    (DELAYLINE_DIR / "delayline.pid").write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + DELAYLINE_TIMEOUT_S
+    while not DELAYLINE_READY.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            why = (f"exited with {proc.returncode}" if proc.returncode is not None
+                   else f"not ready after {DELAYLINE_TIMEOUT_S:.0f} s")
+            sys.exit(f"the delay line {why}; its log ({log_path}):\n{log_path.read_text()}")
+        time.sleep(POLL_S)
 
 
 def apply_shaping(argvs_json: str) -> None:
@@ -99,6 +132,8 @@ def main(argv: list[str]) -> None:
     if argv[0] == "--tied":
         exit_now(run_tied(argv[1:]))
     flag = Path(os.environ.get("AQ_SHAPED_FILE", "/run/aqsgd/shaped"))
+    if "AQ_DELAYLINE_CONFIG" in os.environ:
+        start_delay_line(os.environ["AQ_DELAYLINE_CONFIG"])
     if os.environ.get("AQ_SHAPING") != "none":
         if "AQ_SHAPING_ARGVS" in os.environ:
             apply_shaping(os.environ["AQ_SHAPING_ARGVS"])

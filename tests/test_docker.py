@@ -23,9 +23,16 @@ import pytest
 
 from bench.launch.compose import compose_dict, write_compose
 from bench.launch.docker import DockerLauncher, teardown_docker
-from bench.launch.dockerspec import DOCKER_IMAGE, DockerRunSpec, GpuShortage, gpu_for_rank
+from bench.launch.dockerspec import (
+    DOCKER_IMAGE,
+    TUN_DEV,
+    DockerRunSpec,
+    GpuShortage,
+    gpu_for_rank,
+)
 from bench.launch.state import cleanup
-from bench.net.scenario import load_scenario
+from bench.net.delayline import TunnelConfig
+from bench.net.scenario import load_scenario, parse_scenario
 from bench.net.tc import EgressLink, egress_argvs
 
 pytestmark = pytest.mark.docker
@@ -94,14 +101,62 @@ def test_a_capped_downlink_is_a_tbf_on_an_ifb_inside_the_container():
         (i, a) for i, a in spec.rate_limit_argvs(0, 3, lifted=False)]
 
 
+def _delay_scenario(delay_ms=10.0, **link):
+    return parse_scenario({"description": "delay", "layout": {"stages": 2},
+                           "link": {"rate_mbit": 100, "delay_ms": delay_ms, **link}}, "delay")
+
+
+def test_with_the_delay_line_workers_talk_over_each_containers_tun():
+    spec = _spec(n=2, delay_line=True)
+    sc = load_scenario("100mbps")
+    assert spec.network_addr(1) == "198.19.44.3" and spec.addr(1) == spec.tun_addr(1)
+    assert spec.tun_addr(1) == "198.18.44.3"  # the other half of the /15, same /24 number
+    assert spec.worker_env(0)["GLOO_SOCKET_IFNAME"] == TUN_DEV == spec.device
+    argvs = spec.shaping_argvs(0)
+    assert argvs[:2] == [("ip", "addr", "add", "198.18.44.2/24", "dev", TUN_DEV),
+                         ("ip", "link", "set", TUN_DEV, "up", "mtu", "8964",
+                          "txqueuelen", "1000")]
+    # tc on the TUN towards the peer's TUN address; no Ethernet header on a TUN
+    assert argvs[2:] == egress_argvs(TUN_DEV, [EgressLink("198.18.44.3", sc.link_spec(0, 1))],
+                                     None, 8964 / 8912, False)
+    with pytest.raises(ValueError, match="at most one delay mechanism"):
+        _spec(n=2, delay_line=True, netem=True)
+
+
+def test_tunnel_config_gives_each_container_its_outgoing_links():
+    raw = {"description": "asym", "layout": {"stages": 2},
+           "link": {"rate_mbit": 100, "delay_ms": 5, "jitter_ms": 1, "loss_pct": 0.5},
+           "links": [{"src": 1, "dst": 0, "delay_ms": 20}]}
+    spec = DockerRunSpec(parse_scenario(raw, "asym"), 2, "aqd1a2b3", 300, delay_line=True)
+    c0, c1 = spec.tunnel_config(0), spec.tunnel_config(1)
+    # delay and jitter where a packet arrives, loss where it leaves
+    assert (c0.delay_in_ms, c1.delay_in_ms) == ((0.0, 20.0), (5.0, 0.0))
+    assert c0.jitter_in_ms == (0.0, 1.0) and c1.loss_out_pct == (0.5, 0.0)
+    assert c0.peer_addrs == (spec.network_addr(0), spec.network_addr(1))
+    assert c1.tun_addrs == (spec.tun_addr(0), spec.tun_addr(1)) and c1.host == 1
+    assert TunnelConfig.from_json(c1.to_json()) == c1
+    with pytest.raises(ValueError, match=r"TunnelConfig.delay_in_ms: expected 2 entries"):
+        TunnelConfig(0, TUN_DEV, ("a", "b"), ("c", "d"), 1, (0.0,), (0.0, 0.0), (0.0, 0.0))
+
+
 def test_exec_argv_runs_as_the_worker_with_only_the_worker_env(monkeypatch):
     monkeypatch.setenv("VIRTUAL_ENV", "/host/venv")
     monkeypatch.setenv("NCCL_DEBUG", "INFO")
     hosts = DockerLauncher(load_scenario("100mbps"), 2, run_id="t", gpus=False)
     env = {**os.environ, "EXTRA": "1"}
     argv = hosts.exec_argv(1, [sys.executable, "-m", "aqsgd.train.worker"], env)
-    assert argv[:2] == ["docker", "exec"] and argv[-4:] == [
-        hosts.spec.container(1), "python3", "-m", "aqsgd.train.worker"]
+    # the host's interpreter by default on a CPU run: same stdlib text, same torch
+    assert hosts.python == "host" and argv[:2] == ["docker", "exec"] and argv[-4:] == [
+        hosts.spec.container(1), sys.executable, "-m", "aqsgd.train.worker"]
+    image = DockerLauncher(load_scenario("100mbps"), 2, run_id="t", gpus=False, python="image")
+    assert image.exec_argv(1, [sys.executable, "-c", "1"])[-3:] == ["python3", "-c", "1"]
+    assert str(Path(sys.base_prefix).resolve()) in hosts._mounts()
+    with pytest.raises(ValueError, match="python: expected one of host, image, got 'conda'"):
+        DockerLauncher(load_scenario("100mbps"), 2, gpus=False, python="conda")
+    monkeypatch.setattr(sys, "base_prefix", "/usr")  # a distribution's Python: never mounted
+    assert DockerLauncher(load_scenario("100mbps"), 2, gpus=False).python == "image"
+    with pytest.raises(ValueError, match="python: 'host' needs an interpreter outside"):
+        DockerLauncher(load_scenario("100mbps"), 2, gpus=False, python="host")
     assert argv[argv.index("-u") + 1] == "worker"
     passed = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
     assert passed["EXTRA"] == "1" and passed["NCCL_DEBUG"] == "INFO"
@@ -124,14 +179,32 @@ def test_compose_file_has_services_network_caps_env_gpus_and_shaping(tmp_path):
     assert "deploy" not in compose_dict(load_scenario("100mbps"), 2)["services"]["host0"]
 
 
+def test_compose_delay_by_netem_or_by_each_services_delay_line():
+    netem = compose_dict(_delay_scenario(), 2)["services"]["host0"]
+    assert any("netem" in a for a in json.loads(netem["environment"]["AQ_SHAPING_ARGVS"]))
+    assert "devices" not in netem and "AQ_DELAYLINE_CONFIG" not in netem["environment"]
+    doc = compose_dict(_delay_scenario(), 2, delay_mechanism="delayline")
+    h0, h1 = doc["services"]["host0"], doc["services"]["host1"]
+    assert h0["devices"] == ["/dev/net/tun:/dev/net/tun"] and h0["cap_add"] == ["NET_ADMIN"]
+    cfg = TunnelConfig.from_json(h1["environment"]["AQ_DELAYLINE_CONFIG"])
+    assert cfg.host == 1 and cfg.delay_in_ms == (10.0, 0.0)
+    assert h1["networks"]["aqsgd"]["ipv4_address"] == cfg.peer_addrs[1]
+    assert h1["command"][h1["command"].index("--master-addr") + 1] == cfg.tun_addrs[0]
+    assert h1["environment"]["GLOO_SOCKET_IFNAME"] == TUN_DEV
+    with pytest.raises(ValueError, match="delay_mechanism: expected one of netem, delayline"):
+        compose_dict(_delay_scenario(), 2, delay_mechanism="tc")
+
+
 @pytest.mark.skipif(shutil.which("docker-compose") is None,
                     reason="docker-compose not installed (apt-get install docker-compose)")
 def test_compose_file_validates_under_docker_compose(tmp_path):
-    path = write_compose(tmp_path / "compose.yaml", load_scenario("100mbps"), n_hosts=2,
-                         gpus=True, gpu_count=2)
-    done = subprocess.run(["docker-compose", "-f", str(path), "config", "--quiet"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert done.returncode == 0, done.stderr
+    for name, kw in (("gpus", {"gpus": True, "gpu_count": 2}),
+                     ("delayline", {"delay_mechanism": "delayline"})):
+        scenario = load_scenario("100mbps") if name == "gpus" else _delay_scenario()
+        path = write_compose(tmp_path / f"{name}.yaml", scenario, n_hosts=2, **kw)
+        done = subprocess.run(["docker-compose", "-f", str(path), "config", "--quiet"],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert done.returncode == 0, (name, done.stderr)
 
 
 class _NotFound(Exception):
@@ -258,13 +331,18 @@ def test_a_killed_run_is_removed_by_net_cleanup(tmp_path):
         proc.wait()
     (state,) = state_dir.glob("aqd*.json")
     names = json.loads(state.read_text())
-    assert _left_over(names) == names["containers"] + names["networks"] + names["volumes"]
-    done = subprocess.run([sys.executable, "-m", "bench.launch", "cleanup", "--all-recorded",
-                           "--state-dir", str(state_dir)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
-    assert done.returncode == 0, done.stderr
-    time.sleep(0.1)
-    assert _left_over(names) == [] and not state.exists()
+    try:
+        built = [c for c in names["containers"] if not c.endswith("-cap")]  # the netem test's
+        assert _left_over(names) == built + names["networks"] + names["volumes"]
+        done = subprocess.run([sys.executable, "-m", "bench.launch", "cleanup",
+                               "--all-recorded", "--state-dir", str(state_dir)],
+                              capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.1)
+        assert _left_over(names) == [] and not state.exists()
+    finally:  # a failed check above must not leave the killed run's containers behind
+        teardown_docker(names)
 
 
 @needs_docker
@@ -314,3 +392,50 @@ def test_the_entrypoint_shapes_first_then_runs_the_command_as_the_worker_user():
     uid, *qdiscs = out.splitlines()
     assert uid == "1000"
     assert any(q.startswith("qdisc htb 1: root") for q in qdiscs), out
+
+
+@needs_docker
+@pytest.mark.timeout(180)
+def test_a_delay_scenario_runs_each_containers_delay_line_and_probes_rtt_and_rate(tmp_path):
+    with DockerLauncher(_delay_scenario(10.0), 2, state_dir=tmp_path / ".launcher") as hosts:
+        records = hosts.probe(check=False, duration_s=1.0)  # held to the netns test's bounds
+        rec = hosts.record()
+        devices = hosts.run_as_root(1, ("ip", "-o", "link")).stdout
+    names = {"containers": [*rec["containers"], f"{rec['prefix']}-cap"],
+             "networks": [rec["network"]["name"]], "volumes": rec["volumes"]}
+    if rec["capabilities"]["netem"]:  # a kernel with netem keeps using it
+        assert rec["shaping"]["delay"].startswith("netem") and TUN_DEV not in devices
+    else:
+        assert rec["shaping"]["delay"].startswith("userspace TUN delay line inside each")
+        assert TUN_DEV in devices and rec["hosts"][0]["device"] == TUN_DEV
+    assert len(records) == 2
+    for r in records:  # measured inside the containers; one way within 2 ms, as on netns
+        assert abs(r.rtt_ms / 2 - 10.0) <= 2.0, r
+        assert abs(r.rate_mbit_achieved / 100 - 1) < 0.05, r
+    assert _left_over(names) == [] and not list((tmp_path / ".launcher").glob("aqd*.json"))
+
+
+@needs_docker
+@pytest.mark.slow
+@pytest.mark.netns
+@pytest.mark.timeout(600)
+def test_an_fp32_cell_under_docker_ends_at_the_netns_cells_loss(tmp_path):
+    import pandas as pd
+
+    from bench.harness.run import run_sweep
+    from bench.harness.sweep import SweepSpec, Workload, parse_mode
+
+    # the cached starting checkpoint and the pydoc text: both must be the host's
+    workload = Workload(steps=2, train_samples=64, timeout_s=200, dist_timeout_s=60)
+    losses = {}
+    for launcher in ("netns", "docker"):
+        spec = SweepSpec("same", ("100mbps",), (parse_mode("fp32"),), workload)
+        out = tmp_path / launcher
+        outcomes = run_sweep(spec, out, launcher=launcher, quiet=True, echo=lambda s: None)
+        assert [o.status for o in outcomes] == ["ok"], launcher
+        (cell,) = [p for p in out.iterdir() if (p / "metrics.csv").is_file()]
+        frame = pd.read_csv(cell / "metrics.csv")
+        train = frame[(frame["kind"] == "train") & frame["loss"].notna()]
+        losses[launcher] = train.sort_values("step")["loss"].tolist()
+    assert len(losses["docker"]) == len(losses["netns"]) == 3
+    assert losses["docker"] == pytest.approx(losses["netns"], rel=1e-5, abs=1e-6), losses

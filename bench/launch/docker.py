@@ -23,8 +23,16 @@ handed to that user before each spawn. `docker exec` does not pass signals on, s
 each worker runs under the entrypoint's `--tied` mode: stopping the client (the
 harness's stop_all, or the harness dying) closes its stdin, and the worker's
 process group inside the container is stopped. Delay, jitter and loss use netem where the
-kernel has it; the userspace delay line is not run inside containers, so without
-netem they are refused (or, with allow_drop, recorded as dropped).
+kernel has it (tried in a scratch container P-cap before the hosts exist); without
+it, each container runs its own userspace delay line (bench.net.delayline, container
+mode), which the image's entrypoint starts before anything else: the containers then
+get the TUN device (`--device /dev/net/tun`, only then) and the workers talk over it.
+
+Interpreter (`python`): "host" runs the workers with this process's interpreter and
+virtual environment, mounted read-only at their own paths: the same standard library
+text (the BPE's corpus, the pydoc fine-tuning text), so the host's cached tokenizer and
+checkpoint keys, and the same torch as a netns cell. "image" (the default with GPUs):
+the image's Python, whose other cache keys make the run build its own in its volume.
 
 Every name is written to the state file before it exists; teardown removes exactly
 those names, in a `finally`; `python -m bench.launch cleanup` does the same for a
@@ -43,9 +51,19 @@ from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text, default_cache_dir
 from bench import REPO_ROOT
+from bench.launch.dockerchecks import (
+    ContainerExecutor,
+    check_delay_lines,
+    check_host_python,
+    docker_client,
+    gpu_count,
+    probe_capabilities,
+    wait_for_delay_line,
+)
 from bench.launch.dockerprobe import probe_containers
 from bench.launch.dockerspec import (
     SHAPED_FILE,
+    TUN_DEVICE,
     WORKER_USER,
     DockerRunSpec,
 )
@@ -57,59 +75,26 @@ from bench.launch.process import (
     stop_all,
 )
 from bench.launch.state import DEFAULT_STATE_DIR
-from bench.net.executor import Argv, CommandError, Executor
+from bench.net.executor import Argv
 from bench.net.probe import ProbeRecord, check_links
 from bench.net.scenario import NetworkScenario
 from bench.net.tc import Capabilities, mechanisms_for
 
-__all__ = ["ContainerExecutor", "DockerLauncher", "docker_client", "gpu_count",
-           "teardown_docker"]
+__all__ = ["DockerLauncher", "docker_client", "gpu_count", "teardown_docker"]
 
 MAX_NAME_DRAWS = 5
 ENTRYPOINT = ("python3", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
 HOST_CACHE = "/run/aqsgd/host-cache"  # the host's .cache, read-only, seeds the run's volume
+PYTHONS = ("host", "image")
+# An interpreter installed here belongs to the system: mounted at its own path it would
+# hide the image's own /usr (tc, the entrypoint), so it is never mounted.
+SYSTEM_PREFIXES = (Path("/"), Path("/usr"), Path("/usr/local"))
+MECHANISMS = {"htb": "htb qdisc (kernel, inside each container)",
+              "netem": "netem qdisc (kernel, inside each container)",
+              "delayline": "userspace TUN delay line inside each container "
+                           "(bench/net/delayline.py, UDP between containers)"}
 # Host variables a worker keeps inside its container besides those the caller set.
 PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
-
-
-def docker_client():
-    """The daemon's client; a clear error when none answers."""
-    import docker
-
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as err:
-        where = os.environ.get("DOCKER_HOST", "the default socket")
-        raise RuntimeError(f"no Docker daemon answers at {where} ({err}); start one with "
-                           f"`docker/dockerd.sh start` and export the DOCKER_HOST it "
-                           f"prints") from None
-    return client
-
-
-def gpu_count() -> int:
-    """NVIDIA GPUs on this host (/dev/nvidiaN device nodes)."""
-    return sum(1 for p in Path("/dev").glob("nvidia[0-9]*"))
-
-
-class ContainerExecutor(Executor):
-    """Runs argvs inside one container as root (`docker exec`, no shell); keeps the
-    history as `docker exec NAME argv...` for the run record."""
-
-    def __init__(self, container, history: list[Argv]):
-        super().__init__()
-        self.container = container
-        self.history = history
-
-    def run(self, argv, check: bool = True) -> subprocess.CompletedProcess:
-        argv = tuple(argv)
-        self.history.append(("docker", "exec", self.container.name, *argv))
-        code, (out, err) = self.container.exec_run(list(argv), user="root", demux=True)
-        proc = subprocess.CompletedProcess(list(argv), code, (out or b"").decode(),
-                                           (err or b"").decode())
-        if check and code != 0:
-            raise CommandError(argv, code, proc.stderr)
-        return proc
 
 
 class DockerLauncher(HostsLifecycle):
@@ -118,7 +103,9 @@ class DockerLauncher(HostsLifecycle):
     `image`: the worker image. `gpus`: True = rank i on GPU i (a GpuShortage error when
     there are fewer), False = none, None = GPUs when the host has any. `results_dir`:
     mounted read-write at its own path (default: the parent of state_dir).
-    `allow_drop`, `payload_correction`: as on NetnsLauncher."""
+    `python`: "host" or "image", the workers' interpreter (see module doc; None: "image"
+    with GPUs or a system interpreter (under /usr), else "host"). `allow_drop`,
+    `payload_correction`: as on NetnsLauncher."""
 
     name = "docker"
     shaped = True
@@ -127,7 +114,7 @@ class DockerLauncher(HostsLifecycle):
                  run_id: str | None = None, state_dir: Path | str | None = None,
                  image: str | None = None, gpus: bool | None = None,
                  results_dir: Path | str | None = None, allow_drop: bool = False,
-                 payload_correction: bool = True, client=None):
+                 payload_correction: bool = True, python: str | None = None, client=None):
         self.scenario = scenario
         self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
         self.run_id = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -137,6 +124,14 @@ class DockerLauncher(HostsLifecycle):
         if image is not None:
             self._spec_kw["image"] = image
         self.spec = DockerRunSpec.new(scenario, self.n_hosts, self.run_id, **self._spec_kw)
+        system = Path(sys.base_prefix).resolve() in SYSTEM_PREFIXES
+        self.python = python or ("image" if self.spec.use_gpus or system else "host")
+        if self.python not in PYTHONS:
+            raise ValueError(f"python: expected one of {', '.join(PYTHONS)}, got {python!r}")
+        if self.python == "host" and system:
+            raise ValueError(f"python: 'host' needs an interpreter outside the system "
+                             f"directories (a virtual environment's base, pyenv, conda), "
+                             f"got {sys.base_prefix}; use python='image'")
         self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
         self.results_dir = Path(results_dir) if results_dir else (
             Path(state_dir).resolve().parent if state_dir else None)
@@ -150,6 +145,8 @@ class DockerLauncher(HostsLifecycle):
         self._procs: list[subprocess.Popen] = []
         self._probe_records: list[ProbeRecord] = []
         self._timing: dict[str, float] = {}
+        self.delay_line_scheduling: list[str] = []
+        self.cgroup_parent: str | None = None
 
     # -- names, addresses, environment ---------------------------------------------
     @property
@@ -173,6 +170,10 @@ class DockerLauncher(HostsLifecycle):
         if self.results_dir is not None:
             self.results_dir.mkdir(parents=True, exist_ok=True)
             binds[str(self.results_dir)] = {"bind": str(self.results_dir), "mode": "rw"}
+        if self.python == "host":  # the interpreter and its environment, at their own paths
+            for prefix in {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}:
+                if not prefix.is_relative_to(REPO_ROOT):
+                    binds[str(prefix)] = {"bind": str(prefix), "mode": "ro"}
         return binds
 
     @staticmethod
@@ -186,7 +187,8 @@ class DockerLauncher(HostsLifecycle):
                  "launcher_pid": os.getpid(),
                  "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "docker_host": os.environ.get("DOCKER_HOST"),
-                 "containers": sp.containers(), "networks": [sp.network],
+                 "containers": [*sp.containers(), sp.scratch_container],
+                 "networks": [sp.network],
                  "volumes": [sp.volume], "spawned_pids": [p.pid for p in self._procs]}
         atomic_write_text(self.state_path, json.dumps(state, indent=1))
 
@@ -194,6 +196,12 @@ class DockerLauncher(HostsLifecycle):
     def _prepare(self) -> None:
         if self._client is None:
             self._client = docker_client()
+        # With the cgroupfs driver every container sits under /docker, whose CPU weight
+        # is that of one process: on a busy host the workers of all containers together
+        # would get one process's share. Under the root cgroup each container weighs
+        # what one netns worker does.
+        cgroupfs = self._client.info().get("CgroupDriver") == "cgroupfs"
+        self.cgroup_parent = "/" if cgroupfs else None
 
     def _create_network(self) -> None:
         """The run's bridge network; another prefix (and /24) when its subnet or name is
@@ -205,14 +213,17 @@ class DockerLauncher(HostsLifecycle):
             ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(
                 subnet=self.spec.subnet, gateway=self.spec.gateway)])
             try:
-                self._client.networks.create(self.spec.network, driver="bridge", ipam=ipam,
-                                             check_duplicate=True)
+                self._client.networks.create(
+                    self.spec.network, driver="bridge", ipam=ipam, check_duplicate=True,
+                    options={"com.docker.network.driver.mtu": str(self.spec.network_mtu)})
             except docker.errors.APIError as err:
                 if err.status_code not in (403, 409):  # pool overlaps, name taken
                     raise
                 self.state_path.unlink(missing_ok=True)
-                self.spec = DockerRunSpec.new(self.scenario, self.n_hosts, self.run_id,
-                                              **self._spec_kw)
+                fresh = DockerRunSpec.new(self.scenario, self.n_hosts, self.run_id,
+                                          **self._spec_kw)
+                self.spec = dataclasses.replace(self.spec, prefix=fresh.prefix,
+                                                subnet_index=fresh.subnet_index)
                 continue
             self._created["networks"].append(self.spec.network)
             return
@@ -220,7 +231,14 @@ class DockerLauncher(HostsLifecycle):
                            f"{MAX_NAME_DRAWS} draws")
 
     def _build(self) -> None:
-        self._create_network()  # writes the state file before the network exists
+        self._write_state()  # before anything exists: a kill at any point is cleanable
+        self.capabilities = self._probe_capabilities()
+        self.mechanisms = mechanisms_for(self.scenario, self.n_hosts, self.capabilities,
+                                         self.allow_drop)
+        self.spec = dataclasses.replace(
+            self.spec, netem="netem" in self.mechanisms.values(),
+            delay_line="delayline" in self.mechanisms.values())
+        self._create_network()  # its MTU depends on the delay mechanism
         sp = self.spec
         self._client.volumes.create(sp.volume)
         self._created["volumes"].append(sp.volume)
@@ -230,13 +248,14 @@ class DockerLauncher(HostsLifecycle):
         cache = str(self._cache_dir())
         seed.run(("cp", "-a", f"{HOST_CACHE}/.", cache))
         seed.run(("chown", "-R", f"{WORKER_USER}:{WORKER_USER}", cache))
-        self.capabilities = self._probe_capabilities()
-        self.mechanisms = mechanisms_for(self.scenario, self.n_hosts, self.capabilities,
-                                         self.allow_drop)
-        self.spec = dataclasses.replace(sp, netem=self.capabilities.netem)
+        if self.python == "host":
+            check_host_python(self._containers[0], sys.executable, sp.image)
+        if sp.delay_line:
+            self.delay_line_scheduling = [wait_for_delay_line(c)
+                                          for c in self._containers.values()]
         for i, c in self._containers.items():
             ex = ContainerExecutor(c, self.history)
-            ex.run_all(self.spec.shaping_argvs(i))
+            ex.run_all(sp.shaping_argvs(i))
             ex.run(("touch", SHAPED_FILE))  # the entrypoint starts its command now
 
     def _create_container(self, i: int):
@@ -244,15 +263,19 @@ class DockerLauncher(HostsLifecycle):
 
         sp, api = self.spec, self._client.api
         gpu = sp.gpu(i)
+        env = {**sp.worker_env(i), "AQ_SHAPED_FILE": SHAPED_FILE, "PYTHONPATH": str(REPO_ROOT)}
+        if sp.delay_line:  # the entrypoint starts the delay line first (docker/entrypoint.py)
+            env["AQ_DELAYLINE_CONFIG"] = sp.tunnel_config(i).to_json()
         host_config = api.create_host_config(
             network_mode=sp.network, cap_add=["NET_ADMIN"], binds=self._mounts(),
+            cgroup_parent=self.cgroup_parent,
+            devices=[f"{TUN_DEVICE}:{TUN_DEVICE}:rwm"] if sp.delay_line else None,
             device_requests=None if gpu is None else [docker.types.DeviceRequest(
                 device_ids=[str(gpu)], capabilities=[["gpu"]])])
         networking = api.create_networking_config(
-            {sp.network: api.create_endpoint_config(ipv4_address=sp.addr(i))})
+            {sp.network: api.create_endpoint_config(ipv4_address=sp.network_addr(i))})
         created = api.create_container(
-            sp.image, name=sp.container(i), hostname=sp.container(i),
-            environment={**sp.worker_env(i), "AQ_SHAPED_FILE": SHAPED_FILE},
+            sp.image, name=sp.container(i), hostname=sp.container(i), environment=env,
             host_config=host_config, networking_config=networking,
             labels={"aqsgd-bench.run": self.run_id})
         self._created["containers"].append(sp.container(i))
@@ -260,14 +283,20 @@ class DockerLauncher(HostsLifecycle):
         return self._client.containers.get(created["Id"])
 
     def _probe_capabilities(self) -> Capabilities:
-        """Whether netem works inside the containers (tried on container 0's loopback and
-        removed). The delay line is not run inside containers: delay_line False."""
-        ex = ContainerExecutor(self._containers[0], self.history)
-        netem = ex.run(("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"),
-                       check=False).returncode == 0
-        if netem:
-            ex.run(("tc", "qdisc", "del", "dev", "lo", "root"))
-        return Capabilities(netem=netem, delay_line=False)
+        """netem in a scratch container, where the scenario asks for delay, jitter or
+        loss (bench/launch/dockerchecks.py)."""
+        name = self.spec.scratch_container
+        self._created["containers"].append(name)  # recorded until it is gone
+        try:
+            return probe_capabilities(self._client, self.spec.image, name, self.scenario,
+                                      self.n_hosts, self.history)
+        finally:
+            self._created["containers"].remove(name)
+
+    def check_delay_line(self) -> None:
+        """Raise if a container's delay line, which carries every packet, has died."""
+        if self.spec.delay_line:
+            check_delay_lines(list(self._containers.values()), self.history)
 
     def _remove(self) -> None:
         stop_all(self._procs, TEARDOWN_GRACE_S)
@@ -284,7 +313,8 @@ class DockerLauncher(HostsLifecycle):
         environment, and the NCCL/gloo/torch/OMP variables of this process). `tied`:
         through the entrypoint's --tied mode, so that argv stops when the client's
         stdin closes (spawn with stdin_pipe=True)."""
-        if argv and (argv[0] == sys.executable or Path(argv[0]).name.startswith("python")):
+        host_python = self.python == "host" and argv and argv[0] == sys.executable
+        if argv and not host_python and Path(argv[0]).name.startswith("python"):
             argv = ["python3", *argv[1:]]
         full = {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES)}
         if env is not None:
@@ -322,9 +352,10 @@ class DockerLauncher(HostsLifecycle):
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
         """bench.net.probe inside the containers, one directed link after the other
         (default: those the pipeline layout uses); raise LinkProbeError if one is off
-        by more than `tolerance`. A link that falls short is measured again with its
-        limits lifted (the host's ceiling), as on the netns launcher
-        (bench/launch/dockerprobe.py)."""
+        by more than `tolerance` (rate, or round trip). A link that falls short is
+        measured again with its limits lifted (the host's ceiling), as on the netns
+        launcher (bench/launch/dockerprobe.py)."""
+        self.check_delay_line()
         links = links or default_probe_links(self.scenario, self.n_hosts)
         self._probe_records = probe_containers(self, links, tolerance, duration_s)
         if check:
@@ -347,17 +378,22 @@ class DockerLauncher(HostsLifecycle):
             "n_hosts": self.n_hosts,
             "scenario": self.scenario.to_dict(),
             "capabilities": self.capabilities.to_dict() if self.capabilities else None,
-            "shaping": {p: ("htb qdisc (kernel, inside each container)" if m == "htb" else
-                            "netem qdisc (kernel, inside each container)" if m == "netem"
-                            else m) for p, m in self.mechanisms.items()},
+            "shaping": {p: MECHANISMS.get(m, m) for p, m in self.mechanisms.items()},
             "allow_drop": self.allow_drop,
-            "data_plane": "Docker bridge network, eth0 of each container",
+            "data_plane": ("TUN of each container's delay line, over the Docker bridge "
+                           "network" if sp.delay_line else
+                           "Docker bridge network, eth0 of each container"),
+            "delay_line_scheduling": self.delay_line_scheduling or None,
+            "cgroup_parent": self.cgroup_parent,
+            "python": {"mode": self.python, "executable": sys.executable
+                       if self.python == "host" else "python3 (the image's)"},
             "payload_correction_factor": sp.factor,
             "image": sp.image,
             "network": {"name": sp.network, "subnet": sp.subnet, "gateway": sp.gateway},
             "volumes": [sp.volume],
-            "hosts": [{"host": i, "container": sp.container(i), "device": "eth0",
-                       "addr": sp.addr(i), "gpu": sp.gpu(i)} for i in range(self.n_hosts)],
+            "hosts": [{"host": i, "container": sp.container(i), "device": sp.device,
+                       "addr": sp.addr(i), "network_addr": sp.network_addr(i),
+                       "gpu": sp.gpu(i)} for i in range(self.n_hosts)],
             "containers": sp.containers(),
             "links": [{"src": a, "dst": b, **self.scenario.link_spec(a, b).to_dict(),
                        "payload_rate_mbit": self.scenario.payload_rate_mbit(a, b)}

@@ -6,14 +6,22 @@ and the compose file (bench/launch/compose.py) are both built from these.
     spec.container(0), spec.network, spec.addr(1)       # aqd3f9c1-h0, aqd3f9c1-net, 198.18.0.3
     spec.shaping_argvs(0)                               # tc commands run inside container 0
 
-Every name carries the per-run prefix P ("aqd" + 5 hex digits): containers P-hI,
-network P-net, volume P-cache. Each is written to the state file before it is
-created and removed by that exact name (bench/launch/state.py).
+Every name carries the per-run prefix P ("aqd" + 5 hex digits): containers P-hI
+(and P-cap, the netem test), network P-net, volume P-cache. Each is written to the
+state file before it is created and removed by that exact name (bench/launch/state.py).
 
 Addresses: the run's network is a /24 of 198.18.0.0/15 (RFC 2544's benchmarking
 range) chosen from the prefix, so that concurrent runs rarely pick the same
 one (a clash is refused by the daemon, and the launcher draws another prefix); the
 gateway is .1 and host I is .I+2.
+
+Delay line (`delay_line=True`: delay, jitter or loss on a kernel without netem):
+each container also gets the TUN device aqtun0 of its own userspace delay line
+(bench.net.delayline, container mode), addressed in the other half of the /15
+with the same third octet (198.18.K.0/24 <-> 198.19.K.0/24), host I again .I+2.
+The workers talk over the TUNs (`addr(i)`, `device`), so every packet passes
+the htb on aqtun0 and then the delay line, which carries it to the peer's delay
+line over UDP on eth0 (`network_addr(i)`).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import time
 from dataclasses import dataclass
 
 from bench.launch.shaping import DownlinkCap, HostShaping, ShapingPlan
+from bench.net.delayline import TUNNEL_OVERHEAD_BYTES, TunnelConfig
 from bench.net.executor import Argv
 from bench.net.scenario import NetworkScenario
 from bench.net.tc import (
@@ -36,14 +45,29 @@ from bench.net.tc import (
     payload_factor,
 )
 
-__all__ = ["CONTAINER_DEV", "DOCKER_IMAGE", "DockerRunSpec", "GpuShortage", "gpu_for_rank",
-           "new_docker_prefix"]
+__all__ = ["CONTAINER_DEV", "DELAY_LINE_LOG_FILE", "DELAY_LINE_PID_FILE",
+           "DELAY_LINE_PORT", "DELAY_LINE_READY_FILE",
+           "DOCKER_IMAGE", "DockerRunSpec", "GpuShortage", "TUN_DEV", "TUN_DEVICE",
+           "gpu_for_rank", "new_docker_prefix"]
 
 # The image the launcher, the compose file and the tests use: `make docker-image` builds it.
 DOCKER_IMAGE = "aqsgd-bench-worker:latest"
 CONTAINER_DEV = "eth0"  # the run network's interface inside every container
 CONTAINER_IFB = "ifb0"  # inside the container's own namespace, so no per-run name needed
 CONTAINER_MTU = 1500
+TUN_DEVICE = "/dev/net/tun"  # the host's TUN clone device, given to delay-line containers
+TUN_DEV = "aqtun0"  # the delay line's TUN inside every container (its own namespace)
+# With the delay line, every packet crosses two Python processes: jumbo frames on the
+# run's network (and TUNs just below them, so a tunnelled packet fits one frame) cut
+# the packets per second they handle six-fold.
+TUNNEL_NETWORK_MTU = 9000
+TUN_MTU = TUNNEL_NETWORK_MTU - TUNNEL_OVERHEAD_BYTES
+DELAY_LINE_PORT = 47000  # UDP, on eth0 of every container of the run
+# The delay line's ready file ("ready SCHEDULING"), the pid the image's entrypoint
+# started it with and its log (docker/entrypoint.py writes the same paths)
+DELAY_LINE_READY_FILE = "/run/aqsgd/delayline.ready"
+DELAY_LINE_PID_FILE = "/run/aqsgd/delayline.pid"
+DELAY_LINE_LOG_FILE = "/run/aqsgd/delayline.log"
 SHAPED_FILE = "/run/aqsgd/shaped"  # the image's entrypoint waits for it (docker/entrypoint.py)
 WORKER_USER = "worker"  # the image's non-root user (docker/Dockerfile)
 MAX_HOSTS = 250  # .2 .. .251 of the run's /24
@@ -81,7 +105,9 @@ class DockerRunSpec:
     `subnet_index`: which /24 of 198.18.0.0/15 the run's network takes (0..511).
     `use_gpus`: place rank i on GPU i (device requests); `gpu_count`: GPUs on the host.
     `payload_correction`: tc rates are raised by the frame overhead so that TCP
-    payload rates equal the scenario's (as on the netns launcher)."""
+    payload rates equal the scenario's (as on the netns launcher). `netem`: delay,
+    jitter and loss go into netem leaves on eth0; `delay_line`: they come from each
+    container's delay line, the workers talking over its TUN (see module doc)."""
 
     scenario: NetworkScenario
     n_hosts: int
@@ -90,6 +116,7 @@ class DockerRunSpec:
     use_gpus: bool = False
     gpu_count: int = 0
     netem: bool = False
+    delay_line: bool = False
     payload_correction: bool = True
     image: str = DOCKER_IMAGE
 
@@ -99,6 +126,9 @@ class DockerRunSpec:
         if not 0 <= self.subnet_index < 512:
             raise ValueError(f"subnet_index: expected 0..511 (a /24 of 198.18.0.0/15), "
                              f"got {self.subnet_index}")
+        if self.netem and self.delay_line:
+            raise ValueError("netem and delay_line: expected at most one delay mechanism, "
+                             "got both")
         for rank in range(self.n_hosts):  # a GPU shortage is refused before anything exists
             gpu_for_rank(rank, self.n_hosts, self.gpu_count, self.use_gpus)
 
@@ -120,6 +150,11 @@ class DockerRunSpec:
         return f"{self.prefix}-net"
 
     @property
+    def scratch_container(self) -> str:
+        """The throw-away container of the netem test (bench/launch/docker.py)."""
+        return f"{self.prefix}-cap"
+
+    @property
     def volume(self) -> str:
         """The run's cache (tokenizers, checkpoints), shared by its containers only."""
         return f"{self.prefix}-cache"
@@ -130,6 +165,10 @@ class DockerRunSpec:
         return f"198.{18 + self.subnet_index // 256}.{self.subnet_index % 256}"
 
     @property
+    def _tun_base(self) -> str:
+        return f"198.{19 - self.subnet_index // 256}.{self.subnet_index % 256}"
+
+    @property
     def subnet(self) -> str:
         return f"{self._net_base}.0/24"
 
@@ -137,9 +176,29 @@ class DockerRunSpec:
     def gateway(self) -> str:
         return f"{self._net_base}.1"
 
-    def addr(self, i: int) -> str:
+    def network_addr(self, i: int) -> str:
+        """Container i's address on the run's network (eth0)."""
         self._check_host(i)
         return f"{self._net_base}.{i + 2}"
+
+    def tun_addr(self, i: int) -> str:
+        """Container i's address on its delay line's TUN."""
+        self._check_host(i)
+        return f"{self._tun_base}.{i + 2}"
+
+    def addr(self, i: int) -> str:
+        """The address workers use for container i: on the TUN with the delay line."""
+        return self.tun_addr(i) if self.delay_line else self.network_addr(i)
+
+    @property
+    def network_mtu(self) -> int:
+        """The MTU of the run's network (eth0 of every container)."""
+        return TUNNEL_NETWORK_MTU if self.delay_line else CONTAINER_MTU
+
+    @property
+    def device(self) -> str:
+        """The interface the workers' traffic leaves on, inside every container."""
+        return TUN_DEV if self.delay_line else CONTAINER_DEV
 
     # -- environment and GPUs ----------------------------------------------------------
     def gpu(self, i: int) -> int | None:
@@ -149,20 +208,25 @@ class DockerRunSpec:
         """Every worker in container i: sockets on the shaped interface only, and no
         NCCL path around it (P2P and shared memory off, a host id of its own)."""
         self._check_host(i)
-        return {"GLOO_SOCKET_IFNAME": CONTAINER_DEV, "NCCL_SOCKET_IFNAME": CONTAINER_DEV,
-                "TP_SOCKET_IFNAME": CONTAINER_DEV, "NCCL_P2P_DISABLE": "1",
+        dev = self.device
+        return {"GLOO_SOCKET_IFNAME": dev, "NCCL_SOCKET_IFNAME": dev,
+                "TP_SOCKET_IFNAME": dev, "NCCL_P2P_DISABLE": "1",
                 "NCCL_SHM_DISABLE": "1", "NCCL_HOSTID": f"{self.prefix}-host{i}"}
 
     # -- shaping -----------------------------------------------------------------------
     @property
     def factor(self) -> float:
-        return payload_factor(CONTAINER_MTU, ETHERNET_HEADER_BYTES) if self.payload_correction \
-            else 1.0
+        if not self.payload_correction:
+            return 1.0
+        # a TUN carries bare IP packets: no Ethernet header for tc to count
+        return payload_factor(TUN_MTU, 0) if self.delay_line else \
+            payload_factor(CONTAINER_MTU, ETHERNET_HEADER_BYTES)
 
     def plan(self) -> ShapingPlan:
-        """The shaping of every container: an htb tree on its eth0 (one class per other
-        container), a tbf on an ifb fed from eth0's ingress where a downlink is capped.
-        Every command runs inside its own container (netns None)."""
+        """The shaping of every container: an htb tree on its eth0, or its TUN with the
+        delay line (one class per other container), a tbf on an ifb fed from that
+        device's ingress where a downlink is capped. Every command runs inside its own
+        container (netns None)."""
         sc, n = self.scenario, self.n_hosts
         frame_bytes = CONTAINER_MTU + ETHERNET_HEADER_BYTES
         queue_bytes = sc.link.queue_bytes or sc.link.queue_packets * frame_bytes
@@ -172,7 +236,7 @@ class DockerRunSpec:
             down = None if caps.downlink_mbit is None else DownlinkCap(
                 CONTAINER_IFB, None, int(caps.downlink_mbit * 1e6 * self.factor), queue_bytes)
             hosts.append(HostShaping(
-                dev=CONTAINER_DEV, netns=None,
+                dev=self.device, netns=None,
                 links=tuple(EgressLink(self.addr(j), sc.link_spec(i, j))
                             for j in range(n) if j != i),
                 uplink_mbit=caps.uplink_mbit, downlink=down,
@@ -180,9 +244,16 @@ class DockerRunSpec:
         return ShapingPlan(tuple(hosts), self.factor, self.netem)
 
     def shaping_argvs(self, i: int) -> list[Argv]:
-        """The tc (and ip, for the ifb) commands shaping container i, in order."""
+        """The commands shaping container i, in order: with the delay line, first the
+        address and MTU of its TUN (which the delay line has created), then tc (and ip,
+        for the ifb)."""
         h = self.plan().hosts[i]
-        argvs = egress_argvs(h.dev, list(h.links), h.uplink_mbit, self.factor, self.netem)
+        argvs: list[Argv] = []
+        if self.delay_line:
+            argvs += [("ip", "addr", "add", f"{self.tun_addr(i)}/24", "dev", TUN_DEV),
+                      ("ip", "link", "set", TUN_DEV, "up", "mtu", str(TUN_MTU),
+                       "txqueuelen", "1000")]
+        argvs += egress_argvs(h.dev, list(h.links), h.uplink_mbit, self.factor, self.netem)
         if h.downlink is not None:
             argvs += ifb_redirect_argvs(h.dev, h.ifb)
             argvs.append(h.downlink.argv())
@@ -201,6 +272,24 @@ class DockerRunSpec:
         if down is not None:
             out.append((dst, down.argv("change", rate)))
         return out
+
+    def tunnel_config(self, i: int) -> TunnelConfig:
+        """The delay line of container i: the loss of its outgoing links, the delay and
+        jitter of its incoming ones (bench.net.delayline.TunnelConfig)."""
+        self._check_host(i)
+        n, link = self.n_hosts, self.scenario.link_spec
+
+        def row(attr: str, outgoing: bool) -> tuple[float, ...]:
+            return tuple(0.0 if j == i else
+                         float(getattr(link(i, j) if outgoing else link(j, i), attr))
+                         for j in range(n))
+
+        return TunnelConfig(host=i, tun=TUN_DEV,
+                            tun_addrs=tuple(self.tun_addr(j) for j in range(n)),
+                            peer_addrs=tuple(self.network_addr(j) for j in range(n)),
+                            port=DELAY_LINE_PORT, delay_in_ms=row("delay_ms", False),
+                            jitter_in_ms=row("jitter_ms", False),
+                            loss_out_pct=row("loss_pct", True), seed=i)
 
     def _check_host(self, i: int) -> None:
         if not 0 <= i < self.n_hosts:
