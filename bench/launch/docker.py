@@ -74,7 +74,7 @@ from bench.launch.process import (
     spawn_group,
     stop_all,
 )
-from bench.launch.state import DEFAULT_STATE_DIR
+from bench.launch.state import DEFAULT_STATE_DIR, launcher_fields
 from bench.net.executor import Argv
 from bench.net.probe import ProbeRecord, check_links
 from bench.net.scenario import NetworkScenario
@@ -183,9 +183,7 @@ class DockerLauncher(HostsLifecycle):
     def _write_state(self) -> None:
         """Every name the run may create, before it is created (and the pids spawned)."""
         sp = self.spec
-        state = {"launcher": "docker", "run_id": self.run_id, "prefix": sp.prefix,
-                 "launcher_pid": os.getpid(),
-                 "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        state = {**launcher_fields("docker", self.run_id, sp.prefix),
                  "docker_host": os.environ.get("DOCKER_HOST"),
                  "containers": [*sp.containers(), sp.scratch_container],
                  "networks": [sp.network],

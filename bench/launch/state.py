@@ -130,9 +130,10 @@ def write_state(files: StateFiles, names: TopologyNames, run_id: str,
 
 
 def run_is_live(state: dict) -> bool:
-    """Whether the launcher that wrote `state` is still running. A file that records
-    only the launcher's pid (no start time) counts as live while any process has that
-    pid: cleanup must never remove a live run's names."""
+    """Whether the launcher that wrote `state` is still running. Every launcher writes
+    launcher_fields; a file from an earlier version of the suite records only the pid
+    and counts as live while any process has that pid: cleanup must never remove a live
+    run's names."""
     if "launcher_process" in state:
         return ProcessIdentity.from_dict(state["launcher_process"]).is_running()
     pid = state.get("launcher_pid")
