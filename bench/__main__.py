@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="reserve GPU i for rank i (NVIDIA runtime)")
     compose.add_argument("--image", default=None, help="worker image (default: the one "
                                                        "`make docker-image` builds)")
+    compose.add_argument("--delay-mechanism", choices=("netem", "delayline"), default="netem",
+                         help="how the services add the scenario's delay, jitter and loss: "
+                              "netem on eth0 (hosts with the sch_netem module), or the "
+                              "suite's userspace delay line on a TUN device (default netem)")
     compose.add_argument("--out", type=Path, default=Path("compose.yaml"),
                          help="where to write it (default compose.yaml)")
     compose.set_defaults(func=_cmd_docker_compose)
@@ -174,7 +178,7 @@ def _cmd_docker_compose(args) -> int:
     n_hosts = config.pipeline.stages * config.pipeline.replicas
     path = write_compose(args.out, load_scenario(args.scenario), n_hosts=n_hosts,
                          config=args.config, gpus=args.gpus, gpu_count=n_hosts,
-                         image=args.image)
+                         image=args.image, delay_mechanism=args.delay_mechanism)
     print(f"wrote {path}: {n_hosts} services; check it with `docker-compose -f {path} "
           f"config`")
     return EXIT_OK

@@ -54,7 +54,7 @@ def _netns_usable() -> tuple[bool, str]:
 
 
 def _docker_usable() -> tuple[bool, str]:
-    from bench.launch.docker import docker_client
+    from bench.launch.dockerchecks import docker_client
     from bench.launch.dockerspec import DOCKER_IMAGE
 
     try:

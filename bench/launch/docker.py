@@ -80,7 +80,7 @@ from bench.net.probe import ProbeRecord, check_links
 from bench.net.scenario import NetworkScenario
 from bench.net.tc import Capabilities, mechanisms_for
 
-__all__ = ["DockerLauncher", "docker_client", "gpu_count", "teardown_docker"]
+__all__ = ["DockerLauncher", "teardown_docker"]
 
 MAX_NAME_DRAWS = 5
 ENTRYPOINT = ("python3", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
