@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from bench.net.placement import LinkUse, Placement, PlacementError, RankPlace, place
-from bench.net.scenario import load_scenario, parse_scenario
+from bench.net.scenario import SCENARIO_DIR, load_scenario, parse_scenario
 
 
 def scenario(stages, replicas=1, links=(), hosts=(), rate_mbit=100):
@@ -145,3 +145,44 @@ def test_table_lists_every_rank_and_every_used_link():
     assert "1 -> 2" in text and "100" in text and "10" in text
     assert all(line == line.rstrip() for line in lines)
     assert "idle hosts: 2, 3" in place(load_scenario("heterogeneous"), stages=2).table()
+
+
+WAN = ["wan-datacenter", "wan-spot", "wan-multidc", "wan-regional", "wan-worldwide"]
+
+
+@pytest.mark.parametrize("name", WAN)
+def test_wide_area_files_cite_their_source_and_are_symmetric(name):
+    s = load_scenario(name)
+    text = (SCENARIO_DIR / f"{name}.yaml").read_text(encoding="utf-8")
+    assert "NeurIPS 2022" in text and "DS3Lab/DT-FM" in text and "69f05e5" in text
+    assert s.n_hosts == 8 and all(f"host {h}: " in text for h in range(8))
+    for a in range(8):
+        for b in range(8):
+            if a != b:
+                assert s.link_spec(a, b) == s.link_spec(b, a), (a, b)
+    p = place(s, stages=8)
+    assert p.probe_links() == [(h + d, h + 1 - d) for h in range(7) for d in (0, 1)]
+
+
+@pytest.mark.parametrize("name, delay_ms, rate_mbit", [
+    ("wan-regional", (10, 70), (1000, 1300)),    # the paper's ranges between regions
+    ("wan-worldwide", (10, 250), (300, 1300))])
+def test_wide_area_pairs_fall_in_the_papers_published_ranges(name, delay_ms, rate_mbit):
+    s = load_scenario(name)
+    text = (SCENARIO_DIR / f"{name}.yaml").read_text(encoding="utf-8")
+    site = {h: text.split(f"host {h}: ")[1].split("\n")[0] for h in range(8)}
+    cross = [(a, b) for a in range(8) for b in range(8) if a != b and site[a] != site[b]]
+    assert len(cross) == (48 if name == "wan-regional" else 56)
+    for a, b in cross:
+        spec = s.link_spec(a, b)
+        assert delay_ms[0] <= spec.delay_ms <= delay_ms[1], (site[a], site[b], spec)
+        assert rate_mbit[0] <= spec.rate_mbit <= rate_mbit[1], (site[a], site[b], spec)
+
+
+def test_worldwide_pipeline_hops_in_file_order():
+    p = place(load_scenario("wan-worldwide"), stages=8)
+    hops = [(x.delay_ms, x.rate_mbit) for x in p.links if x.traffic[0].startswith("activations")]
+    # Oregon, Virginia, Ohio, Tokyo, Seoul, London, Frankfurt, Ireland
+    assert hops == [(67, 790), (11, 1120), (130, 694), (34, 1100), (238, 342), (14, 1140),
+                    (24, 1080)]
+    assert p.slowest_link().rate_mbit == 342  # Seoul - London
