@@ -210,12 +210,12 @@ def _traffic(stages: int, replicas: int) -> dict[tuple[int, int], list[str]]:
     """What each directed (src rank, dst rank) pair carries, in a stable order: the
     pipeline links of each replica, then the data-parallel pairs of each stage."""
     carries: dict[tuple[int, int], list[str]] = {}
-    tag = (lambda r: f" (replica {r})") if replicas > 1 else (lambda r: "")
     for r in range(replicas):
+        tag = f" (replica {r})" if replicas > 1 else ""
         for s in range(stages - 1):
             a, b = r * stages + s, r * stages + s + 1
-            carries.setdefault((a, b), []).append(f"activations stage {s}->{s + 1}{tag(r)}")
-            carries.setdefault((b, a), []).append(f"gradients stage {s + 1}->{s}{tag(r)}")
+            carries.setdefault((a, b), []).append(f"activations stage {s}->{s + 1}{tag}")
+            carries.setdefault((b, a), []).append(f"gradients stage {s + 1}->{s}{tag}")
     for s in range(stages):
         for r in range(replicas):
             for q in range(replicas):
