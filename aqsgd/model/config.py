@@ -23,6 +23,7 @@ __all__ = [
     "ModelConfig",
     "PRESETS",
     "PipelineDefaults",
+    "TINY_FAMILY",
     "TINY_PIPELINE",
     "layer_split",
 ]
@@ -134,6 +135,21 @@ PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(
         n_layer=2, n_embd=128, n_head=2, vocab_size=384, seq_len=64, activation="gelu"
     ),
+    # The `tiny` family for deeper pipelines: one block per stage (n_layer = stages) with
+    # tiny's width, so a boundary carries tiny's bytes (0.52 MB of fp32 per micro-batch each
+    # way, 84 ms at 100 Mbit/s fwd+bwd). All ranks share the 2 cores here, so a stage must be
+    # cheaper than tiny's to stay communication-bound: the MLP is n_embd wide (not 4x) and
+    # dropout is off, which together take a stage from ~25 to ~11 ms per micro-batch alone
+    # on one core (the last stage, with the head, ~31 -> ~16 ms). Measured with every rank
+    # running (`python -m aqsgd.model.measure --metrics RUN/metrics`): see TINY_FAMILY.
+    "tiny-4": ModelConfig(
+        n_layer=4, n_embd=128, n_head=2, vocab_size=384, seq_len=64, activation="gelu",
+        n_inner=128, dropout=0.0,
+    ),
+    "tiny-8": ModelConfig(
+        n_layer=8, n_embd=128, n_head=2, vocab_size=384, seq_len=64, activation="gelu",
+        n_inner=128, dropout=0.0,
+    ),
     "gpt2": ModelConfig(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, seq_len=1024),
     "gpt2-medium": ModelConfig(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, seq_len=1024),
     "gpt2-large": ModelConfig(n_layer=36, n_embd=1280, n_head=20, vocab_size=50257, seq_len=1024),
@@ -171,6 +187,13 @@ TINY_PIPELINE = PipelineDefaults(
     threads_per_stage=1,
     link_rate_mbit=100.0,
 )
+
+
+# The pipeline depth each `tiny` preset was sized for (one block per stage; the
+# micro-batch shape is TINY_PIPELINE's). tiny-4 and tiny-8, 100 Mbit/s fp32 traffic per
+# boundary over the slowest stage's compute_s in a real run with every rank on this 2-core
+# machine: see docs/wide-area.md for the figures and the load they were measured under.
+TINY_FAMILY: dict[str, int] = {"tiny": 2, "tiny-4": 4, "tiny-8": 8}
 
 
 def layer_split(n_layer: int, num_stages: int) -> list[range]:

@@ -3,18 +3,24 @@ the time the fp32 activations and gradients of one micro-batch take on the link.
 
     python -m aqsgd.model.measure --preset tiny   # compute vs 100 Mbit/s fp32 traffic per stage
     python -m aqsgd.model.measure --preset gpt2 --stages 4 --micro-batch-size 1
+    python -m aqsgd.model.measure --metrics runs/x/metrics   # a real run, all ranks running
 
 Compression pays where the ratio of traffic time to the slowest stage's compute is
-well above 1 (the regime of the paper); the `tiny` preset and TINY_PIPELINE are sized
-with this measurement (aqsgd.model.config).
+well above 1 (the regime of the paper); the `tiny` presets and TINY_PIPELINE are sized
+with this measurement (aqsgd.model.config). Timing one stage alone gives it a core to
+itself; `--metrics` reads what each stage's compute took in a real run (compute_s of
+the worker's metrics records), where every rank shares the machine's cores, and sets
+it against the fp32 bytes each boundary carried at the link rate.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -23,7 +29,17 @@ from rich.table import Table
 from aqsgd.model.config import PRESETS, TINY_PIPELINE, ModelConfig
 from aqsgd.model.gpt2 import GPT2Stage, init_stage, lm_loss
 
-__all__ = ["StageTiming", "comm_to_compute_ratio", "main", "measure_stages", "stage_table"]
+__all__ = [
+    "RunStageTiming",
+    "StageTiming",
+    "comm_to_compute_ratio",
+    "main",
+    "measure_stages",
+    "read_run_timings",
+    "run_ratio",
+    "run_table",
+    "stage_table",
+]
 
 
 @dataclass(frozen=True)
@@ -120,6 +136,72 @@ def stage_table(rows: list[StageTiming], title: str) -> Table:
     return table
 
 
+@dataclass(frozen=True)
+class RunStageTiming:
+    """One stage of a real run, per optimizer step (medians over the measured steps of
+    its replica-0 rank): compute against the boundary after it at the link rate."""
+
+    stage: int
+    rank: int
+    steps: int  # measured (not warm-up) steps the medians are over
+    compute_s: float  # the worker's compute_s: forward + backward wall time of the step
+    boundary_bytes: int  # activations sent to stage + 1 plus gradients received from it
+    comm_s: float  # boundary_bytes at the link rate; 0 for the last stage
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.compute_s <= 0 or self.boundary_bytes < 0:
+            raise ValueError(f"RunStageTiming of stage {self.stage}: steps >= 1, compute_s > 0 "
+                             f"and boundary_bytes >= 0 expected, got {self.steps}, "
+                             f"{self.compute_s!r}, {self.boundary_bytes}")
+
+
+def read_run_timings(metrics_dir: str | Path, link_rate_mbit: float = 100.0
+                     ) -> list[RunStageTiming]:
+    """Per-stage compute and fp32-equivalent boundary time of a finished run, from its
+    `metrics/rank{R}.jsonl` (replica 0; warm-up steps left out as the worker flagged them).
+    The bytes are what the run sent, so the ratio is fp32's only for an fp32 run."""
+    if not link_rate_mbit > 0:
+        raise ValueError(f"link_rate_mbit must be > 0, got {link_rate_mbit!r}")
+    paths = sorted(Path(metrics_dir).glob("rank*.jsonl"))
+    if not paths:
+        raise FileNotFoundError(f"{metrics_dir}: no rank*.jsonl metrics files")
+    rows = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        steps = [r for r in records if r["kind"] == "train" and not r["warmup"]]
+        if not steps:
+            raise ValueError(f"{path}: no measured (non-warm-up) train records")
+        if steps[0]["replica"] != 0:
+            continue
+        nbytes = statistics.median(r["bytes_sent"]["activation"] + r["bytes_recv"]["gradient"]
+                                   for r in steps)
+        rows.append(RunStageTiming(
+            stage=steps[0]["stage"], rank=steps[0]["rank"], steps=len(steps),
+            compute_s=statistics.median(r["compute_s"] for r in steps),
+            boundary_bytes=int(nbytes), comm_s=nbytes * 8 / (link_rate_mbit * 1e6)))
+    return sorted(rows, key=lambda r: r.stage)
+
+
+def run_ratio(rows: list[RunStageTiming]) -> float:
+    """Slowest boundary's traffic time over the slowest stage's compute, all ranks running."""
+    return max(r.comm_s for r in rows) / max(r.compute_s for r in rows)
+
+
+def run_table(rows: list[RunStageTiming], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for header in ("stage", "rank", "steps", "compute s/step", "boundary B/step",
+                   "comm s/step"):  # fmt: skip
+        table.add_column(header, justify="right")
+    for r in rows:
+        table.add_row(str(r.stage), str(r.rank), str(r.steps), f"{r.compute_s:.4f}",
+                      str(r.boundary_bytes), f"{r.comm_s:.4f}")
+    if len(rows) > 1:
+        table.caption = f"comm / slowest compute (all ranks running): {run_ratio(rows):.2f}"
+        table.caption_justify = "left"
+    return table
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m aqsgd.model.measure", description=__doc__.split("\n")[0]
@@ -132,7 +214,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--link-rate-mbit", type=float, default=defaults.link_rate_mbit)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--seq-len", type=int, default=None, help="override the preset's seq_len")
+    parser.add_argument("--metrics", type=Path, default=None,
+                        help="a finished run's metrics directory: its stages' compute instead")
     args = parser.parse_args(argv)
+    if args.metrics is not None:
+        rows = read_run_timings(args.metrics, args.link_rate_mbit)
+        title = f"run {args.metrics}: link={args.link_rate_mbit} Mbit/s"
+        Console().print(run_table(rows, title))
+        return
     cfg = PRESETS[args.preset]
     if args.seq_len is not None:
         cfg = cfg.replace(seq_len=args.seq_len)
