@@ -59,7 +59,8 @@ def test_a_cell_that_does_not_fit_its_scenario_is_refused_before_anything_runs(t
     # what it asks and what the scenario has, before any host or file is made.
     spec = SweepSpec(name="deep", scenarios=("100mbps",), modes=(parse_mode("fp32"),),
                      workload=Workload(preset="tiny-8", stages=8))
-    with pytest.raises(PlacementError, match=r"cell 100mbps__fp32: cell of 8 stages.*needs 8 hosts; scenario '100mbps' has 4"):
+    with pytest.raises(PlacementError, match=r"cell 100mbps__fp32: cell of 8 stages.*"
+                                             r"needs 8 hosts; scenario '100mbps' has 4"):
         run_sweep(spec, tmp_path / "deep", launcher="local", quiet=True)
     assert not (tmp_path / "deep").exists()
 
