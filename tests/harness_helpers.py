@@ -30,6 +30,7 @@ from bench.launch.choice import LauncherChoice, choose_launcher
 from bench.launch.local import LocalLauncher
 from bench.launch.netns import NetnsLauncher
 from bench.launch.process import free_port, wait_for_workers
+from bench.net.placement import place
 from bench.net.probe import ProbeRecord
 from bench.net.scenario import load_scenario, with_link
 from bench.results.files import write_json
@@ -135,7 +136,9 @@ def write_cell(sweep_dir: Path, cell: CellSpec, *, rate_mbit: float | None,
     prov = {"git": {"commit": "abc", "dirty": False}, "versions": {},
             "hardware": {"cpu_model": "test cpu", "cpu_cores": 2, "memory_gib": 24.0,
                          "gpus": [], "hostname": "test", "os": "Linux"}}
-    write_json(cell_dir / "meta.json", {**meta_head(cell, sweep, choice, scn, probe, prov),
+    placement = place(scn, w.stages, w.replicas)
+    write_json(cell_dir / "meta.json", {**meta_head(cell, sweep, choice, scn, probe, prov,
+                                                    placement),
                                         "status": "ok", "wall_s": 1.0})
     return cell_dir
 

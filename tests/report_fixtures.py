@@ -16,9 +16,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.net.placement import place
+from bench.net.scenario import load_scenario
 from bench.results.files import SCHEMA_VERSION, metrics_frame, write_csv, write_json
 
 __all__ = ["fixture_label", "write_fixture_cell"]
+
+
+def _placement(scenario: str, stages: int, replicas: int) -> dict:
+    """meta.json's placement block of a cell of that layout (the 4-host 100mbps file's
+    hosts, under the fixture's scenario name)."""
+    return {**place(load_scenario("100mbps"), stages, replicas).to_dict(), "scenario": scenario}
 
 
 def fixture_label(mode: str, fw: int | None, bw: int | None, grad_mode: str) -> str:
@@ -109,7 +117,8 @@ def write_fixture_cell(root: Path, *, mode: str = "fp32", fw: int | None = None,
                          "gpus": [], "hostname": "test", "os": "Linux"}}
     write_json(cell_dir / "meta.json", {
         "schema_version": SCHEMA_VERSION, "cell": cell, "spec": {}, "spec_key": spec_key,
-        "seed": seed, "probe": probe, "provenance": prov, "status": status,
+        "seed": seed, "placement": _placement(scenario, stages, replicas),
+        "probe": probe, "provenance": prov, "status": status,
         "failure": None if status == "ok" else {"rank": None, "returncode": None,
                                                 "reason": "fixture failure"},
         "wall_s": 1.0})

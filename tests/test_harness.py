@@ -21,6 +21,7 @@ from bench.harness.run import run_sweep
 from bench.harness.sweep import CellSpec, SweepSpec, Workload, load_sweep
 from bench.launch.choice import choose_launcher
 from bench.launch.process import wait_for_workers
+from bench.net.placement import PlacementError
 from bench.net.scenario import ScenarioError, load_scenario
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,6 +52,17 @@ def test_unknown_scenario_lists_the_available_ones(capsys):
     assert main(["run", "--scenario", "100mbit", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "no scenario '100mbit'" in err and "1gbps" in err and "loopback" in err
+
+
+def test_a_cell_that_does_not_fit_its_scenario_is_refused_before_anything_runs(tmp_path):
+    # 8 stages need 8 hosts; 100mbps has 4: refused by the placement, naming the cell,
+    # what it asks and what the scenario has, before any host or file is made.
+    spec = SweepSpec(name="deep", scenarios=("100mbps",), modes=(parse_mode("fp32"),),
+                     workload=Workload(preset="tiny-8", stages=8))
+    with pytest.raises(PlacementError, match=r"cell 100mbps__fp32: cell of 8 stages.*"
+                                             r"needs 8 hosts; scenario '100mbps' has 4"):
+        run_sweep(spec, tmp_path / "deep", launcher="local", quiet=True)
+    assert not (tmp_path / "deep").exists()
 
 
 def test_cli_bad_bit_width_exits_2_naming_the_field(capsys):

@@ -75,6 +75,12 @@ def test_topology_up_and_removed_by_name(tmp_path):
                                text=True).stdout
         assert hosts.device(2) in links and len(hosts.device(2)) <= 15
         assert hosts.addr(0) == "198.18.0.1"
+        # long links need socket buffers above Linux's default 4 MiB maximum
+        for knob in ("tcp_wmem", "tcp_rmem"):
+            value = subprocess.run(["ip", "netns", "exec", hosts.netns(1), "cat",
+                                    f"/proc/sys/net/ipv4/{knob}"], capture_output=True,
+                                   text=True, check=True).stdout.split()
+            assert int(value[2]) == 64 << 20
         env = hosts.worker_env(1)
         assert env["GLOO_SOCKET_IFNAME"] == hosts.device(1)
         assert env["NCCL_P2P_DISABLE"] == env["NCCL_SHM_DISABLE"] == "1"

@@ -131,3 +131,12 @@ def test_host_limited_links_are_labelled_in_table_report_and_figures(tmp_path):
     paper = draw_paper_figures(sweep, tmp_path / "paper", conv_dir=tmp_path / "no-convergence")
     svg = next(p for p in paper if p.name == "paper_speedup.svg").read_text()
     assert "host-limited link (achieved &lt; configured)" in svg
+
+
+def test_report_draws_the_placement_and_what_each_probed_link_carries(sweep_dir):
+    report = write_report(sweep_dir, summarize([sweep_dir]), []).read_text()
+    assert "## Placement" in report
+    assert "2 stages x 1 replica(s) on 10gbps" in report
+    assert "| 0 | 0 | 0 | 0 |\n| 1 | 1 | 1 | 0 |" in report
+    assert ("| 10gbps | 0 -> 1 | 10000.0 | 10000.0 | 1.000 | - | no | 0.100 | "
+            "activations stage 0->1 |") in report

@@ -1,7 +1,7 @@
 """meta.json's identity of a cell: the flat `cell` block every loader row carries, and
 the keys every meta.json starts with, whatever became of the cell.
 
-    meta = meta_head(cell, sweep, choice, scenario, probe, prov)   # then status, failure...
+    meta = meta_head(cell, sweep, choice, scenario, probe, prov, placement)  # then status...
 
 The schema is docs/results-schema.md ("meta.json").
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 from aqsgd.model.config import PRESETS
 from bench.harness.sweep import CellSpec
 from bench.launch.choice import LauncherChoice
+from bench.net.placement import Placement
 from bench.net.probe import ProbeRecord
 from bench.net.scenario import NetworkScenario
 from bench.results.files import SCHEMA_VERSION
@@ -52,9 +53,12 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
 
 
 def meta_head(cell: CellSpec, sweep: str, choice: LauncherChoice,
-              scenario: NetworkScenario | None, probe: list[ProbeRecord], prov: dict) -> dict:
-    """The keys every meta.json starts with: schema, identity, spec, probe, provenance."""
+              scenario: NetworkScenario | None, probe: list[ProbeRecord], prov: dict,
+              placement: Placement) -> dict:
+    """The keys every meta.json starts with: schema, identity, spec, placement, probe,
+    provenance."""
     return {"schema_version": SCHEMA_VERSION,
             "cell": cell_identity(cell, sweep, choice, scenario, probe),
             "spec": cell.to_dict(), "spec_key": cell.key, "seed": cell.workload.seed,
+            "placement": placement.to_dict(),
             "probe": [r.to_dict() for r in probe], "provenance": prov}

@@ -42,6 +42,7 @@ from bench.harness.sweep import CellSpec, SweepSpec
 from bench.launch.base import Launcher
 from bench.launch.choice import LauncherChoice, choose_launcher
 from bench.launch.process import free_port, stop_all, wait_for_workers
+from bench.net.placement import Placement, PlacementError, place
 from bench.net.probe import ProbeRecord, format_table, host_limited_warning
 from bench.net.scenario import NetworkScenario, load_scenario
 from bench.results.files import (
@@ -76,7 +77,8 @@ def _now() -> str:
 # ------------------------------------------------------------ running a cell
 def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
              choice: LauncherChoice, scenario: NetworkScenario, probe: list[ProbeRecord],
-             prov: dict, worker_cmd: tuple[str, ...] = WORKER_CMD) -> CellOutcome:
+             prov: dict, placement: Placement,
+             worker_cmd: tuple[str, ...] = WORKER_CMD) -> CellOutcome:
     """Run one cell on brought-up hosts and write its result files
     (meta.json last, whatever happened)."""
     if cell_dir.exists():
@@ -84,7 +86,7 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
     (cell_dir / "logs").mkdir(parents=True)
     started = time.time()
     meta = {
-        **meta_head(cell, sweep, choice, scenario, probe, prov),
+        **meta_head(cell, sweep, choice, scenario, probe, prov, placement),
         "scenario": scenario.to_dict(),
         "launcher": {"choice": choice.name, "reason": choice.reason, **hosts.record()},
         "started_at": _now(),
@@ -142,7 +144,8 @@ def collect_metrics(cell: CellSpec, cell_dir: Path) -> dict | None:
 
 # -------------------------------------------------------------------- sweeps
 def _fail_group(cells: list[CellSpec], sweep_dir: Path, sweep: str, choice: LauncherChoice,
-                reason: str, prov: dict) -> list[CellOutcome]:
+                reason: str, prov: dict, placements: dict[str, Placement]
+                ) -> list[CellOutcome]:
     """Record every cell of a scenario whose hosts never came up as failed (their
     `cell` block says nothing of the link: no rate, not shaped)."""
     outcomes = []
@@ -151,11 +154,27 @@ def _fail_group(cells: list[CellSpec], sweep_dir: Path, sweep: str, choice: Laun
         if cell_dir.exists():
             shutil.rmtree(cell_dir)
         write_json(cell_dir / "meta.json", {
-            **meta_head(cell, sweep, choice, None, [], prov), "status": "failed", "wall_s": 0.0,
+            **meta_head(cell, sweep, choice, None, [], prov, placements[cell.name]),
+            "status": "failed", "wall_s": 0.0,
             "failure": {"rank": None, "returncode": None, "reason": reason},
         })
         outcomes.append(CellOutcome(cell.name, "failed", 0.0, reason))
     return outcomes
+
+
+def place_cells(cells: list[CellSpec], scenarios: dict[str, NetworkScenario]
+                ) -> dict[str, Placement]:
+    """Each cell's placement on its scenario's hosts (bench.net.placement.place, the one
+    rule); a cell that does not fit is refused before anything runs (PlacementError,
+    naming the cell, what it asks and what the scenario has)."""
+    placements = {}
+    for cell in cells:
+        w = cell.workload
+        try:
+            placements[cell.name] = place(scenarios[cell.scenario], w.stages, w.replicas)
+        except PlacementError as err:
+            raise PlacementError(f"cell {cell.name}: {err}") from None
+    return placements
 
 
 def pending_cells(spec: SweepSpec, sweep_dir: Path, *, fresh: bool = False,
@@ -214,6 +233,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     (estimate_line) before the first cell; the progress bar counts estimated seconds."""
     cells = spec.cells()
     scenarios = {name: load_scenario(name) for name in dict.fromkeys(c.scenario for c in cells)}
+    placements = place_cells(cells, scenarios)
     choice = choose_launcher(launcher)
     tone = "" if choice.shaped else "WARNING: "
     echo(f"{tone}launcher {choice.name}: {choice.reason}")
@@ -232,23 +252,30 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     with Progress(sum(weights.values()), quiet) as bar:
         for name, group in itertools.groupby(todo, key=lambda c: c.scenario):
             outcomes.extend(_run_group(scenarios[name], list(group), sweep_dir, spec.name,
-                                       choice, prov, bar, weights, echo, worker_cmd))
+                                       choice, prov, bar, weights, placements, echo,
+                                       worker_cmd))
     return outcomes
 
 
 def _run_group(scenario: NetworkScenario, group: list[CellSpec], sweep_dir: Path, sweep: str,
                choice: LauncherChoice, prov: dict, bar: Progress, weights: dict[str, float],
-               echo: Callable[[str], None], worker_cmd: tuple[str, ...]) -> list[CellOutcome]:
-    """Bring up the hosts of one scenario once, probe, run its cells."""
+               placements: dict[str, Placement], echo: Callable[[str], None],
+               worker_cmd: tuple[str, ...]) -> list[CellOutcome]:
+    """Bring up the hosts of one scenario once, probe exactly the links its cells'
+    placements use, run its cells."""
     outcomes: list[CellOutcome] = []
     name = group[0].scenario
     n_hosts = max(c.world_size for c in group)
+    widest = placements[max(group, key=lambda c: c.world_size).name]
+    links = list(dict.fromkeys(link for c in group for link in placements[c.name].probe_links()))
     try:
         bar.describe(f"{name}: bringing up {n_hosts} hosts")
         with choice.factory(scenario, n_hosts, run_id=secrets.token_hex(3),
                             state_dir=sweep_dir / ".launcher") as hosts:
-            probe = hosts.probe()
-            echo(f"link probe, scenario {name}:\n{format_table(probe)}")
+            echo(widest.table())
+            probe = hosts.probe(links=links)
+            echo(f"link probe, scenario {name} (the links the placement uses):\n"
+                 f"{format_table(probe)}")
             warning = host_limited_warning(probe)
             if warning:
                 echo(f"{name}: {warning}")
@@ -256,7 +283,8 @@ def _run_group(scenario: NetworkScenario, group: list[CellSpec], sweep_dir: Path
                 bar.describe(cell.name)
                 outcome = run_cell(cell, hosts, sweep_dir / cell.name, sweep=sweep,
                                    choice=choice, scenario=scenario, probe=probe,
-                                   prov=prov, worker_cmd=worker_cmd)
+                                   prov=prov, placement=placements[cell.name],
+                                   worker_cmd=worker_cmd)
                 outcomes.append(outcome)
                 echo(f"{outcome.status:6s} {cell.name} ({outcome.wall_s:.1f} s)"
                      + (f": {outcome.reason}" if outcome.reason else ""))
@@ -266,7 +294,7 @@ def _run_group(scenario: NetworkScenario, group: list[CellSpec], sweep_dir: Path
         rest = [c for c in group if c.name not in done]
         reason = f"scenario {name}: {type(err).__name__}: {err}"
         echo(f"failed {name}: {reason}")
-        outcomes.extend(_fail_group(rest, sweep_dir, sweep, choice, reason, prov))
+        outcomes.extend(_fail_group(rest, sweep_dir, sweep, choice, reason, prov, placements))
         for cell in rest:
             bar.advance(cell.name, weights[cell.name])
     return outcomes

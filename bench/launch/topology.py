@@ -27,6 +27,25 @@ def create_namespaces(ex: Executor, names: TopologyNames, created: list[str]) ->
         ex.run(("ip", "netns", "add", ns))  # fails if the name exists: never adopt one
         created.append(ns)
         ex.run(("ip", "-n", ns, "link", "set", "lo", "up"))
+        for knob in ("tcp_wmem", "tcp_rmem"):
+            ex.run(tcp_buffer_argv(ns, knob))
+
+
+# Socket buffers may grow to 64 MiB inside the suite's namespaces. Linux's default
+# maximum (4 MiB send, here) caps TCP at about 3 MB per round trip: 50 Mbit/s on a
+# 476 ms wide-area link configured at 342 Mbit/s. A long link needs its bandwidth-delay
+# product in flight (342 Mbit/s x 476 ms = 20 MB). Written through /proc/sys because the
+# `sysctl` tool (procps) is not on every bare machine; each namespace has its own value.
+TCP_BUFFER_MAX_BYTES = 64 << 20
+
+
+def tcp_buffer_argv(ns: str, knob: str) -> Argv:
+    """Raise net.ipv4.`knob` (tcp_wmem | tcp_rmem) to min 4096, default as Linux's,
+    max TCP_BUFFER_MAX_BYTES inside namespace `ns`."""
+    default = {"tcp_wmem": 16384, "tcp_rmem": 131072}[knob]
+    value = f"4096 {default} {TCP_BUFFER_MAX_BYTES}"
+    return ("ip", "netns", "exec", ns, "sh", "-c",
+            f"echo '{value}' > /proc/sys/net/ipv4/{knob}")
 
 
 def switch_argvs(names: TopologyNames) -> list[Argv]:

@@ -171,15 +171,47 @@ def _fmt_or_dash(value, fmt: str) -> str:
     return "-" if _missing(value) else format(value, fmt)
 
 
+def _carried(metas: list[dict], scenario: str) -> dict[tuple[int, int], list[str]]:
+    """What each directed host link of `scenario` carries, over all its cells' placements
+    (meta.json's `placement.links`)."""
+    carried: dict[tuple[int, int], list[str]] = {}
+    for meta in metas:
+        if meta["cell"]["scenario"] != scenario:
+            continue
+        for link in meta["placement"]["links"]:
+            traffic = carried.setdefault((link["src"], link["dst"]), [])
+            traffic.extend(t for t in link["traffic"] if t not in traffic)
+    return carried
+
+
+def _placement_lines(metas: list[dict]) -> list[str]:
+    """Where each rank ran, once per scenario and layout (meta.json's `placement`)."""
+    seen, lines = set(), []
+    for meta in metas:
+        p = meta["placement"]
+        key = (p["scenario"], p["stages"], p["replicas"])
+        if key in seen:
+            continue
+        seen.add(key)
+        lines += [f"{p['stages']} stages x {p['replicas']} replica(s) on {p['scenario']} "
+                  f"({p['n_hosts']} hosts; rank = replica * stages + stage):", "",
+                  "| host | rank | stage | replica |", "|---|---|---|---|",
+                  *[f"| {r['host']} | {r['rank']} | {r['stage']} | {r['replica']} |"
+                    for r in p["ranks"]], ""]
+    return ["## Placement", "", *lines] if lines else []
+
+
 def _probe_lines(metas: list[dict]) -> list[str]:
     """Rows of the link-probe table, once per scenario: meta.json's `probe` records
-    (ProbeRecord.to_dict() of the launcher's probe: every field present)."""
+    (ProbeRecord.to_dict() of the launcher's probe: every field present), each with the
+    traffic the cells' placements put on it."""
     seen, lines = set(), []
     for meta in metas:
         scenario = meta["cell"]["scenario"]
         if scenario in seen or not meta["probe"]:
             continue
         seen.add(scenario)
+        carried = _carried(metas, scenario)
         for link in meta["probe"]:
             want, got = link["rate_mbit_configured"], link["rate_mbit_achieved"]
             ratio = got / want if want else None
@@ -188,13 +220,14 @@ def _probe_lines(metas: list[dict]) -> list[str]:
                          f"{_fmt_or_dash(ratio, '.3f')} | "
                          f"{_fmt_or_dash(link['rate_mbit_ceiling'], '.1f')} | "
                          f"{'**yes**' if link['host_limited'] else 'no'} | "
-                         f"{_fmt_or_dash(link['rtt_ms'], '.3f')} |")
+                         f"{_fmt_or_dash(link['rtt_ms'], '.3f')} | "
+                         f"{'; '.join(carried.get((link['src'], link['dst']), [])) or '-'} |")
     if not lines:
         return []
     return ["## Link probe", "",
             "| scenario | link | configured (Mbit/s) | achieved (Mbit/s) | achieved/configured "
-            "| host ceiling (Mbit/s) | host-limited | RTT (ms) |",
-            "|---|---|---|---|---|---|---|---|", *lines, "",
+            "| host ceiling (Mbit/s) | host-limited | RTT (ms) | carries |",
+            "|---|---|---|---|---|---|---|---|---|", *lines, "",
             "The host ceiling is measured only for a link that falls short: the same path "
             "with its rate limit lifted. A ceiling below the configured rate (by more than "
             "the probe's tolerance) makes the link host-limited: this machine cannot carry "
@@ -236,6 +269,7 @@ def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
         for png in pngs:
             rel = os.path.relpath(png, sweep_dir)
             lines += [f"![{png.stem}]({rel})", ""]
+    lines += _placement_lines(metas)
     lines += _probe_lines(metas)
     lines += _failure_lines(metas)
     return atomic_write_text(sweep_dir / "report.md", "\n".join(lines) + "\n")

@@ -51,7 +51,9 @@ __all__ = [
 
 # 2: the `cell` block names the seed, the variant, dropout and its masks, the epochs and
 # the held-out windows of an evaluation (CELL_KEYS); reports read those keys directly.
-SCHEMA_VERSION = 2
+# 3: meta.json has `placement` (bench.net.placement.Placement.to_dict(): which rank ran
+# on which host, the links each used and what they carried).
+SCHEMA_VERSION = 3
 BYTE_KINDS = ("activation", "gradient", "dp")
 # Columns every metrics.csv has, in this order; unknown scalar fields a
 # worker adds later are kept after them (forward compatible).
@@ -305,6 +307,8 @@ def _check_schema(path: Path, meta: dict) -> None:
     if missing:
         raise SchemaError(f"{path}: the `cell` block lacks {', '.join(missing)} "
                           f"(required by schema {SCHEMA_VERSION})")
+    if "placement" not in meta:
+        raise SchemaError(f"{path}: no `placement` (required by schema {SCHEMA_VERSION})")
 
 
 def load_metas(paths: Iterable[str | Path]) -> list[dict]:
