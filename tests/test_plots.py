@@ -8,7 +8,7 @@ from report_fixtures import write_fixture_cell
 from bench.report.claims import load_claims
 from bench.report.convergence import analyse
 from bench.report.paper import claims_table, draw_paper_figures, relative_throughput
-from bench.report.plots import make_figures, mode_order
+from bench.report.plots import make_figures, mode_colors, mode_order
 from bench.report.summary import summarize
 from bench.report.tables import format_table, write_report
 
@@ -140,3 +140,9 @@ def test_report_draws_the_placement_and_what_each_probed_link_carries(sweep_dir)
     assert "| 0 | 0 | 0 | 0 |\n| 1 | 1 | 1 | 0 |" in report
     assert ("| 10gbps | 0 -> 1 | 10000.0 | 10000.0 | 1.000 | - | no | 0.100 | "
             "activations stage 0->1 |") in report
+
+
+def test_mode_colors_stay_distinct_beyond_ten_series():
+    labels = [f"mode{i}" for i in range(12)]
+    assert len(set(mode_colors(labels).values())) == 12
+    assert len(set(mode_colors(labels[:4]).values())) == 4

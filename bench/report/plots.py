@@ -60,8 +60,10 @@ def mode_order(labels: Iterable[str]) -> list[str]:
 
 
 def mode_colors(labels: list[str]) -> dict[str, tuple]:
-    cmap = plt.get_cmap("tab10")
-    return {label: cmap(i % 10) for i, label in enumerate(labels)}
+    """A distinct colour per label: tab10 up to ten labels, tab20 up to twenty (the
+    convergence sweep draws twelve series in one figure)."""
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
 
 
 def save(fig, out_dir: Path, stem: str) -> list[Path]:
