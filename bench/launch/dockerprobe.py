@@ -9,13 +9,11 @@ which gives the host's ceiling for that path; the limits are put back afterwards
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from typing import TYPE_CHECKING
 
-from bench.launch.probing import MEASURE_TIMEOUT_S, PROBE_PORT, probe_each
-from bench.launch.process import TEARDOWN_GRACE_S, read_ready_line, spawn_group, stop_group
+from bench.launch.probing import PROBE_PORT, exchange, probe_each
+from bench.launch.process import spawn_group
 from bench.net.probe import ProbeRecord
 
 if TYPE_CHECKING:
@@ -45,15 +43,7 @@ def _measure(hosts: DockerLauncher, src: int, dst: int, bulk_bytes: int) -> dict
     server = spawn_group(hosts.exec_argv(dst, [
         "python3", "-m", "bench.net.probe", "serve", "--addr", hosts.addr(dst), "--port",
         str(PROBE_PORT)], tied=True), dict(os.environ), pipe_stdout=True, stdin_pipe=True)
-    try:
-        read_ready_line(server, "listening", f"probe server in container {dst}")
-        out = subprocess.run(hosts.exec_argv(src, [
-            "python3", "-m", "bench.net.probe", "measure", "--addr", hosts.addr(dst),
-            "--port", str(PROBE_PORT), "--bytes", str(bulk_bytes)]),
-            capture_output=True, text=True, timeout=MEASURE_TIMEOUT_S)
-        if out.returncode != 0:
-            raise RuntimeError(f"link probe {src} -> {dst} failed:\n{out.stderr}")
-        server.wait(timeout=10)
-        return json.loads(out.stdout)
-    finally:
-        stop_group(server, TEARDOWN_GRACE_S)
+    client = hosts.exec_argv(src, [
+        "python3", "-m", "bench.net.probe", "measure", "--addr", hosts.addr(dst),
+        "--port", str(PROBE_PORT), "--bytes", str(bulk_bytes)])
+    return exchange(server, client, dict(os.environ), src, dst, f"container {dst}")

@@ -25,7 +25,8 @@ from bench.net.tc import payload_factor
 if TYPE_CHECKING:
     from bench.launch.netns import NetnsLauncher
 
-__all__ = ["MEASURE_TIMEOUT_S", "PROBE_PORT", "default_probe_links", "probe_each", "probe_links"]
+__all__ = ["MEASURE_TIMEOUT_S", "PROBE_PORT", "default_probe_links", "exchange", "probe_each",
+           "probe_links"]
 
 PROBE_PORT = 5201
 MEASURE_TIMEOUT_S = 120.0
@@ -90,13 +91,21 @@ def _measure(hosts: NetnsLauncher, src: int, dst: int, bulk_bytes: int) -> dict:
     """One bench.net.probe client/server exchange from host src to host dst."""
     server = hosts.spawn_quiet(dst, ["-m", "bench.net.probe", "serve", "--addr",
                                      hosts.addr(dst), "--port", str(PROBE_PORT)])
+    client = ["ip", "netns", "exec", hosts.netns(src), hosts.python, "-m", "bench.net.probe",
+              "measure", "--addr", hosts.addr(dst), "--port", str(PROBE_PORT),
+              "--bytes", str(bulk_bytes)]
+    return exchange(server, client, env_with_repo(), src, dst, f"host {dst}")
+
+
+def exchange(server: subprocess.Popen, client: list[str], env: dict[str, str], src: int,
+             dst: int, where: str) -> dict:
+    """Wait for the probe `server` (started by the caller) to listen, run the `client`
+    command to completion and return its JSON result; the server is stopped whatever
+    happens. Both launchers' probes go through here."""
     try:
-        read_ready_line(server, "listening", f"probe server on host {dst}")
-        out = subprocess.run(
-            ["ip", "netns", "exec", hosts.netns(src), hosts.python, "-m", "bench.net.probe",
-             "measure", "--addr", hosts.addr(dst), "--port", str(PROBE_PORT),
-             "--bytes", str(bulk_bytes)],
-            capture_output=True, text=True, env=env_with_repo(), timeout=MEASURE_TIMEOUT_S)
+        read_ready_line(server, "listening", f"probe server on {where}")
+        out = subprocess.run(client, capture_output=True, text=True, env=env,
+                             timeout=MEASURE_TIMEOUT_S)
         if out.returncode != 0:
             raise RuntimeError(f"link probe {src} -> {dst} failed:\n{out.stderr}")
         server.wait(timeout=10)
