@@ -62,8 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup-epochs", type=int, default=defaults.warmup_epochs)
     run.add_argument("--train-samples", type=int, default=defaults.train_samples,
                      help="training windows (one warm-up epoch = one pass over them)")
-    run.add_argument("--preset", default=defaults.preset)
-    run.add_argument("--stages", type=int, default=defaults.stages)
+    run.add_argument("--preset", default=None,
+                     help="model preset (default: the tiny preset sized for the stages)")
+    run.add_argument("--stages", type=int, default=None,
+                     help="pipeline stages (default: the scenario's layout, e.g. 4; the "
+                          "aqsgd+gc cells then run 2 stages x 2 replicas on the same hosts)")
     run.add_argument("--replicas", type=int, default=defaults.replicas)
     run.add_argument("--seed", type=int, default=defaults.seed)
     run.add_argument("--init-from", default=defaults.init_from,
@@ -118,12 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def finish_sweep(sweep_dir: Path, title: str | None = None) -> int:
     """Summary table, figures and report of a sweep directory; the exit code."""
+    from bench.report.linkbound import fp32_bounds
     from bench.report.plots import make_figures, print_figure_paths
     from bench.report.summary import summarize
     from bench.report.tables import print_table, write_report
+    from bench.results.files import load_metas
 
     summary = summarize([sweep_dir])
     print_table(summary)
+    for bound in fp32_bounds(load_metas([sweep_dir]), summary):
+        print(bound.text())
     figures = make_figures([sweep_dir], sweep_dir / "figures")
     report = write_report(sweep_dir, summary, figures, title=title)
     print(f"report: {report}")
@@ -150,12 +157,15 @@ def _run_and_finish(spec: SweepSpec, out: Path | None, args, title: str) -> int:
 
 
 def _cmd_run(args) -> int:
+    from bench.harness.defaults import bench_workload
+    from bench.net.scenario import load_scenario
+
     modes = tuple(parse_mode(m) for m in _split_modes(args.modes))
-    workload = dataclasses.replace(
+    workload = bench_workload(load_scenario(args.scenario), dataclasses.replace(
         Workload(), steps=args.steps, warmup_epochs=args.warmup_epochs,
-        train_samples=args.train_samples, preset=args.preset, stages=args.stages,
-        replicas=args.replicas, seed=args.seed,
-        init_from=None if args.init_from in ("none", "") else args.init_from)
+        train_samples=args.train_samples, replicas=args.replicas, seed=args.seed,
+        init_from=None if args.init_from in ("none", "") else args.init_from),
+        stages=args.stages, preset=args.preset)
     name = Path(args.scenario).stem
     reference = None if args.reference in ("none", "", name) else args.reference
     spec = SweepSpec(name=name, scenarios=(args.scenario,), modes=modes, workload=workload,

@@ -94,8 +94,9 @@ def write_fixture_cell(root: Path, *, mode: str = "fp32", fw: int | None = None,
                         act_bytes=act_bytes, samples=samples, train_loss0=train_loss0,
                         eval_losses=eval_losses)
         (metrics / f"rank{rank}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    frame, _ = metrics_frame(sorted(metrics.glob("rank*.jsonl")), name)
+    frame, peers = metrics_frame(sorted(metrics.glob("rank*.jsonl")), name)
     write_csv(cell_dir / "metrics.csv", frame)
+    write_csv(cell_dir / "peers.csv", peers)
     achieved = (rate_mbit or 1000.0) if achieved_mbit is None else achieved_mbit
     cell = {"name": name, "sweep": sweep, "scenario": scenario, "mode": mode, "label": label,
             "fw_bits": fw, "bw_bits": bw, "grad_mode": grad_mode, "preset": "tiny",
@@ -118,6 +119,9 @@ def write_fixture_cell(root: Path, *, mode: str = "fp32", fw: int | None = None,
     write_json(cell_dir / "meta.json", {
         "schema_version": SCHEMA_VERSION, "cell": cell, "spec": {}, "spec_key": spec_key,
         "seed": seed, "placement": _placement(scenario, stages, replicas),
+        "run_config": {"pipeline": {"stages": stages, "replicas": replicas,
+                                    "micro_batch_size": 16, "num_micro_batches": 4,
+                                    "schedule": "gpipe"}},
         "probe": probe, "provenance": prov, "status": status,
         "failure": None if status == "ok" else {"rank": None, "returncode": None,
                                                 "reason": "fixture failure"},

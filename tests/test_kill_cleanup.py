@@ -46,7 +46,7 @@ def _require_netns():
 def _harness(out: Path, log: Path) -> subprocess.Popen:
     """One fp32 cell on 2 shaped hosts, long enough to be killed in the middle."""
     argv = [sys.executable, "-m", "bench", "run", "--scenario", "100mbps", "--modes", "fp32",
-            "--steps", "400", "--train-samples", "64", "--reference", "none",
+            "--stages", "2", "--steps", "400", "--train-samples", "64", "--reference", "none",
             "--init-from", "none", "--launcher", "netns", "--quiet", "--out", str(out)]
     with open(log, "ab") as f:
         return subprocess.Popen(argv, cwd=REPO, stdout=f, stderr=f, stdin=subprocess.DEVNULL,

@@ -70,3 +70,11 @@ def test_run_timings_refuse_runs_without_measured_steps(tmp_path):
         read_run_timings(metrics)
     with pytest.raises(ValueError, match="link_rate_mbit"):
         read_run_timings(metrics, link_rate_mbit=0)
+
+
+def test_tiny_preset_for_picks_the_family_member_sized_for_the_depth():
+    from aqsgd.model.config import tiny_preset_for
+
+    assert [tiny_preset_for(s) for s in (2, 4, 8)] == ["tiny", "tiny-4", "tiny-8"]
+    with pytest.raises(ValueError, match=r"no tiny preset is sized for 3 stages.*4 \(tiny-4\)"):
+        tiny_preset_for(3)

@@ -26,6 +26,7 @@ __all__ = [
     "TINY_FAMILY",
     "TINY_PIPELINE",
     "layer_split",
+    "tiny_preset_for",
 ]
 
 _ACTIVATIONS = ("gelu_new", "gelu", "relu")
@@ -194,6 +195,17 @@ TINY_PIPELINE = PipelineDefaults(
 # boundary over the slowest stage's compute_s in a real run with every rank on this 2-core
 # machine: see docs/wide-area.md for the figures and the load they were measured under.
 TINY_FAMILY: dict[str, int] = {"tiny": 2, "tiny-4": 4, "tiny-8": 8}
+
+
+def tiny_preset_for(stages: int) -> str:
+    """The `tiny` preset sized for a pipeline of `stages` stages (TINY_FAMILY); a
+    ValueError naming the depths there are for any other."""
+    for name, depth in TINY_FAMILY.items():
+        if depth == stages:
+            return name
+    sized = ", ".join(f"{depth} ({name})" for name, depth in TINY_FAMILY.items())
+    raise ValueError(f"no tiny preset is sized for {stages!r} stages; there are presets for "
+                     f"{sized}: name one with its stages, or pick another depth")
 
 
 def layer_split(n_layer: int, num_stages: int) -> list[range]:

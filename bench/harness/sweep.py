@@ -100,6 +100,10 @@ class Workload:
     # AQ-SGD relies on slowly changing activations); None = random init.
     init_from: str | None = "pretrained"
     gc_replicas: int = 2  # replicas for aqsgd+gc when `replicas` is 1
+    # stages of those aqsgd+gc cells (0 = `stages`): `bench run` on a 4-host scenario runs
+    # its pipeline cells with 4 stages and its data-parallel cells as 2 stages x 2
+    # replicas on the same 4 hosts (bench.harness.defaults)
+    gc_stages: int = 0
     timeout_s: float = 300.0  # per cell, start to last exit
     # RunConfig values set last, by dotted key path, e.g. {"forward.granularity": "token"}
     overrides: dict = field(default_factory=dict)
@@ -108,7 +112,8 @@ class Workload:
         for name, lo in (("stages", 1), ("replicas", 1), ("micro_batch_size", 1),
                          ("num_micro_batches", 1), ("steps", 1), ("epochs", 0),
                          ("warmup_epochs", 0), ("train_samples", 1), ("seed", 0),
-                         ("threads", 1), ("gc_replicas", 2), ("eval_samples", 0)):
+                         ("threads", 1), ("gc_replicas", 2), ("gc_stages", 0),
+                         ("eval_samples", 0)):
             check_int("Workload", name, getattr(self, name), lo)
         if self.preset not in PRESETS:
             raise ValueError(f"Workload.preset must be one of {sorted(PRESETS)}, "
@@ -248,7 +253,8 @@ class CellSpec:
 
 def _with_replicas(workload: Workload, mode: ModeSpec) -> Workload:
     if mode.compresses_dp and workload.replicas < 2:
-        return dataclasses.replace(workload, replicas=workload.gc_replicas)
+        return dataclasses.replace(workload, replicas=workload.gc_replicas,
+                                   stages=workload.gc_stages or workload.stages)
     return workload
 
 
@@ -314,8 +320,9 @@ class SweepSpec:
     def cells(self) -> list[CellSpec]:
         """Cells grouped by scenario (one launcher bring-up each), then by seed (a
         killed multi-seed sweep has whole seeds done), modes in order, variants last.
-        aqsgd+gc with replicas=1 runs with `gc_replicas` replicas: with one
-        replica there is no data-parallel gradient to compress."""
+        aqsgd+gc with replicas=1 runs with `gc_replicas` replicas (and `gc_stages`
+        stages when set): with one replica there is no data-parallel gradient to
+        compress."""
         cells: list[CellSpec] = []
         seen: set[str] = set()
         has_fp32 = any(m.name == "fp32" for m in self.modes)

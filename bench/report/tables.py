@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from aqsgd.filecache import atomic_write_text
+from bench.report.linkbound import bound_lines
 from bench.results.files import load_metas
 
 __all__ = ["TABLE_COLUMNS", "format_table", "held_out_header", "host_limited_notes",
@@ -270,6 +271,7 @@ def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
             rel = os.path.relpath(png, sweep_dir)
             lines += [f"![{png.stem}]({rel})", ""]
     lines += _placement_lines(metas)
+    lines += bound_lines(metas, summary)
     lines += _probe_lines(metas)
     lines += _failure_lines(metas)
     return atomic_write_text(sweep_dir / "report.md", "\n".join(lines) + "\n")

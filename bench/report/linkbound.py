@@ -1,0 +1,169 @@
+"""What the links of a cell allow: the throughput no schedule can beat on its placement,
+from the bytes each used link carried (peers.csv) and its rate (meta.json's placement).
+
+    from bench.report.linkbound import cell_bound
+    b = cell_bound(meta, samples_per_step=64, measured_samples_s=105.6)
+    print(b.text())
+
+Two bounds, both ignoring compute (which only adds to a step), per replica pipeline:
+- slowest link: the used directed link whose measured bytes per step take longest at its
+  rate, `t_busiest = bytes * 8 / rate`; a step takes at least that long.
+- schedule: with M micro-batches per step, micro-batch transfer times t_k on the S - 1
+  forward links (and u_k on the backward ones), the last micro-batch leaves stage 0's
+  link after M transfers on the slowest forward link at best and then crosses every
+  other forward link once: the forward phase lasts at least sum(t) + (M - 1) max(t).
+  GPipe runs all forwards, then all backwards: the step takes at least the sum of both
+  phases' bounds; 1F1B overlaps them: at least the larger. Delay adds to both (one
+  way per link crossed), and is counted too.
+Rates are the scenario's payload rates (what the probe checks); bytes are what the
+workers handed to the transport (headers included), averaged over measured steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["LinkBound", "bound_lines", "cell_bound", "fp32_bounds"]
+
+
+@dataclass(frozen=True)
+class LinkBound:
+    """The link bounds of one cell (module docstring); times in seconds per step."""
+
+    cell: str
+    schedule: str
+    micro_batches: int
+    busiest: tuple[int, int]  # (src, dst) hosts of the slowest used link
+    busiest_rate_mbit: float
+    busiest_bytes_per_step: float
+    busiest_s: float
+    schedule_s: float  # the schedule-aware bound of one step
+    samples_per_step: float
+    measured_samples_s: float
+
+    @property
+    def busiest_samples_s(self) -> float:
+        return self.samples_per_step / self.busiest_s
+
+    @property
+    def schedule_samples_s(self) -> float:
+        return self.samples_per_step / self.schedule_s
+
+    def text(self) -> str:
+        """The arithmetic, one sentence per bound."""
+        src, dst = self.busiest
+        return (
+            f"{self.cell}: slowest used link {src} -> {dst} ({self.busiest_rate_mbit:g} Mbit/s) "
+            f"carries {self.busiest_bytes_per_step / 1e6:.3f} MB per step = "
+            f"{self.busiest_s * 1e3:.1f} ms, so at most {self.samples_per_step:g} / "
+            f"{self.busiest_s:.4f} s = {self.busiest_samples_s:.1f} samples/s; "
+            f"{self.schedule} with {self.micro_batches} micro-batches must also fill and "
+            f"drain the pipeline: a step >= {self.schedule_s * 1e3:.1f} ms, at most "
+            f"{self.schedule_samples_s:.1f} samples/s. Measured {self.measured_samples_s:.1f} "
+            f"samples/s ({self.measured_samples_s / self.schedule_samples_s:.0%} of the "
+            f"schedule bound).")
+
+
+def _link_bytes(cell_dir: Path, host_of: dict[int, int]) -> dict[tuple[int, int], float]:
+    """Mean bytes per measured step on each directed host link (peers.csv, steps the
+    sending rank did not flag as warm-up in metrics.csv)."""
+    peers = pd.read_csv(cell_dir / "peers.csv")
+    metrics = pd.read_csv(cell_dir / "metrics.csv")
+    train = metrics[metrics["kind"] == "train"]
+    measured = train.loc[~train["warmup"].astype(bool), ["rank", "step"]]
+    peers = peers[peers["kind"] == "train"].merge(measured, on=["rank", "step"])
+    if peers.empty:
+        return {}
+    steps = peers["step"].nunique()
+    sent = peers.groupby(["rank", "peer"])["bytes_sent"].sum() / steps
+    out: dict[tuple[int, int], float] = {}
+    for (rank, peer), nbytes in sent.items():
+        key = (host_of[int(rank)], host_of[int(peer)])
+        out[key] = out.get(key, 0.0) + float(nbytes)
+    return out
+
+
+def _phase_s(times: list[float], delays_s: list[float], micro_batches: int) -> float:
+    """sum(t) + (M - 1) max(t) + the one-way delays, for one direction's chain."""
+    if not times:
+        return 0.0
+    return sum(times) + (micro_batches - 1) * max(times) + sum(delays_s)
+
+
+def cell_bound(meta: dict, samples_per_step: float,
+               measured_samples_s: float) -> LinkBound | None:
+    """The bounds of one finished cell (meta.json with `cell_dir`), None when no used
+    pipeline link is shaped or none carried bytes."""
+    placement = meta["placement"]
+    pipeline = meta["run_config"]["pipeline"]
+    host_of = {r["rank"]: r["host"] for r in placement["ranks"]}
+    stage_of = {r["host"]: (r["stage"], r["replica"]) for r in placement["ranks"]}
+    nbytes = _link_bytes(Path(meta["cell_dir"]), host_of)
+    m = pipeline["num_micro_batches"]
+    busiest, worst_s, phases = None, 0.0, []
+    for replica in range(placement["replicas"]):
+        fwd, fwd_delay, bwd, bwd_delay = [], [], [], []
+        for link in placement["links"]:
+            src, dst = link["src"], link["dst"]
+            (s_src, r_src), (s_dst, r_dst) = stage_of[src], stage_of[dst]
+            if link["rate_mbit"] is None or r_src != replica or r_dst != replica:
+                continue  # unshaped, or a data-parallel pair
+            seconds = nbytes.get((src, dst), 0.0) * 8 / (link["rate_mbit"] * 1e6)
+            if seconds > worst_s:
+                busiest, worst_s = link, seconds
+            chain = (fwd, fwd_delay) if s_dst == s_src + 1 else (bwd, bwd_delay)
+            chain[0].append(seconds / m)
+            chain[1].append(link["delay_ms"] / 1e3)
+        forward, backward = _phase_s(fwd, fwd_delay, m), _phase_s(bwd, bwd_delay, m)
+        phases.append(forward + backward if pipeline["schedule"] == "gpipe"
+                      else max(forward, backward))
+    if busiest is None:
+        return None
+    return LinkBound(
+        cell=meta["cell"]["name"], schedule=pipeline["schedule"], micro_batches=m,
+        busiest=(busiest["src"], busiest["dst"]), busiest_rate_mbit=busiest["rate_mbit"],
+        busiest_bytes_per_step=nbytes[(busiest["src"], busiest["dst"])], busiest_s=worst_s,
+        schedule_s=max(phases), samples_per_step=samples_per_step,
+        measured_samples_s=measured_samples_s)
+
+
+def fp32_bounds(metas: list[dict], summary: pd.DataFrame) -> list[LinkBound]:
+    """The bounds of every finished fp32 cell on a shaped link (summary: bench.report.
+    summary.summarize of the same cells)."""
+    rows = []
+    by_cell = summary.set_index("cell")
+    for meta in metas:
+        name = meta["cell"]["name"]
+        if meta["status"] != "ok" or meta["cell"]["mode"] != "fp32" or name not in by_cell.index:
+            continue
+        row = by_cell.loc[name]
+        measured = float(row["throughput_samples_s"])
+        bound = cell_bound(meta, measured * float(row["step_time_s"]), measured)
+        if bound is not None:
+            rows.append(bound)
+    return rows
+
+
+def bound_lines(metas: list[dict], summary: pd.DataFrame) -> list[str]:
+    """The report's section: one row per finished fp32 cell on a shaped link."""
+    rows = fp32_bounds(metas, summary)
+    if not rows:
+        return []
+    table = ["| cell | slowest used link | MB/step on it | link time (ms) | bound (samples/s) "
+             "| schedule bound (samples/s) | measured (samples/s) | measured / schedule bound |",
+             "|---|---|---|---|---|---|---|---|"]
+    for b in rows:
+        table.append(
+            f"| {b.cell} | {b.busiest[0]} -> {b.busiest[1]} ({b.busiest_rate_mbit:g} Mbit/s) | "
+            f"{b.busiest_bytes_per_step / 1e6:.3f} | {b.busiest_s * 1e3:.1f} | "
+            f"{b.busiest_samples_s:.1f} | {b.schedule_samples_s:.1f} | "
+            f"{b.measured_samples_s:.1f} | {b.measured_samples_s / b.schedule_samples_s:.0%} |")
+    return ["## What the links allow (fp32)", "", *table, "",
+            *[b.text() for b in rows], "",
+            "Both bounds leave compute out, and with replicas the data-parallel exchange "
+            "after the backward pass as well, so a measured throughput above either would "
+            "mean the bytes or the shaping are wrong (bench.report.linkbound says how they "
+            "are computed).", ""]

@@ -1,0 +1,46 @@
+"""The link bounds of a cell (bench.report.linkbound) on a cell whose answer is known."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from bench.report.linkbound import cell_bound
+
+
+def _cell(tmp_path, schedule: str, delay_ms: float = 0.0) -> dict:
+    # 3 stages on hosts 0, 1, 2; 0 <-> 1 at 100 Mbit/s, 1 <-> 2 at 50 Mbit/s; 2 micro-batches
+    links = [{"src": a, "dst": b, "rate_mbit": rate, "delay_ms": d, "traffic": ["x"]}
+             for a, b, rate, d in ((0, 1, 100.0, 0.0), (1, 0, 100.0, 0.0),
+                                   (1, 2, 50.0, delay_ms), (2, 1, 50.0, delay_ms))]
+    ranks = [{"rank": r, "host": r, "stage": r, "replica": 0} for r in range(3)]
+    peers, metrics = [], []
+    for step in range(3):  # step 0 is a warm-up step: its bytes must not count
+        per_link = 5e6 if step == 0 else 1e6
+        for rank, peer in ((0, 1), (1, 0), (1, 2), (2, 1)):
+            peers.append({"cell": "c", "rank": rank, "step": step, "kind": "train",
+                          "peer": peer, "bytes_sent": per_link, "bytes_recv": 0})
+        for rank in range(3):
+            metrics.append({"rank": rank, "step": step, "kind": "train", "warmup": step == 0})
+    pd.DataFrame(peers).to_csv(tmp_path / "peers.csv", index=False)
+    pd.DataFrame(metrics).to_csv(tmp_path / "metrics.csv", index=False)
+    return {"cell_dir": str(tmp_path), "cell": {"name": "c"},
+            "placement": {"replicas": 1, "ranks": ranks, "links": links},
+            "run_config": {"pipeline": {"num_micro_batches": 2, "schedule": schedule}}}
+
+
+def test_gpipe_bound_is_both_phases_fill_and_drain(tmp_path):
+    b = cell_bound(_cell(tmp_path, "gpipe"), samples_per_step=32, measured_samples_s=50.0)
+    # 1 MB at 50 Mbit/s = 0.16 s on the slowest link; per micro-batch 0.04 s and 0.08 s
+    assert b.busiest in ((1, 2), (2, 1)) and b.busiest_rate_mbit == 50
+    assert b.busiest_s == pytest.approx(0.16)
+    # each phase: 0.04 + 0.08 + (2 - 1) * 0.08 = 0.2 s; GPipe: forward then backward
+    assert b.schedule_s == pytest.approx(0.4)
+    assert b.schedule_samples_s == pytest.approx(80.0)
+    assert "at most 80.0 samples/s" in b.text() and "62%" in b.text()
+
+
+def test_1f1b_overlaps_the_phases_and_delay_adds(tmp_path):
+    assert cell_bound(_cell(tmp_path, "1f1b"), 32, 50.0).schedule_s == pytest.approx(0.2)
+    delayed = cell_bound(_cell(tmp_path, "gpipe", delay_ms=10.0), 32, 50.0)
+    assert delayed.schedule_s == pytest.approx(0.42)  # one crossing each way
