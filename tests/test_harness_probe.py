@@ -24,7 +24,11 @@ from bench.net.probe import (
     (10_000.0, 4_000.0, 5_000.0, "host_limited"),
     (10_000.0, 5_400.0, 3_700.0, "host_limited"),  # load noise between the two probes
     (10_000.0, 8_950.0, 8_990.0, "host_limited"),  # ceiling just below 90%
-    (10_000.0, 4_000.0, 9_500.0, "off"),     # the host carries the rate: shaping bug
+    (1_000.0, 891.0, 1_085.0, "host_limited"),  # ceiling within 10% above: load noise
+    (1_000.0, 690.0, 1_040.0, "host_limited"),
+    (1_000.0, 500.0, 1_085.0, "off"),        # far below a ceiling near the rate
+    (1_000.0, 700.0, 1_200.0, "off"),        # the host carries the rate with margin
+    (10_000.0, 4_000.0, 9_500.0, "off"),     # far below the host's ceiling: shaping bug
     (10_000.0, 1_000.0, 5_000.0, "off"),     # far below even the host's ceiling
     (20.0, 10.0, 9_000.0, "off"),
 ])
