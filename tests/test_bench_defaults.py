@@ -53,6 +53,8 @@ def test_the_command_line_wins_and_an_unsized_depth_is_refused():
     with pytest.raises(ValueError, match=r"scenario '100mbps' \(layout 3 stages\): no tiny "
                                          r"preset is sized for 3 stages.*--preset"):
         bench_workload(sc, Workload(), stages=3)
+    two_replicas = bench_workload(sc, dataclasses.replace(Workload(), replicas=2))
+    assert (two_replicas.stages, two_replicas.preset) == (2, "tiny")  # 2 x 2 on 4 hosts
     narrow = dataclasses.replace(Workload(), gc_replicas=4)  # 4 hosts / 4 replicas = 1 stage
     assert bench_workload(sc, narrow).gc_stages == 1
 

@@ -6,7 +6,8 @@ the scenario's own layout.
     # 4 stages of tiny-4 (the scenario's layout); aqsgd+gc as 2 stages x 2 replicas
 
 - stages: the scenario's `layout.stages` (4 for the single-site and heterogeneous
-  scenarios, 8 for the wide-area ones), unless given;
+  scenarios, 8 for the wide-area ones), or as many as fit its hosts with the workload's
+  replicas (2 with `--replicas 2` on 4 hosts), unless given;
 - preset: the `tiny` preset sized for that depth (aqsgd.model.config.tiny_preset_for:
   one block per stage, communication-bound at 100 Mbit/s with every rank on 2 cores),
   unless given;
@@ -32,7 +33,10 @@ def bench_workload(scenario: NetworkScenario, workload: Workload, *,
     `scenario` (module docstring); `stages` / `preset` given on the command line win.
     A ValueError when no tiny preset is sized for the depth and none is given, or when
     the preset has fewer blocks than the data-parallel cells' stages need."""
-    stages = scenario.layout.stages if stages is None else stages
+    if stages is None:
+        stages = scenario.layout.stages
+        if stages * workload.replicas > scenario.n_hosts:  # --replicas 2 on 4 hosts: 2 x 2
+            stages = max(1, scenario.n_hosts // workload.replicas)
     if preset is None:
         try:
             preset = tiny_preset_for(stages)
