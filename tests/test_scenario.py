@@ -9,7 +9,6 @@ import pytest
 from bench.net.scenario import (
     SCENARIO_DIR,
     HostCaps,
-    Layout,
     LinkSpec,
     ScenarioError,
     available_scenarios,
@@ -92,13 +91,6 @@ def test_unreadable_files_name_the_file(tmp_path):
 def test_loader_miss_lists_available_names():
     with pytest.raises(ScenarioError, match=r"no scenario 'nosuch'.*available: .*100mbps"):
         load_scenario("nosuch")
-
-
-def test_pipeline_links_layout():
-    # 2 stages x 2 replicas: hosts 0,1 (replica 0) and 2,3 (replica 1)
-    links = Layout(2, 2).pipeline_links()
-    assert {(0, 1), (1, 0), (2, 3), (3, 2), (0, 2), (1, 3), (2, 0), (3, 1)} == set(links)
-    assert Layout(3).pipeline_links() == [(0, 1), (1, 0), (1, 2), (2, 1)]
 
 
 def test_linkspec_validates_directly():
