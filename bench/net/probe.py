@@ -33,6 +33,10 @@ that would carry the configured rate means the shaping is off, which stops it.
 
 Every launcher returns its measurements as `ProbeRecord`s (one per directed
 link); `check_links`, `host_limited_warning` and `format_table` read them.
+
+Longer than most modules: the plan, the client and server that carry it out and the
+record they produce are one contract between the launcher and the processes it starts
+inside the namespaces or containers.
 """
 
 from __future__ import annotations
@@ -177,9 +181,10 @@ PINGS = 10
 # The client caps its pacing at this multiple of the link's rate. Why: TCP builds its
 # segments' GSO batches from the pacing rate (about 1 ms of it, at least 2 segments), and
 # htb lets a whole batch through on any positive token count; unpaced, a low-rate link
-# passes 64 KiB batches (measured: a 0.5 Mbit/s link read 0.39 and a 0.2 Mbit/s one
-# 0.217 Mbit/s from 62.5 and 49 kB transfers). At twice the rate the shaper, not the
-# sender, still sets the rate: a link that passes too much reads high.
+# passes 64 KiB batches (measured over 145 kB steady windows: unpaced, 0.2 and 0.5 Mbit/s
+# links read 0.82 of their rate three times out of three; paced, 0.94-1.04). At twice
+# the rate the shaper, not the sender, still sets the rate: a link that passes too much
+# reads high.
 PACING_HEADROOM = 2.0
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux's; bytes/s
 # The client's timeout: twice the planned time (a loaded machine, a host-limited link)
@@ -300,7 +305,7 @@ def plan_probe(rate_mbit: float | None, rtt_ms: float, duration_s: float = 1.0) 
     if bulk < least:
         raise ProbePlanError(
             f"probe of a {rate_mbit:g} Mbit/s link with a {rtt_ms:g} ms round trip: its "
-            f"slow start ({rtts} round trips) and token-bucket burst take {steady_from} "
+            f"slow start ({rtts} round trips) and token buckets take {steady_from} "
             f"bytes, and {MIN_STEADY_SEGMENTS} more segments ({least} bytes in all) do not "
             f"fit the {MAX_TRANSFER_S:g} s a probe may take (at most {max(fits, 0)} bytes "
             f"at that rate and round trip)")
