@@ -4,6 +4,7 @@ logic; tests/test_netns.py measures real links with these plans)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -151,8 +152,9 @@ def test_probe_each_plans_every_link_from_its_rate_and_round_trip():
     (r,) = probe_each(s, [(0, 1)], measure=measure,
                       lift_limits=lambda a, b, up: lifted.append(up), payload_ratio=1.0,
                       delay_dropped=False, tolerance=0.10, duration_s=1.0)
-    # short of 100 Mbit/s: measured again, limits lifted, with the same plan
-    assert plans == [plan_probe(100.0, 200.0, 1.0)] * 2
+    # short of 100 Mbit/s: measured again, limits lifted, with the same plan unpaced
+    plan = plan_probe(100.0, 200.0, 1.0)
+    assert plans == [plan, dataclasses.replace(plan, max_pacing_mbit=None)]
     assert lifted == [True, False]
     assert r.probe_bytes == plans[0].bulk_bytes and r.rtt_ms_configured == 200.0
     # a dropped delay: nothing to wait for

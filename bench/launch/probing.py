@@ -12,6 +12,7 @@ it its own `measure` and `lift_limits` (bench/launch/dockerprobe.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from collections.abc import Callable
@@ -67,7 +68,9 @@ def probe_each(scenario: NetworkScenario, links: list[tuple[int, int]], *,
         if rate_verdict(expect, m["rate_mbit"], None, tolerance) == "short":
             lift_limits(src, dst, True)
             try:
-                ceiling = measure(src, dst, plan)["rate_mbit"]
+                # unpaced: the host's ceiling, not twice the link's rate
+                unpaced = dataclasses.replace(plan, max_pacing_mbit=None)
+                ceiling = measure(src, dst, unpaced)["rate_mbit"]
             finally:
                 lift_limits(src, dst, False)
         verdict = rate_verdict(expect, m["rate_mbit"], ceiling, tolerance)
