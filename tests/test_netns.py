@@ -107,7 +107,7 @@ def test_probe_payload_rate_within_5pct(tmp_path, rate_mbit):
 @pytest.mark.timeout(120)
 def test_low_rate_probe_waits_for_the_bucket_and_reads_the_rate(tmp_path):
     # 0.2 Mbit/s: the steady window of a fixed-fraction 256 KiB probe held part of the
-    # token bucket's burst (and 64 KiB send batches) and read 0.219 and 0.548 at 0.5
+    # token bucket's burst (and 64 KiB send batches): it read 0.219 (0.548 at 0.5 Mbit/s)
     scenario = with_link(load_scenario("100mbps"), rate_mbit=0.2)
     with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
         (r,) = hosts.probe(links=[(0, 1)], tolerance=0.10)

@@ -10,6 +10,7 @@ import math
 import pytest
 
 from bench.launch.probing import default_probe_links, probe_each
+from bench.net.placement import PlacementError
 from bench.net.probe import (
     MAX_TRANSFER_S,
     ProbePlan,
@@ -170,5 +171,7 @@ def test_default_probe_links_are_the_placement_of_the_scenarios_layout():
     links = default_probe_links(scenario(2, 2), 4)
     assert links == [(0, 1), (1, 0), (2, 3), (3, 2), (0, 2), (2, 0), (1, 3), (3, 1)]
     assert default_probe_links(scenario(3), 3) == [(0, 1), (1, 0), (1, 2), (2, 1)]
-    # fewer hosts up than the layout has: a pipeline over those
+    # fewer hosts up than the layout has: a pipeline over those; more: refused, both said
     assert default_probe_links(scenario(2, 2), 2) == [(0, 1), (1, 0)]
+    with pytest.raises(PlacementError, match=r"needs 5 hosts; scenario 'hand' has 4"):
+        default_probe_links(scenario(2, 2), 5)

@@ -36,7 +36,7 @@ PROBE_PORT = 5201
 def default_probe_links(scenario: NetworkScenario, n_hosts: int) -> list[tuple[int, int]]:
     """The links the placement of the scenario's own layout uses
     (bench.net.placement.place); with fewer hosts up than the layout has, the links of a
-    pipeline of n_hosts stages on them."""
+    pipeline of n_hosts stages on them (more: the placement's PlacementError)."""
     layout = scenario.layout
     if layout.n_hosts == n_hosts:
         return place(scenario, layout.stages, layout.replicas).probe_links()
