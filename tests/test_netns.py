@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench.launch.netns import NetnsLauncher
-from bench.net.probe import LinkProbeError, check_links, format_table
+from bench.net.probe import LinkProbeError, check_links, format_table, plan_probe
 from bench.net.scenario import load_scenario, parse_scenario, with_link
 
 pytestmark = pytest.mark.netns
@@ -102,6 +102,27 @@ def test_probe_payload_rate_within_5pct(tmp_path, rate_mbit):
         (r,) = hosts.probe(links=[(0, 1)], tolerance=0.05, duration_s=2.0)
         assert hosts.record()["shaping"]["rate"] == "htb qdisc (kernel)"
     assert abs(r.rate_mbit_achieved / rate_mbit - 1) <= 0.05, r
+
+
+@pytest.mark.timeout(120)
+def test_low_rate_probe_waits_for_the_bucket_and_reads_the_rate(tmp_path):
+    # 0.2 Mbit/s: the steady window of a fixed-fraction 256 KiB probe held part of the
+    # token bucket's burst (and 64 KiB send batches): it read 0.219 (0.548 at 0.5 Mbit/s)
+    scenario = with_link(load_scenario("100mbps"), rate_mbit=0.2)
+    with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
+        (r,) = hosts.probe(links=[(0, 1)], tolerance=0.10)
+    assert abs(r.rate_mbit_achieved / 0.2 - 1) <= 0.10, r
+    assert r.probe_bytes == plan_probe(0.2, 0.0).bulk_bytes
+
+
+@pytest.mark.timeout(150)
+def test_long_link_probe_outlasts_slow_start(tmp_path):
+    # 100 Mbit/s, 100 ms each way: a 1 s probe (12.5 MB) read 89.0 Mbit/s (slow start)
+    scenario = with_link(load_scenario("100mbps"), delay_ms=100.0)
+    with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
+        (r,) = hosts.probe(links=[(0, 1)], tolerance=0.10)
+    assert abs(r.rate_mbit_achieved / 100 - 1) <= 0.10, r
+    assert r.probe_bytes == plan_probe(100.0, 200.0).bulk_bytes > 12_500_000
 
 
 @pytest.mark.timeout(90)

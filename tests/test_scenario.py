@@ -9,7 +9,6 @@ import pytest
 from bench.net.scenario import (
     SCENARIO_DIR,
     HostCaps,
-    Layout,
     LinkSpec,
     ScenarioError,
     available_scenarios,
@@ -94,13 +93,6 @@ def test_loader_miss_lists_available_names():
         load_scenario("nosuch")
 
 
-def test_pipeline_links_layout():
-    # 2 stages x 2 replicas: hosts 0,1 (replica 0) and 2,3 (replica 1)
-    links = Layout(2, 2).pipeline_links()
-    assert {(0, 1), (1, 0), (2, 3), (3, 2), (0, 2), (1, 3), (2, 0), (3, 1)} == set(links)
-    assert Layout(3).pipeline_links() == [(0, 1), (1, 0), (1, 2), (2, 1)]
-
-
 def test_linkspec_validates_directly():
     with pytest.raises(ScenarioError, match="rate_mbit.*-1"):
         LinkSpec(rate_mbit=-1)
@@ -108,14 +100,16 @@ def test_linkspec_validates_directly():
         LinkSpec(rate_mbit=10, loss_pct=float("nan"))
 
 
-def test_rates_below_what_tc_shapes_are_refused_with_the_bound():
-    assert LinkSpec(rate_mbit=MIN_RATE_MBIT).rate_mbit == 0.001
-    for rate in (0.0009, 1e-9):
-        with pytest.raises(ScenarioError, match=r"rate_mbit': expected a number >= 0\.001 "
-                                                r"\(1 kbit/s, the slowest rate tc shapes"):
+def test_rates_below_what_the_probe_verifies_are_refused_with_both_bounds():
+    assert LinkSpec(rate_mbit=MIN_RATE_MBIT).rate_mbit == 0.05
+    for rate in (0.049, 0.001, 1e-9):
+        with pytest.raises(ScenarioError, match=r"rate_mbit': expected a number >= 0\.05 \(50 "
+                                                r"kbit/s, the slowest rate the link probe "
+                                                r"verifies; tc's own bound is about 0\.5 "
+                                                r"kbit/s\)"):
             LinkSpec(rate_mbit=rate)
-    with pytest.raises(ScenarioError, match=r"downlink_mbit': expected a number >= 0\.001"):
-        HostCaps(0, downlink_mbit=0.0005)
+    with pytest.raises(ScenarioError, match=r"downlink_mbit': expected a number >= 0\.05"):
+        HostCaps(0, downlink_mbit=0.04)
     schema = scenario_schema()["$defs"]["LinkEntry"]["properties"]["rate_mbit"]["anyOf"][0]
     assert schema["minimum"] == MIN_RATE_MBIT
 

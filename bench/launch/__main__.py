@@ -162,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--tolerance", type=float, default=0.10,
                        help="largest accepted relative error of a link (default 0.10)")
     probe.add_argument("--duration-s", type=float, default=1.0,
-                       help="bulk transfer length per link at the configured rate")
+                       help="base bulk transfer length per link at the configured rate; "
+                            "longer where slow start or the token bucket needs it "
+                            "(bench.net.probe.plan_probe)")
     probe.add_argument("--json", type=Path, help="also write the launcher record here")
     cal = sub.add_parser("calibrate")
     cal.add_argument("--repeats", type=int, default=3)

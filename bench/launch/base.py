@@ -56,8 +56,10 @@ class Launcher(Protocol):
 
     def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
-        """Measure each directed link (default: those the run uses); with `check`,
-        raise bench.net.probe.LinkProbeError when one is off by more than tolerance."""
+        """Measure each directed link (default: those the placement of the scenario's
+        layout uses), each probe planned from the link's rate, round trip and
+        `duration_s` (bench.net.probe.plan_probe); with `check`, raise
+        bench.net.probe.LinkProbeError when one is off by more than tolerance."""
 
     def record(self) -> dict[str, Any]:
         """meta.json's `launcher` block: `launcher` (= name), `shaped`, `run_id`,

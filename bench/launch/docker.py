@@ -349,7 +349,8 @@ class DockerLauncher(HostsLifecycle):
     def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
         """bench.net.probe inside the containers, one directed link after the other
-        (default: those the pipeline layout uses); raise LinkProbeError if one is off
+        (default: those the placement of the scenario's layout uses), each planned by
+        bench.net.probe.plan_probe; raise LinkProbeError if one is off
         by more than `tolerance` (rate, or round trip). A link that falls short is
         measured again with its limits lifted (the host's ceiling), as on the netns
         launcher (bench/launch/dockerprobe.py)."""

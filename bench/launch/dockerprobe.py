@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from bench.launch.probing import PROBE_PORT, exchange, probe_each
 from bench.launch.process import spawn_group
-from bench.net.probe import ProbeRecord
+from bench.net.probe import ProbePlan, ProbeRecord
 
 if TYPE_CHECKING:
     from bench.launch.docker import DockerLauncher
@@ -23,7 +23,8 @@ __all__ = ["probe_containers"]
 
 def probe_containers(hosts: DockerLauncher, links: list[tuple[int, int]], tolerance: float,
                      duration_s: float) -> list[ProbeRecord]:
-    """The containers' links through bench.launch.probing.probe_each."""
+    """The containers' links through bench.launch.probing.probe_each, which plans each
+    link's probe (bench.net.probe.plan_probe)."""
 
     def lift_limits(src: int, dst: int, lifted: bool) -> None:
         for i, argv in hosts.spec.rate_limit_argvs(src, dst, lifted):
@@ -38,12 +39,12 @@ def probe_containers(hosts: DockerLauncher, links: list[tuple[int, int]], tolera
         tolerance=tolerance, duration_s=duration_s)
 
 
-def _measure(hosts: DockerLauncher, src: int, dst: int, bulk_bytes: int) -> dict:
+def _measure(hosts: DockerLauncher, src: int, dst: int, plan: ProbePlan) -> dict:
     """One bench.net.probe client/server exchange from container src to container dst."""
     server = spawn_group(hosts.exec_argv(dst, [
         "python3", "-m", "bench.net.probe", "serve", "--addr", hosts.addr(dst), "--port",
         str(PROBE_PORT)], tied=True), dict(os.environ), pipe_stdout=True, stdin_pipe=True)
     client = hosts.exec_argv(src, [
         "python3", "-m", "bench.net.probe", "measure", "--addr", hosts.addr(dst),
-        "--port", str(PROBE_PORT), "--bytes", str(bulk_bytes)])
-    return exchange(server, client, dict(os.environ), src, dst, f"container {dst}")
+        "--port", str(PROBE_PORT), *plan.client_args()])
+    return exchange(server, client, plan, dict(os.environ), src, dst, f"container {dst}")

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from bench.launch.process import TEARDOWN_GRACE_S, free_port, spawn_group, stop_all
-from bench.net.probe import ProbeRecord, measure, serve
+from bench.net.probe import ProbeRecord, measure, plan_probe, serve
 from bench.net.scenario import NetworkScenario
 
 __all__ = ["LocalLauncher", "UNSHAPED_WARNING"]
@@ -26,7 +26,6 @@ __all__ = ["LocalLauncher", "UNSHAPED_WARNING"]
 UNSHAPED_WARNING = ("UNSHAPED: local launcher, all workers on 127.0.0.1; the scenario's link "
                     "rates, delays, jitter and loss are NOT emulated")
 LOOPBACK = "127.0.0.1"
-PROBE_BYTES = 64 << 20
 SERVER_START_TIMEOUT_S = 10.0
 
 
@@ -87,8 +86,9 @@ class LocalLauncher:
 
     def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
-        """One loopback measurement of PROBE_BYTES: every local 'link' is the same
-        loopback, so `links` and `duration_s` change nothing, and an unshaped link
+        """One loopback measurement, planned as an unshaped link (bench.net.probe.plan_probe):
+        every local 'link' is the same loopback, so `links` and `duration_s` change
+        nothing, and an unshaped link
         promises no rate, so `check` and `tolerance` have nothing to hold it to."""
         ready = threading.Event()
 
@@ -107,7 +107,9 @@ class LocalLauncher:
         if not ready.wait(SERVER_START_TIMEOUT_S):
             raise RuntimeError(f"local probe server did not start within "
                                f"{SERVER_START_TIMEOUT_S:g} s")
-        m = measure(LOOPBACK, port, PROBE_BYTES)
+        plan = plan_probe(None, 0.0)
+        m = measure(LOOPBACK, port, plan.bulk_bytes, plan.steady_from_bytes,
+                    plan.timeout_s)
         server.join(SERVER_START_TIMEOUT_S)
         self._probe_records = [ProbeRecord.from_measurement(
             0, 1 if self.n_hosts > 1 else 0, m, rate_mbit_configured=None,

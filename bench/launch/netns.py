@@ -220,8 +220,10 @@ class NetnsLauncher(HostsLifecycle):
     # -- link probe and record -----------------------------------------------------
     def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
-        """Measure each directed link (default: those the pipeline layout uses) one
-        after the other; raise LinkProbeError if one is off by more than `tolerance`.
+        """Measure each directed link (default: those the placement of the scenario's
+        layout uses, bench.launch.probing.default_probe_links) one after the other, each
+        as bench.net.probe.plan_probe plans it from its rate, round trip and
+        `duration_s`; raise LinkProbeError if one is off by more than `tolerance`.
 
         A link that falls short is measured again with its rate limits lifted (the
         host's ceiling for that path, `rate_mbit_ceiling`); if that ceiling is below

@@ -47,6 +47,7 @@ from bench.net.scenario_file import (
     MAX_STAGES,
     MIN_QUEUE_BYTES,
     MIN_RATE_MBIT,
+    MIN_RATE_REASON,
     ScenarioFile,
 )
 from specfile import SpecError, raising, read_file, validate
@@ -88,7 +89,7 @@ def _number(name: str, value: Any, lo: float, hi: float, unit: str, why_lo: str 
 def _rate(name: str, value: Any) -> float:
     """A rate tc can shape (bench.net.scenario_file.MIN_RATE_MBIT says why that bound)."""
     return _number(name, value, MIN_RATE_MBIT, MAX_RATE_MBIT, "Mbit/s",
-                   why_lo=" (1 kbit/s, the slowest rate tc shapes as configured)")
+                   why_lo=f" ({MIN_RATE_REASON})")
 
 
 def _integer(name: str, value: Any, lo: int, hi: int, unit: str) -> int:
@@ -179,24 +180,6 @@ class Layout:
     @property
     def n_hosts(self) -> int:
         return self.stages * self.replicas
-
-    def pipeline_links(self) -> list[tuple[int, int]]:
-        """Directed links the workload uses: neighbouring stages of each replica (both
-        directions: activations forward, gradients back) and the data-parallel ring of
-        each stage. Host index = replica * stages + stage."""
-        links: list[tuple[int, int]] = []
-        for r in range(self.replicas):
-            for s in range(self.stages - 1):
-                a, b = r * self.stages + s, r * self.stages + s + 1
-                links += [(a, b), (b, a)]
-        if self.replicas > 1:
-            for s in range(self.stages):
-                for r in range(self.replicas):
-                    a = r * self.stages + s
-                    b = ((r + 1) % self.replicas) * self.stages + s
-                    if (a, b) not in links:
-                        links.append((a, b))
-        return links
 
 
 @dataclass(frozen=True)

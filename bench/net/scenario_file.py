@@ -31,16 +31,25 @@ __all__ = [
 
 # Bounds on what one emulated link may ask for: beyond them a value is a typo.
 MAX_RATE_MBIT = 400_000.0  # 400 Gbit/s
-# The slowest rate tc shapes as configured (1 kbit/s). tc stores a rate in whole bytes
-# per second (iproute2 refuses "rate 7bit": 0 bytes/s), and htb and tbf store the
-# bucket as a time, in 32-bit counts of the kernel's 64 ns scheduler tick (PSCHED_SHIFT
-# 6; /proc/net/psched): at most 2**32 * 64 ns = 274.9 s. The suite's bucket is at least
-# 16 KiB (bench.net.tc.burst_bytes), which fits that time only above 16384 B / 274.9 s
-# = 477 bit/s; below, tc silently stores another bucket (asked 16384 bytes at 100
-# bit/s, it kept 3189). Measured with the suite's htb argv on this kernel (6.18,
-# iproute2 6.1): 1 kbit/s delivered 992 bit/s and 10 kbit/s 9996 bit/s (tc's byte
-# counter over 40 s of 92-byte frames, after the bucket drained).
-MIN_RATE_MBIT = 0.001
+# The slowest rate a link may have: 50 kbit/s, what the link probe verifies. tc's bound
+# lies far below: tc stores a rate in whole bytes per second (iproute2 refuses "rate
+# 7bit": 0 bytes/s), and htb and tbf store the bucket as a time, in 32-bit counts of the
+# kernel's 64 ns scheduler tick (PSCHED_SHIFT 6; /proc/net/psched): at most 2**32 * 64 ns
+# = 274.9 s. The suite's bucket is at least 16 KiB (bench.net.tc.burst_bytes), which fits
+# that time only above 16384 B / 274.9 s = 477 bit/s (about 0.5 kbit/s); below, tc
+# silently stores another bucket (asked 16384 bytes at 100 bit/s, it kept 3189).
+# Measured with the suite's htb argv on this kernel (6.18, iproute2 6.1): 1 kbit/s
+# delivered 992 bit/s and 10 kbit/s 9996 bit/s (tc's byte counter over 40 s of 92-byte
+# frames, after the bucket drained). The probe's: its steady window starts after two
+# 16 KiB buckets and holds at least 10 full segments (bench.net.probe.plan_probe), all
+# within the 60 s a probe may take, so it cannot plan below (2 * 16384 + 10 * 1448) B
+# * 8 / 60 s = 6.3 kbit/s; and below about 50 kbit/s (a full frame takes 0.4-1.2 s
+# there) its readings stray: from a full bucket 10 kbit/s read 0.85 of its rate,
+# 20 kbit/s 0.97, 30 kbit/s 1.16; 50 kbit/s read 0.95-1.10 in six probes, 0.1 Mbit/s
+# 0.93-1.00 in four, 0.2 Mbit/s 0.94-1.04 and 0.5 Mbit/s 0.98-1.04 in three each.
+MIN_RATE_MBIT = 0.05
+MIN_RATE_REASON = ("50 kbit/s, the slowest rate the link probe verifies; tc's own bound "
+                   "is about 0.5 kbit/s")
 MAX_DELAY_MS = 10_000.0
 MAX_LOSS_PCT = 99.0
 MAX_QUEUE_PACKETS = 1_000_000
