@@ -94,12 +94,9 @@ class CausalSelfAttention(nn.Module):
         if self.training and isinstance(drop, SampleDropout) and drop.p > 0.0:
             out = causal_attention(q, k, v, self.scale, drop)[0]  # (B, L, H, hd)
         else:
-            # A single query attends to itself: no causal mask then, as transformers
-            # calls SDPA, so that the same kernel runs.
-            out = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=drop.p if self.training else 0.0, scale=self.scale,
-                is_causal=x.shape[1] > 1,
-            ).transpose(1, 2)  # (B, L, H, hd)  # fmt: skip
+            p = drop.p if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, scale=self.scale,
+                                                 is_causal=True).transpose(1, 2)  # (B, L, H, hd)
         out = out.reshape(*x.shape[:-1], self.n_embd)  # (B, L, D), contiguous
         return self.resid_dropout(self.c_proj(out))
 
