@@ -18,16 +18,15 @@ way. The reference behaviour, masks from torch's RNG, is the stage as built
 (`train.dropout_masks: random`); nothing here runs then.
 
 Attention-weight dropout happens inside scaled_dot_product_attention, which draws its
-own mask; so the blocks of a converted stage compute attention explicitly
-(`causal_attention`: causal softmax, the module's `attn_dropout`, then the values),
-registered with transformers' attention interface under `ATTENTION_NAME` when a stage
-is converted (transformers is imported there, so that the run config can import
-`DROPOUT_MASKS` without it).
+own mask from torch's generator; so in training the attention of a block whose
+`attn_dropout` is a `SampleDropout` computes attention explicitly (`causal_attention`:
+causal softmax, the module's `attn_dropout`, then the values; aqsgd.model.block).
+Where nothing is dropped (evaluation, or a rate of 0) it stays the fused attention of a
+stage never converted, so those results are bit-identical.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,11 +34,10 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-__all__ = ["DROPOUT_MASKS", "ATTENTION_NAME", "SampleMasks", "SampleDropout",
-           "causal_attention", "use_sample_dropout"]  # fmt: skip
+__all__ = ["DROPOUT_MASKS", "SampleMasks", "SampleDropout", "causal_attention",
+           "use_sample_dropout"]  # fmt: skip
 
 DROPOUT_MASKS = ("random", "per_sample")  # the values of train.dropout_masks
-ATTENTION_NAME = "aqsgd_sample_dropout"
 
 
 class SampleMasks:
@@ -116,45 +114,14 @@ def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return torch.matmul(weights, value).transpose(1, 2), weights
 
 
-def _attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: torch.Tensor | None, dropout: float = 0.0,
-               scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """The attention of a converted stage: `causal_attention` with the module's own
-    `attn_dropout` in training (`dropout`, the rate transformers passes, is not used).
-    When nothing is dropped (evaluation, or a rate of 0) it is transformers' SDPA
-    attention, as in a stage never converted, so those results stay bit-identical."""
-    if not module.training or module.attn_dropout.p == 0.0:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask,
-                                      dropout=0.0, scaling=scaling, **kwargs)  # fmt: skip
-    if attention_mask is not None:
-        raise ValueError("per-sample dropout masks: attention masks are not supported "
-                         "(GPT-2 stages attend causally without one)")
-    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    return causal_attention(query, key, value, scale, module.attn_dropout)
-
-
 def use_sample_dropout(stage: nn.Module, seed: int) -> SampleMasks:
-    """Replace every nn.Dropout of `stage` (in place) by a SampleDropout of the same rate,
-    and make its attention layers apply theirs explicitly; returns the SampleMasks
+    """Replace every nn.Dropout of `stage` (in place) by a SampleDropout of the same rate
+    (the blocks' attention then applies its own explicitly); returns the SampleMasks
     that training forwards must run inside."""
-    from transformers import AttentionInterface
-    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
-
-    AttentionInterface.register(ATTENTION_NAME, _attention)  # idempotent
     masks = SampleMasks(seed)
     dropouts = [(name, m) for name, m in stage.named_modules() if isinstance(m, nn.Dropout)]
     for name, module in dropouts:
         parent_name, _, attr = name.rpartition(".")
         parent = stage.get_submodule(parent_name) if parent_name else stage
         setattr(parent, attr, SampleDropout(module.p, name, masks))
-    configs: dict[int, object] = {}  # the blocks share one config: copy it once
-    for module in stage.modules():
-        if isinstance(module, GPT2Attention):
-            if id(module.config) not in configs:
-                explicit = copy.copy(module.config)
-                explicit._attn_implementation = ATTENTION_NAME
-                configs[id(module.config)] = explicit
-            module.config = configs[id(module.config)]
     return masks

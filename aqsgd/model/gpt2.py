@@ -5,8 +5,9 @@
     last = init_stage(PRESETS["tiny"], 1, 2, seed=0)  # stage 1 of 2: block 1, norm, head
     loss = lm_loss(last(hidden), input_ids)           # hidden (B, L, D) -> logits (B, L, V)
 
-A model is a `GPT2Stage`: optional embeddings, a run of GPT-2 blocks (transformers'
-`GPT2Block`), optional final norm and LM head. The full model is the one stage that
+A model is a `GPT2Stage`: optional embeddings, a run of GPT-2 blocks
+(aqsgd.model.block, computing what transformers' `GPT2Block` computes without importing
+transformers), optional final norm and LM head. The full model is the one stage that
 holds everything; `build_stage` cuts stage s of n out of it, and `init_stage` builds
 the same stage directly without allocating the rest. Parameter names are global
 (`blocks.7.attn.c_attn.weight` on whichever stage holds layer 7), so a stage's
@@ -29,8 +30,8 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
+from aqsgd.model.block import GPT2Block
 from aqsgd.model.config import ModelConfig, layer_split
 from aqsgd.model.weights import load_pretrained_state
 
@@ -84,10 +85,9 @@ class GPT2Stage(nn.Module):
         self.layers = layers
         self.first = first
         self.last = last
-        hf = cfg.hf_config()
         self.embed = Embeddings(cfg) if first else None
         # Keyed by global layer index: names match the full model's.
-        self.blocks = nn.ModuleDict({str(i): GPT2Block(hf, layer_idx=i) for i in layers})
+        self.blocks = nn.ModuleDict({str(i): GPT2Block(cfg) for i in layers})
         self.head = LMHead(cfg) if last else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -108,7 +108,7 @@ class GPT2Stage(nn.Module):
                 )
             h = x
         for block in self.blocks.values():
-            h = block(h)  # (B, L, D); GPT2Block returns a tensor in transformers 5
+            h = block(h)  # (B, L, D)
         return self.head(h) if self.last else h
 
 
