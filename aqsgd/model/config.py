@@ -84,9 +84,10 @@ class ModelConfig:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def hf_config(self) -> GPT2Config:
-        """The transformers config for the blocks. SDPA attention: with no mask it
-        applies the causal mask itself (the eager path would apply none)."""
-        from transformers import GPT2Config  # imported here: only building blocks needs it
+        """The transformers config of the same shape (SDPA attention), for Hugging Face
+        checkpoints and the block equivalence tests; the stages' blocks
+        (aqsgd.model.block) do not use it."""
+        from transformers import GPT2Config  # imported here: only those callers need it
 
         return GPT2Config(
             vocab_size=self.vocab_size,

@@ -18,6 +18,7 @@ so a killed run never leaves a half-written result under its real name.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -117,11 +118,12 @@ def _git(repo: Path) -> dict:
 
 def _versions() -> dict:
     versions: dict[str, str | None] = {"python": platform.python_version()}
+    # the installed distributions' versions, without importing them (transformers alone
+    # costs seconds to import, on every provenance record)
     for name in ("torch", "triton", "transformers", "tokenizers", "numpy", "pandas"):
         try:
-            module = __import__(name)
-            versions[name] = getattr(module, "__version__", None)
-        except ImportError:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     torch = sys.modules.get("torch")
     versions["cuda"] = getattr(getattr(torch, "version", None), "cuda", None) if torch else None
