@@ -420,3 +420,19 @@ def test_wrongly_shaped_link_still_stops_the_run(tmp_path):
             hosts.probe(links=[(0, 1)], duration_s=0.5)
     (r,) = hosts.record()["probe"] or [None]
     assert r["host_limited"] is False and r["rate_mbit_ceiling"] > 100, r
+
+
+def test_probe_command_brings_up_the_scenarios_layout_and_probes_its_pipeline(tmp_path):
+    # `make probe SCENARIO=heterogeneous`: the layout's 4 hosts, the placement's 6 links
+    # (before: 2 hosts and one link, which missed the 100 Mbit/s inter-site link 1 <-> 2)
+    from bench.launch.__main__ import main
+
+    record = tmp_path / "record.json"
+    main(["probe", "heterogeneous", "--state-dir", str(tmp_path / "state"),
+          "--json", str(record)])
+    probes = json.loads(record.read_text())["probe"]
+    assert [(p["src"], p["dst"]) for p in probes] == [(0, 1), (1, 0), (1, 2), (2, 1),
+                                                      (2, 3), (3, 2)]
+    slow = {(p["src"], p["dst"]): p for p in probes}
+    assert slow[(1, 2)]["rate_mbit_configured"] == 100.0
+    assert abs(slow[(3, 2)]["rate_mbit_achieved"] - 50.0) <= 5.0  # host 3's uplink

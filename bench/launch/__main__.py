@@ -37,7 +37,9 @@ __all__ = ["calibrate", "main"]
 
 
 def _launcher(args) -> NetnsLauncher:
-    return NetnsLauncher(load_scenario(args.scenario), args.hosts, state_dir=args.state_dir,
+    scenario = load_scenario(args.scenario)
+    n_hosts = scenario.n_hosts if args.hosts is None else args.hosts
+    return NetnsLauncher(scenario, n_hosts, state_dir=args.state_dir,
                          allow_drop=args.allow_drop,
                          payload_correction=not args.no_payload_correction)
 
@@ -152,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("probe", "up"):
         p = sub.add_parser(name)
         p.add_argument("scenario", help="scenario name (scenarios/NAME.yaml) or YAML path")
-        p.add_argument("--hosts", type=int, default=2, help="number of emulated hosts")
+        p.add_argument("--hosts", type=int, default=None,
+                       help="number of emulated hosts (default: the scenario's layout, "
+                            "whose placement's links the probe measures)")
         p.add_argument("--allow-drop", action="store_true",
                        help="run even if this host cannot emulate delay, jitter or loss")
         p.add_argument("--no-payload-correction", action="store_true",
