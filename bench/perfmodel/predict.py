@@ -1,0 +1,110 @@
+"""Predictions from a step workload and a profile: step time, throughput, bytes per step,
+the bottleneck, and the bandwidth below which a run is communication-bound.
+
+    pred = predict(work, profile)            # Prediction
+    rate = comm_bound_rate_mbit(work, profile)
+
+The runtime's measured overlap (profile `comm.overlap`, fitted from measured cells by
+`bench.perfmodel.validate.fit_comm`) weighs two simulations of the same step: sends in
+the background (overlap 1) and blocking sends (overlap 0):
+step = overlap * T_background + (1 - overlap) * T_blocking.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bench.perfmodel.profile import Profile
+from bench.perfmodel.sim import SimResult, simulate
+from bench.perfmodel.workload import LinkWork, StepWorkload
+
+__all__ = ["COMM_BOUND_SLOWDOWN", "Prediction", "predict", "bytes_per_step", "with_rate",
+           "comm_bound_rate_mbit"]
+
+# A run is communication-bound when its step takes this much longer than with links of
+# unlimited rate (same delays).
+COMM_BOUND_SLOWDOWN = 1.10
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_s: float
+    throughput_samples_s: float
+    bytes_per_step: int
+    bottleneck: str  # "compute stage S" or "link A->B (what)"
+    bottleneck_share: float  # busy time of the bottleneck over the step time
+    background: SimResult
+    blocking: SimResult
+
+
+def bytes_per_step(work: StepWorkload) -> int:
+    """Everything every rank sends in one step (the reports' bytes per step)."""
+    pipe = work.micro_batches * work.replicas * (work.stages - 1) * (work.act_bytes
+                                                                     + work.grad_bytes)
+    return pipe + work.replicas * sum(work.dp_bytes)
+
+
+def _cores(profile: Profile, cores: int | None | bool) -> int | None:
+    return profile.cores if cores is True else (None if cores is False else cores)
+
+
+def predict(work: StepWorkload, profile: Profile, *, cores: int | None | bool = True
+            ) -> Prediction:
+    """`cores=True`: share the profile's cores; False: a device per rank (compute already
+    measured with every rank running); an int: that many."""
+    n = _cores(profile, cores)
+    comm = profile.comm
+    kw = dict(overhead_s=comm.message_overhead_s, unshaped_rate_mbit=comm.unshaped_rate_mbit,
+              cores=n)
+    bg = simulate(work, **kw)
+    blk = bg if comm.overlap >= 1.0 else simulate(work, blocking_sends=True, **kw)
+    step = comm.overlap * bg.step_s + (1.0 - comm.overlap) * blk.step_s
+    label, share = _bottleneck(work, bg, step)
+    return Prediction(step, work.samples_per_step / step, bytes_per_step(work), label, share,
+                      bg, blk)
+
+
+def _bottleneck(work: StepWorkload, sim: SimResult, step_s: float) -> tuple[str, float]:
+    S = work.stages
+    busiest = max(range(len(sim.compute_busy_s)), key=lambda r: sim.compute_busy_s[r])
+    best = (f"compute stage {busiest % S}", sim.compute_busy_s[busiest] / step_s)
+    for (a, b), busy in sim.link_busy_s.items():
+        what = ("dp stage %d" % (a % S) if a % S == b % S else
+                f"activations stage {a % S}->{b % S}" if b == a + 1 else
+                f"gradients stage {a % S}->{b % S}")
+        if busy / step_s > best[1]:
+            best = (f"link rank {a}->{b} ({what})", busy / step_s)
+    return best
+
+
+def with_rate(work: StepWorkload, rate_mbit: float | None = None,
+              scale: float | None = None) -> StepWorkload:
+    """`work` with every link at `rate_mbit`, or every link's rate times `scale`
+    (unshaped links stay unshaped), delays unchanged."""
+    def one(link: LinkWork) -> LinkWork:
+        if rate_mbit is not None:
+            return LinkWork(rate_mbit, link.delay_ms)
+        if link.rate_mbit is None or scale is None:
+            return link
+        return LinkWork(link.rate_mbit * scale, link.delay_ms)
+    return work.replace(links={k: one(v) for k, v in work.links.items()})
+
+
+def comm_bound_rate_mbit(work: StepWorkload, profile: Profile, *,
+                         cores: int | None | bool = True) -> float:
+    """The rate of every link below which the step takes COMM_BOUND_SLOWDOWN times its
+    time on unlimited links (bisection on a log scale between 1 kbit/s and 1 Tbit/s)."""
+    fast = predict(with_rate(work, 1e6), profile, cores=cores).step_s
+
+    def bound(rate: float) -> bool:
+        return predict(with_rate(work, rate), profile, cores=cores).step_s > (
+            COMM_BOUND_SLOWDOWN * fast)
+
+    lo, hi = math.log(1e-3), math.log(1e6)
+    if not bound(math.exp(lo)):
+        return 0.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if bound(math.exp(mid)) else (lo, mid)
+    return math.exp(hi)
