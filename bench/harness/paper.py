@@ -15,15 +15,21 @@ reused; both sweeps' times are stated before the first cell.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
+from aqsgd.model.config import ModelConfig
+from aqsgd.train.config import RunConfig
+from bench.harness.cells import run_config
 from bench.harness.convergence import plan, run_plan, write_report
+from bench.harness.modes import parse_mode
+from bench.harness.sweep import CellSpec, Workload
 from bench.launch.choice import LAUNCHERS
 from bench.report.claims import CLAIMS_FILE
 from bench.report.paper import draw_paper_figures
 from bench.report.plots import print_figure_paths
 
-__all__ = ["add_arguments", "run_paper"]
+__all__ = ["add_arguments", "run_paper", "model_configs"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,3 +60,23 @@ def run_paper(args) -> int:
     print(f"convergence report: {report}")
     print_figure_paths(figures)
     return code
+
+
+def model_configs(preset: str | ModelConfig, stages: int, replicas: int, micro_batch_size: int,
+                  num_micro_batches: int, modes: list[str]) -> dict[str, RunConfig]:
+    """{mode: RunConfig} as a cell of that mode and layout would run (bench.harness.cells),
+    for the performance model; `preset` a preset name or a ModelConfig of its own. A mode
+    that compresses data-parallel gradients gets at least 2 replicas."""
+    model = None
+    if isinstance(preset, ModelConfig):
+        model, preset = preset, "tiny"
+    out = {}
+    for text in modes:
+        mode = parse_mode(text)
+        reps = max(2, replicas) if mode.compresses_dp else replicas
+        workload = Workload(preset=preset, stages=stages, replicas=reps,
+                            micro_batch_size=micro_batch_size,
+                            num_micro_batches=num_micro_batches)
+        config = run_config(CellSpec("model", mode, workload), Path("model"))
+        out[text] = dataclasses.replace(config, model=model) if model else config
+    return out

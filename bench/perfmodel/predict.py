@@ -19,8 +19,8 @@ from bench.perfmodel.profile import Profile
 from bench.perfmodel.sim import SimResult, simulate
 from bench.perfmodel.workload import LinkWork, StepWorkload
 
-__all__ = ["COMM_BOUND_SLOWDOWN", "Prediction", "predict", "bytes_per_step", "with_rate",
-           "comm_bound_rate_mbit"]
+__all__ = ["COMM_BOUND_SLOWDOWN", "Prediction", "predict", "bytes_per_step", "bottleneck",
+           "with_rate", "comm_bound_rate_mbit"]
 
 # A run is communication-bound when its step takes this much longer than with links of
 # unlimited rate (same delays).
@@ -32,8 +32,6 @@ class Prediction:
     step_s: float
     throughput_samples_s: float
     bytes_per_step: int
-    bottleneck: str  # "compute stage S" or "link A->B (what)"
-    bottleneck_share: float  # busy time of the bottleneck over the step time
     background: SimResult
     blocking: SimResult
 
@@ -60,34 +58,55 @@ def predict(work: StepWorkload, profile: Profile, *, cores: int | None | bool = 
     bg = simulate(work, **kw)
     blk = bg if comm.overlap >= 1.0 else simulate(work, blocking_sends=True, **kw)
     step = comm.overlap * bg.step_s + (1.0 - comm.overlap) * blk.step_s
-    label, share = _bottleneck(work, bg, step)
-    return Prediction(step, work.samples_per_step / step, bytes_per_step(work), label, share,
-                      bg, blk)
+    return Prediction(step, work.samples_per_step / step, bytes_per_step(work), bg, blk)
 
 
-def _bottleneck(work: StepWorkload, sim: SimResult, step_s: float) -> tuple[str, float]:
+def bottleneck(work: StepWorkload, profile: Profile, *, cores: int | None | bool = True
+               ) -> tuple[str, float]:
+    """The resource the step time is most sensitive to, and that sensitivity: the step's
+    relative change over a 10% faster resource (1.0: the step is entirely bound by it).
+    Candidates: each stage's compute (forward, backward, optimizer) and each link used
+    (its rate). The label starts with what the step is more sensitive to as a whole: all
+    compute 10% faster, or every link 10% faster ("compute" or "communication")."""
+    base = predict(work, profile, cores=cores).step_s
+
+    def gain_of(changed: StepWorkload) -> float:
+        return (1.0 - predict(changed, profile, cores=cores).step_s / base) / 0.1
+
     S = work.stages
-    busiest = max(range(len(sim.compute_busy_s)), key=lambda r: sim.compute_busy_s[r])
-    best = (f"compute stage {busiest % S}", sim.compute_busy_s[busiest] / step_s)
-    for (a, b), busy in sim.link_busy_s.items():
-        what = ("dp stage %d" % (a % S) if a % S == b % S else
-                f"activations stage {a % S}->{b % S}" if b == a + 1 else
-                f"gradients stage {a % S}->{b % S}")
-        if busy / step_s > best[1]:
-            best = (f"link rank {a}->{b} ({what})", busy / step_s)
-    return best
+    best = ("none", 0.0)
+    for s in range(S):
+        stages = tuple(w.scaled(0.9) if i == s else w for i, w in enumerate(work.stage))
+        gain = gain_of(work.replace(stage=stages))
+        if gain > best[1] + 1e-9:
+            best = (f"compute stage {s}", gain)
+    for (a, b), link in work.links.items():
+        rate = link.rate_mbit if link.rate_mbit is not None else profile.comm.unshaped_rate_mbit
+        links = dict(work.links)
+        links[(a, b)] = LinkWork(rate / 0.9, link.delay_ms)
+        gain = gain_of(work.replace(links=links))
+        if gain > best[1] + 1e-9:
+            what = (f"dp stage {a % S}" if a % S == b % S else
+                    f"activations {a % S}->{b % S}" if b == a + 1 else
+                    f"gradients {a % S}->{b % S}")
+            best = (f"link rank {a}->{b} ({what})", gain)
+    compute = gain_of(work.replace(stage=tuple(w.scaled(0.9) for w in work.stage)))
+    comm = gain_of(with_rate(work, scale=1 / 0.9, unshaped_mbit=profile.comm.unshaped_rate_mbit))
+    kind = "communication" if comm > compute else "compute"
+    return f"{kind}: {best[0]}", best[1]
 
 
 def with_rate(work: StepWorkload, rate_mbit: float | None = None,
-              scale: float | None = None) -> StepWorkload:
-    """`work` with every link at `rate_mbit`, or every link's rate times `scale`
-    (unshaped links stay unshaped), delays unchanged."""
+              scale: float | None = None, unshaped_mbit: float | None = None) -> StepWorkload:
+    """`work` with every link at `rate_mbit`, or every link's rate times `scale` (an
+    unshaped link taken at `unshaped_mbit`, or left unshaped), delays unchanged."""
     def one(link: LinkWork) -> LinkWork:
         if rate_mbit is not None:
             return LinkWork(rate_mbit, link.delay_ms)
-        if link.rate_mbit is None or scale is None:
+        rate = link.rate_mbit if link.rate_mbit is not None else unshaped_mbit
+        if rate is None or scale is None:
             return link
-        return LinkWork(link.rate_mbit * scale, link.delay_ms)
+        return LinkWork(rate * scale, link.delay_ms)
     return work.replace(links={k: one(v) for k, v in work.links.items()})
 
 

@@ -42,6 +42,11 @@ class StageWork:
     optimizer_s: float
     params: int
 
+    def scaled(self, factor: float) -> StageWork:
+        """This stage's compute times `factor` (the parameters unchanged)."""
+        return StageWork(self.forward_s * factor, self.backward_s * factor,
+                         self.optimizer_s * factor, self.params)
+
 
 @dataclass(frozen=True)
 class LinkWork:
