@@ -79,7 +79,7 @@ def bottleneck(work: StepWorkload, profile: Profile, *, cores: int | None | bool
         stages = tuple(w.scaled(0.9) if i == s else w for i, w in enumerate(work.stage))
         gain = gain_of(work.replace(stage=stages))
         if gain > best[1] + 1e-9:
-            best = (f"compute stage {s}", gain)
+            best = (f"stage {s}", gain)
     for (a, b), link in work.links.items():
         rate = link.rate_mbit if link.rate_mbit is not None else profile.comm.unshaped_rate_mbit
         links = dict(work.links)

@@ -74,7 +74,7 @@ def _rate(mbit: float) -> str:
     return f"{mbit / 1000:.3g} Gbit/s" if mbit >= 1000 else f"{mbit:.3g} Mbit/s"
 
 
-def whatif_text(rows: list[WhatIfRow], title: str, width: int = 120) -> str:
+def whatif_text(rows: list[WhatIfRow], title: str, width: int = 140) -> str:
     table = Table(title=title, box=None, pad_edge=False, title_justify="left")
     for name in ("mode", "step s", "samples/s", "tokens/s", "MB/step", "bottleneck (sensitivity)",
                  "comm-bound below"):
