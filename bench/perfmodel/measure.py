@@ -5,9 +5,11 @@ per element; the communication part (`comm`) is fitted from measured cells after
 
     python -m bench model profile --out profiles/cpu-2core.yaml --cells results/paper
 
-Each figure is the median over `repeats` timed calls after one untimed call. A stage
-timed alone has a core to itself; the profile's `cores` (this machine's CPU count) lets
-the simulation share them among the ranks of a cell that compute at the same time.
+Each figure is the median over `repeats` timed calls after one untimed call, in CPU time
+of this process (`time.process_time`, one thread): the work itself, not what other load
+on a shared machine adds to the wall clock. A stage timed alone has a core to itself;
+the profile's `cores` (this machine's CPU count) lets the simulation share them among the
+ranks of a cell that compute at the same time.
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ def _median_s(fn: Callable[[], None], repeats: int) -> float:
     fn()  # warms allocators and kernels
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return statistics.median(times)
 
 
@@ -68,11 +70,11 @@ def time_stage(preset: str, stages: int, stage: int, micro_batch_size: int,
 
     fwd, bwd = [], []
     for i in range(repeats + 1):
-        start = time.perf_counter()
+        start = time.process_time()
         forward()
-        mid = time.perf_counter()
+        mid = time.process_time()
         backward()
-        end = time.perf_counter()
+        end = time.process_time()
         if i:  # the first call warms up
             fwd.append(mid - start)
             bwd.append(end - mid)
@@ -104,8 +106,9 @@ def time_compressors(shape: tuple[int, int, int], repeats: int
 
 
 def time_grad_codecs(numel: int, repeats: int) -> dict[str, float]:
-    """Seconds per parameter and step of each data-parallel codec's compute: two encodes
-    and two decodes (the sharded exchange: shards out, the average back)."""
+    """Seconds per parameter and step of each data-parallel codec's compute: one encode
+    and one decode of every parameter (the sharded exchange codes each parameter about
+    once on the way out and once on the way back, split over the shards)."""
     g = torch.randn(numel, generator=torch.Generator().manual_seed(0))
     qcfg = quant.QuantConfig(bits=8, granularity="group", group_size=512)
     gen = torch.Generator().manual_seed(0)
@@ -123,8 +126,7 @@ def time_grad_codecs(numel: int, repeats: int) -> dict[str, float]:
 
     out = {"fp32": 0.0}
     for name, fn in (("qadam", qadam), ("natural", natural), ("ef21", ef21)):
-        rounds = 1 if name == "ef21" else 2
-        out[name] = rounds * _median_s(fn, repeats) / numel
+        out[name] = _median_s(fn, repeats) / numel
     return out
 
 
@@ -151,11 +153,13 @@ def measure_profile(repeats: int = 10, name: str = "cpu-this-machine") -> Profil
         pass
     return Profile(
         name=name, device=f"{cpu} ({os.cpu_count()} cores)",
-        source="python -m bench model profile: stages timed alone on one thread, "
+        source="python -m bench profile: stages timed alone on one thread, "
                "compressors on one message of the tiny preset's boundary",
         date=datetime.date.today().isoformat(), kind="measured", cores=os.cpu_count(),
         compute=ComputeProfile(stages=stages),
         compress=CompressProfile(enc, dec, grad), comm=CommProfile(),
-        assumptions=(f"median of {repeats} timed calls after one untimed call, torch "
-                     f"{torch.__version__}, one thread per rank",
+        assumptions=(f"median of {repeats} timed calls after one untimed call, CPU time of "
+                     f"the process, torch {torch.__version__}, one thread per rank",
+                     "load average while measured (1, 5, 15 min): "
+                     + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
                      "the ranks of a cell share this machine's cores (processor sharing)"))

@@ -50,11 +50,13 @@ def _cores(profile: Profile, cores: int | None | bool) -> int | None:
 def predict(work: StepWorkload, profile: Profile, *, cores: int | None | bool = True
             ) -> Prediction:
     """`cores=True`: share the profile's cores; False: a device per rank (compute already
-    measured with every rank running); an int: that many."""
+    measured with every rank running); an int: that many. With more ranks than the
+    profile's cores, a rank that blocked waits `comm.wake_s` for a core after it."""
     n = _cores(profile, cores)
     comm = profile.comm
+    crowded = profile.cores is not None and work.stages * work.replicas > profile.cores
     kw = dict(overhead_s=comm.message_overhead_s, unshaped_rate_mbit=comm.unshaped_rate_mbit,
-              cores=n)
+              cores=n, wake_s=comm.wake_s if crowded else 0.0)
     bg = simulate(work, **kw)
     blk = bg if comm.overlap >= 1.0 else simulate(work, blocking_sends=True, **kw)
     step = comm.overlap * bg.step_s + (1.0 - comm.overlap) * blk.step_s
@@ -63,11 +65,11 @@ def predict(work: StepWorkload, profile: Profile, *, cores: int | None | bool = 
 
 def bottleneck(work: StepWorkload, profile: Profile, *, cores: int | None | bool = True
                ) -> tuple[str, float]:
-    """The resource the step time is most sensitive to, and that sensitivity: the step's
-    relative change over a 10% faster resource (1.0: the step is entirely bound by it).
-    Candidates: each stage's compute (forward, backward, optimizer) and each link used
-    (its rate). The label starts with what the step is more sensitive to as a whole: all
-    compute 10% faster, or every link 10% faster ("compute" or "communication")."""
+    """What bounds the step: "compute" or "communication", whichever the step is more
+    sensitive to as a whole (all compute 10% faster, or every link 10% faster), with that
+    sensitivity (the step's relative change over the resource's, 1.0: entirely bound),
+    and the single resource it is most sensitive to (a stage's compute or one link's
+    rate) with its own sensitivity in the label."""
     base = predict(work, profile, cores=cores).step_s
 
     def gain_of(changed: StepWorkload) -> float:
@@ -92,8 +94,8 @@ def bottleneck(work: StepWorkload, profile: Profile, *, cores: int | None | bool
             best = (f"link rank {a}->{b} ({what})", gain)
     compute = gain_of(work.replace(stage=tuple(w.scaled(0.9) for w in work.stage)))
     comm = gain_of(with_rate(work, scale=1 / 0.9, unshaped_mbit=profile.comm.unshaped_rate_mbit))
-    kind = "communication" if comm > compute else "compute"
-    return f"{kind}: {best[0]}", best[1]
+    kind, share = ("communication", comm) if comm > compute else ("compute", compute)
+    return f"{kind} {share:.2f}; most: {best[0]} {best[1]:.2f}", share
 
 
 def with_rate(work: StepWorkload, rate_mbit: float | None = None,

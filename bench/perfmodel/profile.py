@@ -25,6 +25,8 @@ unknown keys are refused, errors name the file, the field and the value):
       overlap                          share of the runtime's compute/communication overlap
                                        (1: sends fully in the background, 0: blocking)
       unshaped_rate_mbit               rate of a link the scenario leaves unshaped
+      wake_s                           with more ranks than `cores`: how long a rank that
+                                       blocked waits for a core once it may run again
 """
 
 from __future__ import annotations
@@ -130,9 +132,11 @@ class CommProfile:
     message_overhead_s: float = 0.0
     overlap: float = 1.0
     unshaped_rate_mbit: float = 10_000.0
+    wake_s: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("CommProfile", "message_overhead_s", self.message_overhead_s)
+        _positive("CommProfile", "wake_s", self.wake_s)
         if not 0.0 <= self.overlap <= 1.0:
             raise SpecError.at("overlap", "a number in [0, 1]", self.overlap)
         _positive("CommProfile", "unshaped_rate_mbit", self.unshaped_rate_mbit, False)

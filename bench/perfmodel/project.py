@@ -11,6 +11,8 @@ same rate and replicas; `rel_fp32_fastest`: over fp32's at the fastest rate.
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from aqsgd.train.config import RunConfig
@@ -19,11 +21,16 @@ from bench.perfmodel.predict import predict, with_rate
 from bench.perfmodel.profile import Profile
 from bench.perfmodel.whatif import scenario_for, workload_on
 
-__all__ = ["RATES_MBIT", "CLAIM_TOLERANCE", "project", "judge_claims"]
+__all__ = ["RATES_MBIT", "CLAIM_TOLERANCE", "family", "project", "judge_claims"]
 
 RATES_MBIT = (10_000.0, 5_000.0, 2_000.0, 1_000.0, 500.0, 300.0, 200.0, 100.0, 50.0)
 # A published figure is reproduced when the model's is within this share of it.
 CLAIM_TOLERANCE = 0.20
+
+
+def family(label: str) -> str:
+    """'aqsgd' for 'aqsgd:4/8', 'fp32' for 'fp32-dp2', 'aqsgd+gc' for 'aqsgd+gc/ef21:2/4'."""
+    return re.sub(r"-dp\d+$", "", label.split(":")[0].split("/")[0])
 
 
 def project(configs: dict[str, RunConfig], profile: Profile, base: NetworkScenario,
@@ -34,7 +41,7 @@ def project(configs: dict[str, RunConfig], profile: Profile, base: NetworkScenar
         work = workload_on(config, scenario_for(base, p.stages, p.replicas), profile)
         for rate in rates_mbit:
             pred = predict(with_rate(work, rate), profile)
-            rows.append({"mode": mode, "family": mode.split(":")[0].split("/")[0],
+            rows.append({"mode": mode, "family": family(mode),
                          "replicas": p.replicas, "rate_mbit": rate, "step_s": pred.step_s,
                          "throughput_samples_s": pred.throughput_samples_s,
                          "bytes_per_step": pred.bytes_per_step})
@@ -56,13 +63,16 @@ def _verdict(value: float, low: float, high: float) -> bool:
     return low * (1 - CLAIM_TOLERANCE) <= value <= high * (1 + CLAIM_TOLERANCE)
 
 
-def judge_claims(table: pd.DataFrame, claims: list[dict]) -> list[dict]:
+def judge_claims(table: pd.DataFrame, claims: list[dict], paper_bits: str = "4/8"
+                 ) -> list[dict]:
     """The throughput claims (speed-up "up to", the 500 Mbit/s slowdown) against the
-    projection: the model's figure, where it occurs, and whether it is within
-    CLAIM_TOLERANCE of the published one."""
+    projection of the modes at the paper's bits (fw 4 / bw 8 for GPT-2): the model's
+    figure, where it occurs, and whether it is within CLAIM_TOLERANCE of the published
+    one."""
     out = []
+    at_bits = table[table["mode"].str.endswith(f":{paper_bits}")]
     for claim in claims:
-        rows = table[table["family"] == claim.get("mode")]
+        rows = at_bits[at_bits["family"] == claim.get("mode")]
         if rows.empty:
             continue
         if claim["metric"] == "speedup_vs_fp32":

@@ -13,7 +13,9 @@
   the pipeline (a barrier of its stages, 2 (S - 1) small messages), under QuantizedAdam
   its data-parallel all-reduce and the exchange inside the step, then the update;
 - compute shares `cores` slots (processor sharing: n ranks computing at once each run at
-  min(1, cores / n)); cores None gives every rank its own device.
+  min(1, cores / n)); cores None gives every rank its own device;
+- `wake_s`: a rank that blocked (a receive, its sends, a barrier) runs again that much
+  after it could: on a machine with more ranks than cores it waits for one.
 
 Every rank starts the step at 0; the step ends when the last rank finishes (what the
 reports measure: the slowest rank's step time).
@@ -46,9 +48,9 @@ class SimResult:
 
 class _Step:
     def __init__(self, work: StepWorkload, overhead_s: float, unshaped_mbit: float,
-                 cores: int | None, blocking_sends: bool):
+                 cores: int | None, blocking_sends: bool, wake_s: float):
         self.w, self.overhead, self.unshaped = work, overhead_s, unshaped_mbit
-        self.cores, self.blocking = cores, blocking_sends
+        self.cores, self.blocking, self.wake = cores, blocking_sends, wake_s
         self.sched = make_schedule(work.schedule, work.stages, work.micro_batches)
         self.link_free: dict[tuple[int, int], float] = {}
         self.link_busy: dict[tuple[int, int], float] = {}
@@ -169,7 +171,7 @@ class _Step:
                         cur[r] = self._start(r, queues[r].popleft(), t, cur)
                         changed = True
                     elif c[0] == "recv" and c[1] in self.arrival:
-                        cur[r] = ("until", self.arrival[c[1]])
+                        cur[r] = ("until", self._woken(self.arrival[c[1]], t))
                         changed = True
                     elif c[0] == "until" and c[1] <= t + _EPS:
                         cur[r] = None
@@ -204,9 +206,11 @@ class _Step:
             return ("until", gone) if self.blocking else None
         if kind == "recv":
             key = task[1]
-            return ("until", self.arrival[key]) if key in self.arrival else ("recv", key)
+            if key in self.arrival:
+                return ("until", self._woken(self.arrival[key], t))
+            return ("recv", key)
         if kind == "sends":
-            return ("until", max(t, self.sent_done.get(r, 0.0)))
+            return ("until", self._woken(self.sent_done.get(r, 0.0), t))
         # barrier: everyone leaves cost after the last member arrives
         _, key, size, cost = task
         members = self.arrived.setdefault(key, [])
@@ -214,11 +218,17 @@ class _Step:
         if len(members) < size:
             return ("barrier", key)
         for m in members[:-1]:
-            cur[m] = ("until", t + cost)
+            cur[m] = ("until", t + cost + self.wake)
         return ("until", t + cost)
+
+    def _woken(self, ready: float, t: float) -> float:
+        """When a rank blocked until `ready` runs again: a rank that had to block waits
+        `wake` more for a core (more ranks than cores); one that did not block goes on."""
+        return ready + self.wake if ready > t + _EPS else t
 
 
 def simulate(work: StepWorkload, *, overhead_s: float = 0.0, unshaped_rate_mbit: float = 1e4,
-             cores: int | None = None, blocking_sends: bool = False) -> SimResult:
+             cores: int | None = None, blocking_sends: bool = False,
+             wake_s: float = 0.0) -> SimResult:
     """One step of `work` (module docstring)."""
-    return _Step(work, overhead_s, unshaped_rate_mbit, cores, blocking_sends).run()
+    return _Step(work, overhead_s, unshaped_rate_mbit, cores, blocking_sends, wake_s).run()

@@ -37,11 +37,12 @@ from bench.perfmodel.workload import StepWorkload, step_workload
 from bench.results.files import load_metas, metrics_frame
 
 __all__ = ["TARGET", "MeasuredCell", "measured_step_s", "load_cells", "in_situ",
-           "validate_cells", "fit_comm", "worst_cell"]
+           "validate_cells", "fit_comm", "worst_cell", "why_it_misses"]
 
 TARGET = 0.10  # the validation target: within 10% of the measured step time
 OVERHEAD_GRID_S = (0.0, 0.25e-3, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3)
 OVERLAP_GRID = tuple(i / 10 for i in range(11))
+WAKE_GRID_S = tuple(i * 0.5e-3 for i in range(41))  # 0 .. 20 ms
 
 
 def _measured(frame: pd.DataFrame) -> pd.DataFrame:
@@ -147,6 +148,8 @@ def _row(cell: MeasuredCell, profile: Profile) -> dict:
         "error_profile": alone.step_s / cell.step_s - 1.0,
         "bytes_measured": cell.bytes_per_step, "bytes_predicted": situ.bytes_per_step,
         "compute_spread": _spread(cell), "links": _links_text(work),
+        "preset": c["preset"], "compute_s_mean": float(np.mean(list(cell.compute_s.values()))),
+        "cores": profile.cores,
     }
 
 
@@ -168,17 +171,18 @@ def validate_cells(paths_or_cells, profile: Profile) -> pd.DataFrame:
     cells = list(paths_or_cells)
     if cells and not isinstance(cells[0], MeasuredCell):
         cells = load_cells(cells)
-    return pd.DataFrame([_row(c, profile) for c in cells])
+    table = pd.DataFrame([_row(c, profile) for c in cells])
+    if not table.empty:
+        # how loaded the machine was while the cell ran: its compute per step over the
+        # median of the cells of the same model and layout
+        layout = table.groupby(["preset", "stages", "replicas"])["compute_s_mean"]
+        table["compute_vs_layout"] = table["compute_s_mean"] / layout.transform("median")
+    return table
 
 
-def fit_comm(cells: list[MeasuredCell], profile: Profile) -> CommProfile:
-    """The per-message overhead and the overlap that minimise the mean squared relative
-    error of the in-situ prediction over `cells` (a grid; the fp32 cells of a sweep are
-    the usual choice, the other modes then test the fit)."""
-    works = [(in_situ(_workload(c, profile), c), c.step_s) for c in cells]
+def _fit(works: list, profile: Profile, comms: Iterable[CommProfile]) -> CommProfile:
     best = None
-    for overhead, overlap in itertools.product(OVERHEAD_GRID_S, OVERLAP_GRID):
-        comm = CommProfile(overhead, overlap, profile.comm.unshaped_rate_mbit)
+    for comm in comms:
         trial = profile.replace(comm=comm)
         err = float(np.mean([(predict(w, trial, cores=False).step_s / m - 1.0) ** 2
                              for w, m in works]))
@@ -187,6 +191,45 @@ def fit_comm(cells: list[MeasuredCell], profile: Profile) -> CommProfile:
     return best[1]
 
 
+def fit_comm(cells: list[MeasuredCell], profile: Profile) -> CommProfile:
+    """The runtime's communication constants that minimise the mean squared relative
+    error of the in-situ prediction over `cells` (grids; the fp32 cells of a sweep are
+    the usual choice, the other modes then test the fit): the per-message overhead and
+    the overlap on the cells with at most `profile.cores` ranks, then `wake_s` on those
+    with more."""
+    works = [(in_situ(_workload(c, profile), c), c.step_s) for c in cells]
+    ranks = [w.stages * w.replicas for w, _ in works]
+    cores = profile.cores or max(ranks)
+    roomy = [x for x, n in zip(works, ranks, strict=True) if n <= cores]
+    crowded = [x for x, n in zip(works, ranks, strict=True) if n > cores]
+    unshaped = profile.comm.unshaped_rate_mbit
+    comm = _fit(roomy or works, profile, (
+        CommProfile(o, v, unshaped) for o, v in itertools.product(OVERHEAD_GRID_S,
+                                                                  OVERLAP_GRID)))
+    if crowded:
+        comm = _fit(crowded, profile, (CommProfile(comm.message_overhead_s, comm.overlap,
+                                                   unshaped, w) for w in WAKE_GRID_S))
+    return comm
+
+
 def worst_cell(table: pd.DataFrame, column: str = "error") -> pd.Series:
     return table.loc[table[column].abs().idxmax()]
+
+
+def why_it_misses(row: pd.Series, cores: int | None) -> str:
+    """A reading of a cell's miss from what was measured beside its step time."""
+    if abs(row["error"]) <= TARGET:
+        return "within the target"
+    notes = []
+    if row["compute_vs_layout"] > 1.3:
+        notes.append(f"its compute per step was {row['compute_vs_layout']:.1f}x the median "
+                     f"of the cells of its layout, so the machine was loaded while it ran: "
+                     f"waits then include time descheduled, which the model does not see")
+    ranks = row["stages"] * row["replicas"]
+    if cores is not None and not pd.isna(cores) and ranks > cores:
+        notes.append(f"{ranks} ranks share {cores} cores: a rank whose message has arrived "
+                     f"may still wait for a core")
+    if row["host_limited"]:
+        notes.append("a link was host-limited")
+    return "; ".join(notes) or "no measured cause found"
 

@@ -76,14 +76,14 @@ def _rate(mbit: float) -> str:
 
 def whatif_text(rows: list[WhatIfRow], title: str, width: int = 140) -> str:
     table = Table(title=title, box=None, pad_edge=False, title_justify="left")
-    for name in ("mode", "step s", "samples/s", "tokens/s", "MB/step", "bottleneck (sensitivity)",
+    for name in ("mode", "step s", "samples/s", "tokens/s", "MB/step", "bound by (sensitivity)",
                  "comm-bound below"):
-        table.add_column(name, justify="left" if name in ("mode", "bottleneck (sensitivity)")
+        table.add_column(name, justify="left" if name in ("mode", "bound by (sensitivity)")
                          else "right")
     for r in rows:
         table.add_row(r.mode, f"{r.step_s:.3f}", f"{r.throughput_samples_s:.3g}",
                       f"{r.throughput_tokens_s:.4g}", f"{r.bytes_per_step / 1e6:.1f}",
-                      f"{r.bottleneck} ({r.bottleneck_share:.2f})",
+                      r.bottleneck,
                       _rate(r.comm_bound_below_mbit) if r.comm_bound_below_mbit else "never")
     out = io.StringIO()
     Console(file=out, width=width, markup=False, highlight=False,
