@@ -115,7 +115,8 @@ def with_rate(work: StepWorkload, rate_mbit: float | None = None,
 def comm_bound_rate_mbit(work: StepWorkload, profile: Profile, *,
                          cores: int | None | bool = True) -> float:
     """The rate of every link below which the step takes COMM_BOUND_SLOWDOWN times its
-    time on unlimited links (bisection on a log scale between 1 kbit/s and 1 Tbit/s)."""
+    time on unlimited links (bisection on a log scale between 1 kbit/s and 1 Tbit/s;
+    0.0 when the step is never communication-bound)."""
     fast = predict(with_rate(work, 1e6), profile, cores=cores).step_s
 
     def bound(rate: float) -> bool:
@@ -125,7 +126,7 @@ def comm_bound_rate_mbit(work: StepWorkload, profile: Profile, *,
     lo, hi = math.log(1e-3), math.log(1e6)
     if not bound(math.exp(lo)):
         return 0.0
-    for _ in range(40):
+    for _ in range(24):  # 2**-24 of the log range: the rate to within 0.0002%
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if bound(math.exp(mid)) else (lo, mid)
     return math.exp(hi)

@@ -23,6 +23,7 @@ reports measure: the slowest rank's step time).
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass
 
@@ -46,12 +47,17 @@ class SimResult:
     link_busy_s: dict[tuple[int, int], float]  # per (src rank, dst rank), transmitting
 
 
+@functools.lru_cache(maxsize=64)
+def _schedule(name: str, stages: int, micro_batches: int):
+    return make_schedule(name, stages, micro_batches)  # validated once per shape
+
+
 class _Step:
     def __init__(self, work: StepWorkload, overhead_s: float, unshaped_mbit: float,
                  cores: int | None, blocking_sends: bool, wake_s: float):
         self.w, self.overhead, self.unshaped = work, overhead_s, unshaped_mbit
         self.cores, self.blocking, self.wake = cores, blocking_sends, wake_s
-        self.sched = make_schedule(work.schedule, work.stages, work.micro_batches)
+        self.sched = _schedule(work.schedule, work.stages, work.micro_batches)
         self.link_free: dict[tuple[int, int], float] = {}
         self.link_busy: dict[tuple[int, int], float] = {}
         self.arrival: dict[tuple, float] = {}
@@ -156,26 +162,27 @@ class _Step:
         busy = [0.0] * n
         t = 0.0
         while True:
-            changed = True
-            while changed:
-                changed = False
+            # run every rank as far as it goes at time t; a send or a barrier's release
+            # may unblock another rank, so sweep again until nothing moves
+            moved = True
+            while moved:
+                moved = False
                 for r in range(n):
-                    if finish[r] is not None:
-                        continue
-                    c = cur[r]
-                    if c is None:
-                        if not queues[r]:
-                            finish[r] = t
-                            changed = True
-                            continue
-                        cur[r] = self._start(r, queues[r].popleft(), t, cur)
-                        changed = True
-                    elif c[0] == "recv" and c[1] in self.arrival:
-                        cur[r] = ("until", self._woken(self.arrival[c[1]], t))
-                        changed = True
-                    elif c[0] == "until" and c[1] <= t + _EPS:
-                        cur[r] = None
-                        changed = True
+                    while finish[r] is None:
+                        c = cur[r]
+                        if c is None:
+                            if not queues[r]:
+                                finish[r] = t
+                                break
+                            task = queues[r].popleft()
+                            moved |= task[0] in ("send", "barrier")
+                            cur[r] = self._start(r, task, t, cur)
+                        elif c[0] == "recv" and c[1] in self.arrival:
+                            cur[r] = ("until", self._woken(self.arrival[c[1]], t))
+                        elif c[0] == "until" and c[1] <= t + _EPS:
+                            cur[r] = None
+                        else:
+                            break
             if all(f is not None for f in finish):
                 break
             working = [r for r in range(n) if cur[r] and cur[r][0] == "work"]

@@ -12,8 +12,9 @@ Two predictions per cell:
   machine's shared cores; the rank's time outside every timed span, `step_time_s` minus
   compute, compress and comm_wait, counts as compute: it is Python between actions, CPU
   work that a loaded machine slows like the rest), split into forward, backward and
-  optimizer, and over messages, in the proportions the profile gives; the network, the schedule, the overlap and the
-  data-parallel exchange are the model's. This checks the model of communication.
+  optimizer, and over messages, in the proportions the profile gives; the network, the
+  schedule, the overlap and the data-parallel exchange are the model's. This checks the
+  model of communication.
 - `predicted_profile_s`: compute from the profile alone, shared among the ranks of the
   cell by processor sharing over the profile's cores. This checks the whole model,
   including how 4 or 8 ranks share 2 cores.

@@ -125,7 +125,8 @@ def _stage_work(config: RunConfig, profile: Profile) -> tuple[StageWork, ...]:
                      for c, n in zip(measured, params, strict=True))
     rate = profile.compute.flop_rate_tflops
     if rate is None:
-        raise ValueError(f"profile {profile.name!r} has no measured stages for {preset or 'this model'} "
+        what = preset or "this model"
+        raise ValueError(f"profile {profile.name!r} has no measured stages for {what} "
                          f"in {p.stages} stages at micro-batch {p.micro_batch_size} and no "
                          f"flop_rate_tflops to derive them")
     mem = profile.compute.optimizer_gbyte_s
