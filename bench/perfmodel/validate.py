@@ -69,10 +69,11 @@ class MeasuredCell:
 
 
 def load_cells(paths: Iterable[str | Path]) -> list[MeasuredCell]:
-    """Every finished cell under `paths` with at least one measured step."""
+    """Every finished cell under `paths` with at least one measured step and the run
+    config the harness records (a meta.json without `run_config` cannot be modelled)."""
     out = []
     for meta in load_metas(paths):
-        if meta["status"] != "ok":
+        if meta["status"] != "ok" or "run_config" not in meta:
             continue
         jsonl = sorted((Path(meta["cell_dir"]) / "metrics").glob("rank*.jsonl"))
         frame, _ = metrics_frame(jsonl, meta["cell"]["name"])
