@@ -9,6 +9,7 @@ import shutil
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from aqsgd.model.config import TINY_FAMILY, TINY_PIPELINE
@@ -132,3 +133,15 @@ def test_smoke_validation_on_real_cells(tmp_path):
         for s, st in enumerate(work.stage):
             assert work.micro_batches * (st.forward_s + st.backward_s) + st.optimizer_s == (
                 pytest.approx(cell.compute_s[s] + cell.other_s[s]))
+
+
+def test_the_gpu_checks_stage_timing_writes_a_profile_the_model_reads(tmp_path):
+    from bench.micro.gpu_check import stage_profile
+
+    prof = stage_profile(torch.device("cpu"), "tiny-4", 4, 2, "fp32", repeats=1)
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(prof))
+    loaded = load_profile(path)
+    rows = loaded.compute.measured("tiny-4", 4, 2)
+    assert [r.stage for r in rows] == [0, 1, 2, 3]
+    assert rows[2].forward_s == rows[1].forward_s > 0  # middle stages share a shape
