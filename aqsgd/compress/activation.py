@@ -359,25 +359,20 @@ class Compressor:
 
 
 def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int):
-    """[(shape, dtype)] of a message of a (B, *S) micro-batch with `n_raw` rows sent raw
-    and the other B - n_raw quantized, in wire order: the one size rule, used by
-    `Compressor.wire_spec` and by anything that predicts traffic (a steady-state message
-    has n_raw = 0 for directq and the aqsgd modes, n_raw = B for mode none, warm-up and
-    evaluation)."""
-    batch_shape = tuple(int(n) for n in batch_shape)
-    batch = batch_shape[0]
+    """[(shape, dtype)] in wire order of a (B, *S) micro-batch's message with `n_raw` rows
+    raw and B - n_raw quantized: the one size rule (`Compressor.wire_spec`, traffic
+    predictions; steady state: n_raw = 0, but B for mode none, warm-up and evaluation)."""
+    batch, *row_shape = (int(n) for n in batch_shape)
     if isinstance(n_raw, bool) or not isinstance(n_raw, int) or not 0 <= n_raw <= batch:
         raise ValueError(f"message_spec: n_raw must be an int in [0, {batch}], got {n_raw!r}")
     if cfg.mode == "none" and n_raw != batch:
         raise ValueError(f"message_spec: mode 'none' sends every row raw: n_raw must be "
                          f"{batch}, got {n_raw}")
-    row_shape = batch_shape[1:]
     spec = [((HEADER_FIELDS + batch,), torch.int64)]
     if n_raw:
         spec.append(((n_raw, *row_shape), TRANSPORT_DTYPES[cfg.dtype]))
-    n_q = batch - n_raw
-    if n_q:
-        q_shape = (n_q, *row_shape)
+    if batch - n_raw:
+        q_shape = (batch - n_raw, *row_shape)
         spec.append(((quant.packed_nbytes(math.prod(q_shape), cfg.bits),), torch.uint8))
         spec.append((tuple(quant.scale_shape(q_shape, cfg.quant_config())), torch.float16))
     return spec
