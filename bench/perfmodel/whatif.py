@@ -52,7 +52,9 @@ def scenario_for(scenario: NetworkScenario, stages: int, replicas: int,
 
 def workload_on(config: RunConfig, scenario: NetworkScenario, profile: Profile
                 ) -> StepWorkload:
+    """`config` placed on `scenario`, given hosts for its ranks if it has too few."""
     p = config.pipeline
+    scenario = scenario_for(scenario, p.stages, p.replicas)
     return step_workload(config, place(scenario, p.stages, p.replicas), profile)
 
 
