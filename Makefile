@@ -17,7 +17,7 @@ WHEELHOUSE := docker/wheelhouse
 DEBIAN_SUITE ?= bookworm
 
 .PHONY: setup test lint bench bench-kernels bench-compressors regress paper convergence finetune \
-	pretrain probe net-cleanup gpu-check clean-venv docker-base docker-image docker-wheelhouse \
+	pretrain probe net-cleanup gpu-check profile clean-venv docker-base docker-image docker-wheelhouse \
 	docker-daemon-start docker-daemon-stop
 
 setup: $(STAMP)
@@ -50,6 +50,12 @@ regress: setup
 # claims and the convergence report.
 paper: setup
 	$(PY) -m bench paper --launcher $(LAUNCHER)
+
+# This machine's profile for the performance model (docs/performance-model.md): stages
+# and compressors timed here, the runtime's communication constants fitted on the paper
+# sweep's fp32 cells (run `make paper` first).
+profile: setup
+	$(PY) -m bench profile --out profiles/cpu-2core.yaml --name cpu-2core --cells results/paper
 
 # Model quality: every mode for many epochs, three seeds, dropout as a knob (unshaped, on
 # local processes), then results/convergence/report/convergence.md. Runs the throughput

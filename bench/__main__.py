@@ -8,6 +8,9 @@
     python -m bench convergence [--size smoke]             # model quality: seeds, epochs
     python -m bench regress [--update-baseline]            # CI regression check
     python -m bench docker compose --scenario 100mbps      # the equivalent compose file
+    python -m bench model --preset gpt2-xl --stages 8 --profile a100-bf16 --scenario 100mbps
+    python -m bench profile --cells results/paper          # this machine's profile
+    python -m bench validate --profile cpu-2core results/paper   # predicted vs measured
 
 Launchers (--launcher, bench.launch.choice.LAUNCHERS): auto (netns when root and
 `ip netns` works, else local), netns, docker (containers, docs/docker.md), local.
@@ -116,6 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "loss per epoch, then the convergence report"))
     regress.add_arguments(sub.add_parser("regress", help="short fixed-seed sweep compared "
                                                          "with the committed baseline"))
+
+    from bench.perfmodel import cli as model_cli
+
+    model_cli.add_model_arguments(sub.add_parser(
+        "model", help="what-if: predicted throughput, bytes, bottleneck per mode "
+                      "(docs/performance-model.md)"), paper.model_configs)
+    model_cli.add_profile_arguments(sub.add_parser(
+        "profile", help="measure this machine's profile for the performance model"))
+    model_cli.add_validate_arguments(sub.add_parser(
+        "validate", help="the performance model's predicted against measured step times"))
     return parser
 
 

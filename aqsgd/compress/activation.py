@@ -59,6 +59,7 @@ __all__ = [
     "CompressionConfig",
     "Compressor",
     "make_compressor",
+    "message_spec",
 ]
 
 MODES = ("none", "directq", "aqsgd", "aqsgd-lowbits")
@@ -258,16 +259,7 @@ class Compressor:
         batch_shape = tuple(int(n) for n in batch_shape)
         self._check_shape(batch_shape)
         lay = self._layout(batch_shape[0], sample_ids, training)
-        row_shape = batch_shape[1:]
-        spec = [((HEADER_FIELDS + batch_shape[0],), torch.int64)]
-        n_raw, n_q = lay.raw_rows.numel(), lay.q_rows.numel()
-        if n_raw:
-            spec.append(((n_raw, *row_shape), self._transport))
-        if n_q:
-            q_shape = (n_q, *row_shape)
-            spec.append(((quant.packed_nbytes(math.prod(q_shape), self.cfg.bits),), torch.uint8))
-            spec.append((tuple(quant.scale_shape(q_shape, self._qcfg)), torch.float16))
-        return spec
+        return message_spec(self.cfg, batch_shape, lay.raw_rows.numel())
 
     def _check_shape(self, batch_shape) -> None:
         if tuple(batch_shape[1:]) != self.sample_shape:
@@ -364,6 +356,26 @@ class Compressor:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int):
+    """[(shape, dtype)] in wire order of a (B, *S) micro-batch's message with `n_raw` rows
+    raw and B - n_raw quantized: the one size rule (`Compressor.wire_spec`, traffic
+    predictions; steady state: n_raw = 0, but B for mode none, warm-up and evaluation)."""
+    batch, *row_shape = (int(n) for n in batch_shape)
+    if isinstance(n_raw, bool) or not isinstance(n_raw, int) or not 0 <= n_raw <= batch:
+        raise ValueError(f"message_spec: n_raw must be an int in [0, {batch}], got {n_raw!r}")
+    if cfg.mode == "none" and n_raw != batch:
+        raise ValueError(f"message_spec: mode 'none' sends every row raw: n_raw must be "
+                         f"{batch}, got {n_raw}")
+    spec = [((HEADER_FIELDS + batch,), torch.int64)]
+    if n_raw:
+        spec.append(((n_raw, *row_shape), TRANSPORT_DTYPES[cfg.dtype]))
+    if batch - n_raw:
+        q_shape = (batch - n_raw, *row_shape)
+        spec.append(((quant.packed_nbytes(math.prod(q_shape), cfg.bits),), torch.uint8))
+        spec.append((tuple(quant.scale_shape(q_shape, cfg.quant_config())), torch.float16))
+    return spec
 
 
 def _take(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,7 @@ ranks end with identical values. Every byte of every isend and irecv is counted 
 ``bytes_sent`` / ``bytes_recv``; per step and rank that is (W - 1) shards out and (W - 1)
 in, twice.
 
-One file of about 470 lines: the four modes share the sharded exchange and its byte
+One file of about 500 lines: the four modes share the sharded exchange and its byte
 counting, and QuantizedAdam is one of them (its exchange runs inside the optimizer
 step, and its frozen second moment's floor is explained where it is applied), so each
 mode reads next to the exchange it relies on.
@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 
 from aqsgd import quant
-from aqsgd.compress.wire import message_nbytes
+from aqsgd.compress.wire import message_nbytes, spec_nbytes
 
 __all__ = [
     "GRAD_MODES",
@@ -55,6 +55,7 @@ __all__ = [
     "DataParallel",
     "QuantizedAdam",
     "make_data_parallel",
+    "exchange_nbytes",
     "natural_compress",
     "natural_decompress",
     "topk_compress",
@@ -237,6 +238,11 @@ class _Exchange:
         return [j for j in range(self.world) if j != self.rank]
 
 
+def _shard_size(numel: int, world: int, multiple: int) -> int:
+    """Elements of one rank's shard: ceil(numel / world), rounded up to `multiple`."""
+    return math.ceil(math.ceil(numel / world) / multiple) * multiple
+
+
 class _ShardedAverager:
     """Averages a flat vector over the group (see the note in the module docstring)."""
 
@@ -244,7 +250,7 @@ class _ShardedAverager:
         self.ex = exchange
         w = exchange.world
         self.numel = numel
-        self.shard = math.ceil(math.ceil(numel / w) / multiple) * multiple
+        self.shard = _shard_size(numel, w, multiple)
         self.padded = w * self.shard
 
     def pad(self, flat: torch.Tensor) -> torch.Tensor:
@@ -452,6 +458,28 @@ class DataParallel:
         for j in range(self._ex.world):  # same order on every rank: identical g
             self.ef21_global.index_add_(0, got[j][0].long(), got[j][1] / self._ex.world)
         return self.ef21_global.clone()
+
+
+def exchange_nbytes(cfg: GradCompressionConfig, numel: int, world: int,
+                    frozen: bool = True) -> int:
+    """Bytes one rank sends in one step's data-parallel exchange of `numel` parameters
+    over `world` replicas, from the same codecs and shards the exchange uses (what its
+    `bytes_sent` counts). `frozen`: a step after QuantizedAdam's freeze (compressed first
+    moment) and after EF21's exact first step; otherwise the exact exchange."""
+    if world < 1 or numel < 1:
+        raise ValueError(f"exchange_nbytes: numel and world must be >= 1, got {numel}, {world}")
+    peers = world - 1
+    if cfg.mode == "ef21" and frozen:
+        k = max(1, math.ceil(cfg.topk_ratio * numel))
+        return peers * spec_nbytes([((k,), torch.int32), ((k,), torch.float32)])
+    codec: _Codec = _Fp32Codec()
+    multiple = cfg.bucket_size if cfg.mode == "qadam" else 1
+    if cfg.mode == "qadam" and frozen:
+        codec = _QuantCodec(cfg.bits, cfg.bucket_size)
+    elif cfg.mode == "natural":
+        codec = _NaturalCodec(torch.Generator())
+    # two rounds: each shard to its owner, then the owner's average back to every peer
+    return 2 * peers * spec_nbytes(codec.spec(_shard_size(numel, world, multiple)))
 
 
 def make_data_parallel(cfg: GradCompressionConfig, params, group=None,

@@ -10,9 +10,21 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["message_nbytes"]
+__all__ = ["message_nbytes", "spec_nbytes"]
 
 
 def message_nbytes(tensors: Iterable[torch.Tensor]) -> int:
     """Exact bytes a message puts on the wire: every tensor's payload, headers included."""
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def spec_nbytes(spec: Iterable[tuple[tuple[int, ...], torch.dtype]]) -> int:
+    """Exact bytes of a message described as [(shape, dtype)] (a compressor's wire spec):
+    what `message_nbytes` counts once the tensors exist, without allocating them."""
+    total = 0
+    for shape, dtype in spec:
+        numel = 1
+        for n in shape:
+            numel *= int(n)
+        total += numel * torch.empty((), dtype=dtype).element_size()
+    return total

@@ -15,15 +15,45 @@ reused; both sweeps' times are stated before the first cell.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
+import pandas as pd
+
+from aqsgd.filecache import atomic_write_text
+from aqsgd.model.config import ModelConfig
+from aqsgd.train.config import RunConfig
+from bench import REPO_ROOT
+from bench.harness.cells import run_config
 from bench.harness.convergence import plan, run_plan, write_report
+from bench.harness.modes import parse_mode
+from bench.harness.sweep import CellSpec, Workload
 from bench.launch.choice import LAUNCHERS
 from bench.report.claims import CLAIMS_FILE
-from bench.report.paper import draw_paper_figures
+from bench.report.paper import draw_paper_figures, write_model_report
 from bench.report.plots import print_figure_paths
 
-__all__ = ["add_arguments", "run_paper"]
+__all__ = ["add_arguments", "run_paper", "model_configs", "write_model_results"]
+
+# The performance model in the paper report: validated with this machine's profile,
+# projected with a published-figures GPU profile (profiles/).
+CPU_PROFILE = REPO_ROOT / "profiles" / "cpu-2core.yaml"
+GPU_PROFILE = REPO_ROOT / "profiles" / "a100-bf16.yaml"
+# GPT2-XL as the paper ran it, and a larger model of GPT-3 6.7B's shape
+PROJECTED_MODELS = {
+    "gpt2-xl": "gpt2-xl",
+    "gpt-6.7b": ModelConfig(n_layer=32, n_embd=4096, n_head=32, vocab_size=50257,
+                            seq_len=1024),
+}
+# the paper's GPT-2 bits (fw 4 / bw 8) and the suite's default 2 / 4; with 2 replicas,
+# fp32 and AQ-SGD with QuantizedAdam (the "with gradient compression" claim)
+PROJECTED_MODES = ("fp32", "directq:4/8", "aqsgd:4/8", "aqsgd:2/4")
+PROJECTED_DP_MODES = ("fp32", "aqsgd+gc:4/8")
+WHATIF_SCENARIOS = ("100mbps", "500mbps")
+MODEL_NOTE = ("Validation: the measured cells with this machine's profile "
+              "(profiles/cpu-2core.yaml); projection and what-if: the published-figures GPU "
+              "profile profiles/a100-bf16.yaml (its assumptions are stated in the file). "
+              "Equations and limits: docs/performance-model.md.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,7 +80,79 @@ def run_paper(args) -> int:
     figures = draw_paper_figures(p.throughput_results, out, conv_dir=p.results,
                                  claims_path=args.claims)
     print(f"claims table: {out / 'paper.md'}")
+    write_model_results(p.throughput_results, p.results, out)
+    figures += write_model_report(out, args.claims, profile_note=MODEL_NOTE)
+    print(f"performance model: {out / 'model.md'}")
     report = write_report(p.results, p.throughput_results, p.results / "report")
     print(f"convergence report: {report}")
     print_figure_paths(figures)
     return code
+
+
+def model_configs(preset: str | ModelConfig, stages: int, replicas: int, micro_batch_size: int,
+                  num_micro_batches: int, modes: list[str]) -> dict[str, RunConfig]:
+    """{mode: RunConfig} as a cell of that mode and layout would run (bench.harness.cells),
+    for the performance model; `preset` a preset name or a ModelConfig of its own. A mode
+    that compresses data-parallel gradients gets at least 2 replicas."""
+    model = None
+    if isinstance(preset, ModelConfig):
+        model, preset = preset, "gpt2-xl"  # the layout is checked again with `model`
+    out = {}
+    for text in modes:
+        mode = parse_mode(text)
+        reps = max(2, replicas) if mode.compresses_dp else replicas
+        workload = Workload(preset=preset, stages=stages, replicas=reps,
+                            micro_batch_size=micro_batch_size,
+                            num_micro_batches=num_micro_batches)
+        config = run_config(CellSpec("model", mode, workload), Path("model"))
+        out[text] = dataclasses.replace(config, model=model) if model else config
+    return out
+
+
+def write_model_results(results: Path, conv_dir: Path, out: Path) -> list[Path]:
+    """The performance model's files for the paper report, under `out`: its validation
+    against every measured cell of these sweeps and of every other sweep under results/
+    (model_validation.csv, with the CPU profile), the GPT2-XL and larger-model projection
+    on the published-figures GPU profile (model_projection.csv), and the what-if tables
+    of GPT2-XL on two scenarios (model_whatif.txt)."""
+    from bench.net.scenario import load_scenario
+    from bench.perfmodel import project as projection
+    from bench.perfmodel.profile import load_profile
+    from bench.perfmodel.validate import load_cells, validate_cells
+    from bench.perfmodel.whatif import scenario_for, whatif, whatif_text
+    from bench.results.files import SchemaError
+
+    cpu, gpu = load_profile(CPU_PROFILE), load_profile(GPU_PROFILE)
+    dirs = {results, conv_dir} | {p.parent for p in (REPO_ROOT / "results").glob("*/sweep.json")}
+    cells, skipped = [], []
+    for d in sorted(p for p in dirs if p.is_dir()):
+        try:
+            cells += load_cells([d])
+        except SchemaError as err:  # cells of an older schema are measured again by a rerun
+            skipped.append(f"{d}: {err}")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    if cells:
+        table = validate_cells(cells, cpu)
+        table.to_csv(out / "model_validation.csv", index=False)
+        written.append(out / "model_validation.csv")
+    base = load_scenario("10gbps")
+    frames = []
+    for name, model in PROJECTED_MODELS.items():
+        configs = model_configs(model, 8, 1, 1, 32, list(PROJECTED_MODES))
+        configs |= {f"{m}-dp2" if "+gc" not in m else m: c for m, c in model_configs(
+            model, 8, 2, 1, 32, list(PROJECTED_DP_MODES)).items()}
+        frames.append(projection.project(configs, gpu, base).assign(model=name))
+    pd.concat(frames).to_csv(out / "model_projection.csv", index=False)
+    written.append(out / "model_projection.csv")
+    texts = []
+    for scenario in WHATIF_SCENARIOS:
+        configs = model_configs("gpt2-xl", 8, 1, 1, 32, list(PROJECTED_MODES))
+        scn = scenario_for(load_scenario(scenario), 8, 1)
+        texts.append(f"$ python -m bench model --preset gpt2-xl --stages 8 --profile "
+                     f"{gpu.name} --scenario {scenario}\n"
+                     + whatif_text(whatif(configs, scn, gpu), f"gpt2-xl on {scenario}"))
+    text = "\n".join(texts) + "".join(f"\nskipped: {s}" for s in skipped)
+    atomic_write_text(out / "model_whatif.txt", text + "\n")
+    written.append(out / "model_whatif.txt")
+    return written

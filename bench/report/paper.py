@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from aqsgd.filecache import atomic_write_text
@@ -38,7 +39,7 @@ from bench.report.plots import plot_rate_lines, plt, save, series_labels
 from bench.report.summary import summarize
 from bench.report.tables import markdown_table
 
-__all__ = ["relative_throughput", "claims_table", "draw_paper_figures"]
+__all__ = ["relative_throughput", "claims_table", "draw_paper_figures", "write_model_report"]
 
 
 def _shaped_ok(summary: pd.DataFrame) -> pd.DataFrame:
@@ -191,4 +192,116 @@ def draw_paper_figures(results: Path, out: Path, *, conv_dir: Path,
              markdown_table(headers, rows), ""]
     lines += [f"![{p.stem}]({p.name})" for p in figures if p.suffix == ".png"]
     atomic_write_text(out / "paper.md", "\n".join(lines) + "\n")
+    return figures
+
+
+# --------------------------------------------------------------- the performance model
+def _fig_validation(table: pd.DataFrame, out: Path, target: float) -> list[Path]:
+    """Predicted against measured step time, one point per cell, the target band."""
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    lo = 0.8 * min(table["measured_s"].min(), table["predicted_s"].min())
+    hi = 1.25 * max(table["measured_s"].max(), table["predicted_s"].max())
+    line = np.geomspace(lo, hi, 50)
+    ax.fill_between(line, line * (1 - target), line * (1 + target), color="tab:green",
+                    alpha=0.15, label=f"within {target:.0%}")
+    ax.plot(line, line, color="grey", linewidth=0.8)
+    for layout, rows in table.groupby(["stages", "replicas"]):
+        ax.scatter(rows["measured_s"], rows["predicted_s"], s=18,
+                   label=f"{layout[0]} stages x {layout[1]} replica(s)")
+    if "predicted_profile_s" in table:
+        ax.scatter(table["measured_s"], table["predicted_profile_s"], s=10, marker="x",
+                   color="grey", alpha=0.6, label="compute from the profile alone")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured step time (s, median of measured steps)")
+    ax.set_ylabel("predicted step time (s)")
+    ax.set_title("Performance model against the measured cells")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    return save(fig, out, "model_validation")
+
+
+def _fig_projection(proj: pd.DataFrame, claims: list[dict], out: Path) -> list[Path]:
+    """Throughput and speed-up over fp32 against bandwidth, per projected model."""
+    models = list(dict.fromkeys(proj["model"]))
+    fig, axes = plt.subplots(2, len(models), figsize=(6.5 * len(models), 9), squeeze=False,
+                             layout="constrained")
+    for col, name in enumerate(models):
+        mine = proj[proj["model"] == name]
+        for mode, rows in mine.groupby("mode", sort=False):
+            rows = rows.sort_values("rate_mbit")
+            axes[0][col].plot(rows["rate_mbit"], rows["throughput_samples_s"], marker="o",
+                              label=mode)
+            if not mode.startswith("fp32"):
+                axes[1][col].plot(rows["rate_mbit"], rows["speedup_vs_fp32"], marker="o",
+                                  label=mode)
+        for claim_id, style in (("max_speedup", "--"), ("max_speedup_gc", ":")):
+            claim = find_claim(claims, claim_id)
+            if claim:
+                axes[1][col].axhline(claim["value"], color="black", linestyle=style,
+                                     linewidth=1, label=f"paper: up to {claim['value']}x "
+                                                        f"({claim['mode']})")
+        _rate_axes(axes[0][col], "samples/s (predicted)", f"{name}: throughput")
+        _rate_axes(axes[1][col], "speed-up over fp32 at the same link (x)",
+                   f"{name}: speed-up")
+    return save(fig, out, "model_projection")
+
+
+def _speedup_table(proj: pd.DataFrame, model: str) -> tuple[list[str], list[list]]:
+    mine = proj[(proj["model"] == model) & (proj["family"] != "fp32")]
+    modes = list(dict.fromkeys(mine["mode"]))
+    rows = []
+    for rate, at in mine.groupby("rate_mbit", sort=False):
+        by_mode = at.set_index("mode")["speedup_vs_fp32"]
+        rows.append([f"{rate:g}"] + [f"{by_mode[m]:.2f}x" for m in modes])
+    return ["Mbit/s", *modes], rows
+
+
+def write_model_report(out: Path, claims_path: Path = CLAIMS_FILE,
+                       profile_note: str = "") -> list[Path]:
+    """model.md and the model's figures from the files bench.harness.paper wrote under
+    `out` (model_validation.csv, model_projection.csv, model_whatif.txt)."""
+    from bench.perfmodel.project import judge_claims
+    from bench.perfmodel.validate import TARGET, why_it_misses, worst_cell
+
+    claims = load_claims(claims_path)
+    lines = ["# The performance model", "", profile_note, ""]
+    figures: list[Path] = []
+    vpath = out / "model_validation.csv"
+    if vpath.is_file():
+        table = pd.read_csv(vpath)
+        figures += _fig_validation(table, out, TARGET)
+        worst = worst_cell(table)
+        within = (table["error"].abs() <= TARGET).mean()
+        alone = (table["error_profile"].abs() <= TARGET).mean()
+        lines += ["## Validation", "",
+                  f"{len(table)} cells; predicted within {TARGET:.0%} of the measured step "
+                  f"time: {within:.0%} (compute measured in the cell), {alone:.0%} (compute "
+                  f"from the profile alone). Worst: `{worst['cell']}`, {worst['error']:+.1%}: "
+                  f"{why_it_misses(worst, worst['cores'])}.", ""]
+        cols = ["cell", "measured_s", "predicted_s", "error", "predicted_profile_s",
+                "error_profile", "compute_vs_layout"]
+        lines += [markdown_table(cols, [[r[c] if c == "cell" else (
+            f"{r[c]:+.1%}" if c.startswith("error") else f"{r[c]:.3f}") for c in cols]
+            for _, r in table.iterrows()]), ""]
+    proj = pd.read_csv(out / "model_projection.csv")
+    figures += _fig_projection(proj, claims, out)
+    lines += ["## Projection", ""]
+    for model in dict.fromkeys(proj["model"]):
+        headers, rows = _speedup_table(proj, model)
+        lines += [f"Speed-up over fp32 at the same link, {model}, 8 stages, micro-batch 1, "
+                  f"batch 32 (aqsgd+gc: 2 replicas, over fp32 with 2 replicas):", "",
+                  markdown_table(headers, rows), ""]
+    verdicts = judge_claims(proj[proj["model"] == "gpt2-xl"], claims)
+    lines += ["## Published claims against the projection (GPT2-XL)", "",
+              markdown_table(["claim", "paper", "model", "where", "reproduced"],
+                             [[v["claim"], v["published"], f"{v['model']:.2f}", v["where"],
+                               "yes" if v["reproduced"] else "no"] for v in verdicts]), ""]
+    whatif = out / "model_whatif.txt"
+    if whatif.is_file():
+        lines += ["## What-if", "", "```", whatif.read_text().rstrip(), "```", ""]
+    lines += [f"![{p.stem}]({p.name})" for p in figures if p.suffix == ".png"]
+    atomic_write_text(out / "model.md", "\n".join(lines) + "\n")
     return figures

@@ -1,0 +1,191 @@
+"""The hardware profile the performance model is calibrated from: one YAML file.
+
+    profile = load_profile("profiles/cpu-2core.yaml")
+    write_profile(profile, path)
+
+Format (docs/performance-model.md, "Profile format"; every key is checked by specfile,
+unknown keys are refused, errors name the file, the field and the value):
+
+    name, device, source, date        what and where; how the figures were obtained
+    kind: measured | published         measured here, or taken from published figures
+    assumptions: [text, ...]           everything the figures rest on (achieved FLOP rate)
+    cores: int | null                  compute slots that all ranks of a cell share (a CPU
+                                       machine running every rank); null: a device per rank
+    compute:
+      flop_rate_tflops: float | null   achieved FLOP rate, for models with no measured entry
+      optimizer_gbyte_s: float | null  memory rate of the AdamW update (16 bytes a parameter)
+      stages: [{preset, stages, stage, micro_batch_size, forward_s, backward_s,
+                optimizer_s}]          measured per micro-batch (optimizer: per step)
+    compress:                          seconds per element of a message, per mode
+      encode_s_per_element: {directq, aqsgd, aqsgd-lowbits, none}
+      decode_s_per_element: {...}
+      grad_s_per_element: {fp32, qadam, natural, ef21}   the data-parallel codec, per step
+    comm:
+      message_overhead_s               fixed cost of one message (software, per hop)
+      overlap                          share of the runtime's compute/communication overlap
+                                       (1: sends fully in the background, 0: blocking)
+      unshaped_rate_mbit               rate of a link the scenario leaves unshaped
+      wake_s                           with more ranks than `cores`: how long a rank that
+                                       blocked waits for a core once it may run again
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from aqsgd.filecache import atomic_write_text
+from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
+
+__all__ = ["ProfileError", "StageCost", "ComputeProfile", "CompressProfile", "CommProfile",
+           "Profile", "load_profile", "write_profile", "PROFILE_DIR"]
+
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"
+ACTIVATION_MODES = ("none", "directq", "aqsgd", "aqsgd-lowbits")
+GRAD_MODES = ("fp32", "qadam", "natural", "ef21")
+
+
+class ProfileError(SpecError):
+    """A profile file or value that cannot be used; names the file and the field."""
+
+
+def _positive(owner: str, name: str, value, allow_zero: bool = True) -> None:
+    ok = value is not None and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise SpecError.at(name, f"a number {bound} ({owner})", value)
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Measured cost of one stage of `preset` cut into `stages` stages, per micro-batch of
+    `micro_batch_size` samples (forward, backward) and per optimizer step (optimizer)."""
+
+    preset: str
+    stages: int
+    stage: int
+    micro_batch_size: int
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+
+    def __post_init__(self) -> None:
+        if self.stages < 1 or not 0 <= self.stage < self.stages:
+            raise SpecError.at("stage", f"an int in [0, {self.stages})", self.stage)
+        if self.micro_batch_size < 1:
+            raise SpecError.at("micro_batch_size", "an int >= 1", self.micro_batch_size)
+        for name in ("forward_s", "backward_s", "optimizer_s"):
+            _positive("StageCost", name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class ComputeProfile:
+    flop_rate_tflops: float | None = None
+    optimizer_gbyte_s: float | None = None
+    stages: tuple[StageCost, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("flop_rate_tflops", "optimizer_gbyte_s"):
+            value = getattr(self, name)
+            if value is not None:
+                _positive("ComputeProfile", name, value, allow_zero=False)
+        if self.flop_rate_tflops is None and not self.stages:
+            raise SpecError.at("stages", "measured stages or a flop_rate_tflops", [])
+
+    def measured(self, preset: str, stages: int, micro_batch_size: int) -> list[StageCost]:
+        """The measured costs of every stage of that cut, in stage order ([] if none)."""
+        rows = sorted((c for c in self.stages if (c.preset, c.stages, c.micro_batch_size)
+                       == (preset, stages, micro_batch_size)), key=lambda c: c.stage)
+        return rows if [c.stage for c in rows] == list(range(stages)) else []
+
+
+def _per_element(names: tuple[str, ...]) -> dict[str, float]:
+    return dict.fromkeys(names, 0.0)
+
+
+@dataclass(frozen=True)
+class CompressProfile:
+    encode_s_per_element: dict[str, float] = field(
+        default_factory=lambda: _per_element(ACTIVATION_MODES))
+    decode_s_per_element: dict[str, float] = field(
+        default_factory=lambda: _per_element(ACTIVATION_MODES))
+    grad_s_per_element: dict[str, float] = field(
+        default_factory=lambda: _per_element(GRAD_MODES))
+
+    def __post_init__(self) -> None:
+        for name, modes in (("encode_s_per_element", ACTIVATION_MODES),
+                            ("decode_s_per_element", ACTIVATION_MODES),
+                            ("grad_s_per_element", GRAD_MODES)):
+            table = getattr(self, name)
+            if set(table) != set(modes):
+                raise SpecError.at(name, f"one entry per mode {list(modes)}", sorted(table))
+            for mode, value in table.items():
+                _positive("CompressProfile", f"{name}.{mode}", value)
+
+
+@dataclass(frozen=True)
+class CommProfile:
+    message_overhead_s: float = 0.0
+    overlap: float = 1.0
+    unshaped_rate_mbit: float = 10_000.0
+    wake_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        _positive("CommProfile", "message_overhead_s", self.message_overhead_s)
+        _positive("CommProfile", "wake_s", self.wake_s)
+        if not 0.0 <= self.overlap <= 1.0:
+            raise SpecError.at("overlap", "a number in [0, 1]", self.overlap)
+        _positive("CommProfile", "unshaped_rate_mbit", self.unshaped_rate_mbit, False)
+
+
+@dataclass(frozen=True)
+class Profile:
+    __pydantic_config__ = SPEC_CONFIG
+
+    name: str
+    device: str
+    source: str
+    date: str
+    kind: Literal["measured", "published"]
+    compute: ComputeProfile
+    cores: int | None = None
+    compress: CompressProfile = field(default_factory=CompressProfile)
+    comm: CommProfile = field(default_factory=CommProfile)
+    assumptions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.cores is not None and self.cores < 1:
+            raise SpecError.at("cores", "an int >= 1 or null", self.cores)
+        for name in ("name", "device", "source", "date"):
+            if not getattr(self, name).strip():
+                raise SpecError.at(name, "a non-empty text", getattr(self, name))
+
+    def replace(self, **changes) -> Profile:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["compute"]["stages"] = [dict(c) for c in data["compute"]["stages"]]
+        data["assumptions"] = list(self.assumptions)
+        return data
+
+
+def load_profile(path: str | Path) -> Profile:
+    """The profile in `path` (a file, or a name under profiles/ without .yaml)."""
+    path = Path(path)
+    if not path.suffix and not path.exists():
+        path = PROFILE_DIR / f"{path}.yaml"
+    raw = read_file(path, error=ProfileError, what="profile")
+    with raising(ProfileError, source=str(path)):
+        return validate(Profile, raw)
+
+
+def write_profile(profile: Profile, path: str | Path, header: str = "") -> Path:
+    """`profile` as YAML (what load_profile reads back), after an optional comment."""
+    comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    text = yaml.safe_dump(profile.to_dict(), sort_keys=False, width=96)
+    return atomic_write_text(path, comment + text)

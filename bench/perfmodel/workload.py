@@ -1,0 +1,181 @@
+"""What one optimizer step of a cell does, as numbers the simulation walks: compute per
+stage, every message's bytes and coding time, each used link's rate and delay, and the
+data-parallel exchange.
+
+    work = step_workload(run_config, placement, profile)
+
+Bytes come from the compressors' own size rules (`aqsgd.compress.activation.message_spec`
+for a pipeline message, `aqsgd.compress.gradient.exchange_nbytes` for the data-parallel
+exchange), in the steady state the measured steps run in: after the warm-up epochs every
+sample is in the caches (n_raw = 0 for directq and the aqsgd modes) and QuantizedAdam is
+past its freeze. Compute comes from the profile: measured per-stage costs of the same cut
+and micro-batch when the profile has them, else FLOPs over its achieved FLOP rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from aqsgd.compress.activation import message_spec
+from aqsgd.compress.gradient import exchange_nbytes
+from aqsgd.compress.wire import spec_nbytes
+from aqsgd.model.config import PRESETS, ModelConfig, layer_split
+from aqsgd.train.config import RunConfig
+from bench.net.placement import Placement
+from bench.perfmodel.profile import Profile
+
+__all__ = ["ADAM_BYTES_PER_PARAM", "StageWork", "LinkWork", "StepWorkload", "stage_params",
+           "stage_flops", "step_workload", "preset_of"]
+
+# AdamW per parameter and step: read parameter, gradient and both moments (16 bytes),
+# write parameter and both moments (12 bytes), all fp32.
+ADAM_BYTES_PER_PARAM = 28
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """Per micro-batch: forward, backward; per step: optimizer (seconds)."""
+
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    params: int
+
+    def scaled(self, factor: float) -> StageWork:
+        """This stage's compute times `factor` (the parameters unchanged)."""
+        return StageWork(self.forward_s * factor, self.backward_s * factor,
+                         self.optimizer_s * factor, self.params)
+
+
+@dataclass(frozen=True)
+class LinkWork:
+    """One directed link between two ranks' hosts (None rate: unshaped)."""
+
+    rate_mbit: float | None
+    delay_ms: float
+
+
+@dataclass(frozen=True)
+class StepWorkload:
+    schedule: str
+    stages: int
+    replicas: int
+    micro_batches: int
+    samples_per_step: int
+    stage: tuple[StageWork, ...]
+    act_bytes: int  # one forward message (a micro-batch's activations at a boundary)
+    grad_bytes: int  # one backward message
+    encode_act_s: float  # coding time of one message at the sender / receiver
+    decode_act_s: float
+    encode_grad_s: float
+    decode_grad_s: float
+    dp_bytes: tuple[int, ...]  # per stage: bytes one rank sends in the exchange per step
+    dp_codec_s: tuple[float, ...]  # per stage: the gradient codec's compute per step
+    grad_mode: str
+    links: dict[tuple[int, int], LinkWork]  # (src rank, dst rank) -> its link
+
+    def replace(self, **changes) -> StepWorkload:
+        return dataclasses.replace(self, **changes)
+
+
+def preset_of(model: ModelConfig) -> str | None:
+    """The preset's name when `model` has a preset's shape (profiles key measurements by
+    it); dropout is not compared: it changes no shape, and its cost is within the noise
+    of the measured costs."""
+    return next((name for name, cfg in PRESETS.items()
+                 if cfg.replace(dropout=model.dropout) == model), None)
+
+
+def _block_params(cfg: ModelConfig) -> int:
+    return cfg.replace(n_layer=2).num_parameters() - cfg.replace(n_layer=1).num_parameters()
+
+
+def stage_params(cfg: ModelConfig, stages: int) -> list[int]:
+    """Parameters of each stage: its blocks, wte and wpe on the first, ln_f and the untied
+    head (a d x V matrix, no bias) on the last; from ModelConfig.num_parameters."""
+    block = _block_params(cfg)
+    outer = cfg.replace(n_layer=1).num_parameters() - block  # embeddings + ln_f + head
+    head = 2 * cfg.n_embd + cfg.n_embd * cfg.vocab_size
+    out = [len(r) * block for r in layer_split(cfg.n_layer, stages)]
+    out[0] += outer - head
+    out[-1] += head
+    return out
+
+
+def stage_flops(cfg: ModelConfig, stages: int, micro_batch_size: int) -> list[float]:
+    """Forward FLOPs of each stage for one micro-batch: 2 per weight per token for the
+    blocks' matrices (and the head on the last stage), plus attention's two L x L
+    products (4 L^2 d per sample and block)."""
+    d, seq, f = cfg.n_embd, cfg.seq_len, cfg.inner_dim
+    tokens = micro_batch_size * seq
+    block = 2 * tokens * (4 * d * d + 2 * d * f) + 4 * micro_batch_size * seq * seq * d
+    out = [len(r) * float(block) for r in layer_split(cfg.n_layer, stages)]
+    out[-1] += 2.0 * tokens * d * cfg.vocab_size
+    return out
+
+
+def _stage_work(config: RunConfig, profile: Profile) -> tuple[StageWork, ...]:
+    p, model = config.pipeline, config.model
+    params = stage_params(model, p.stages)
+    preset = preset_of(model)
+    measured = profile.compute.measured(preset, p.stages, p.micro_batch_size) if preset else []
+    if measured:
+        return tuple(StageWork(c.forward_s, c.backward_s, c.optimizer_s, n)
+                     for c, n in zip(measured, params, strict=True))
+    rate = profile.compute.flop_rate_tflops
+    if rate is None:
+        what = preset or "this model"
+        raise ValueError(f"profile {profile.name!r} has no measured stages for {what} "
+                         f"in {p.stages} stages at micro-batch {p.micro_batch_size} and no "
+                         f"flop_rate_tflops to derive them")
+    mem = profile.compute.optimizer_gbyte_s
+    out = []
+    for flops, n in zip(stage_flops(model, p.stages, p.micro_batch_size), params, strict=True):
+        forward = flops / (rate * 1e12)
+        optimizer = n * ADAM_BYTES_PER_PARAM / (mem * 1e9) if mem else 0.0
+        out.append(StageWork(forward, 2.0 * forward, optimizer, n))  # backward: 2x forward
+    return tuple(out)
+
+
+def _links(placement: dict) -> dict[tuple[int, int], LinkWork]:
+    """(src rank, dst rank) -> link, from `Placement.to_dict()` (what meta.json keeps)."""
+    by_hosts = {(u["src"], u["dst"]): LinkWork(u["rate_mbit"], u["delay_ms"])
+                for u in placement["links"]}
+    hosts = [r["host"] for r in sorted(placement["ranks"], key=lambda r: r["rank"])]
+    return {(a, b): by_hosts[(hosts[a], hosts[b])] for a in range(len(hosts))
+            for b in range(len(hosts)) if (hosts[a], hosts[b]) in by_hosts}
+
+
+def step_workload(config: RunConfig, placement: Placement | dict,
+                  profile: Profile) -> StepWorkload:
+    """The step of `config` on `placement` (a Placement or its `to_dict()`, as meta.json
+    keeps it), costed by `profile` (module docstring)."""
+    p, model = config.pipeline, config.model
+    if isinstance(placement, Placement):
+        placement = placement.to_dict()
+    if (placement["stages"], placement["replicas"]) != (p.stages, p.replicas):
+        raise ValueError(f"placement of {placement['stages']} x {placement['replicas']} ranks "
+                         f"for a run of {p.stages} stages x {p.replicas} replicas")
+    shape = (p.micro_batch_size, model.seq_len, model.n_embd)
+    elements = p.micro_batch_size * model.seq_len * model.n_embd
+
+    def nbytes(cfg) -> int:
+        return spec_nbytes(message_spec(cfg, shape, shape[0] if cfg.mode == "none" else 0))
+
+    enc, dec = profile.compress.encode_s_per_element, profile.compress.decode_s_per_element
+    stage = _stage_work(config, profile)
+    grad = config.grad
+    dp_bytes = tuple(exchange_nbytes(grad, w.params, p.replicas) if p.replicas > 1 else 0
+                     for w in stage)
+    dp_codec = tuple(profile.compress.grad_s_per_element[grad.mode] * w.params
+                     if p.replicas > 1 else 0.0 for w in stage)
+    return StepWorkload(
+        schedule=p.schedule, stages=p.stages, replicas=p.replicas,
+        micro_batches=p.num_micro_batches, samples_per_step=p.samples_per_step, stage=stage,
+        act_bytes=nbytes(config.forward), grad_bytes=nbytes(config.backward),
+        encode_act_s=enc[config.forward.mode] * elements,
+        decode_act_s=dec[config.forward.mode] * elements,
+        encode_grad_s=enc[config.backward.mode] * elements,
+        decode_grad_s=dec[config.backward.mode] * elements,
+        dp_bytes=dp_bytes, dp_codec_s=dp_codec, grad_mode=grad.mode, links=_links(placement))
