@@ -27,10 +27,12 @@ from bench.report.summary import summarize_cell
 def test_shipped_profiles_load_and_cover_the_tiny_family():
     cpu = load_profile("cpu-2core")
     assert cpu.kind == "measured" and cpu.cores == 2
-    for preset, stages in TINY_FAMILY.items():
-        rows = cpu.compute.measured(preset, stages, TINY_PIPELINE.micro_batch_size)
-        assert [r.stage for r in rows] == list(range(stages))
-        assert all(r.forward_s > 0 and r.backward_s > 0 for r in rows)
+    for preset, depth in TINY_FAMILY.items():
+        # its own depth, and half of it (bench run's data-parallel cells on the same hosts)
+        for stages in {depth, depth // 2}:
+            rows = cpu.compute.measured(preset, stages, TINY_PIPELINE.micro_batch_size)
+            assert [r.stage for r in rows] == list(range(stages))
+            assert all(r.forward_s > 0 and r.backward_s > 0 for r in rows)
     gpu = load_profile("a100-bf16")
     assert gpu.kind == "published" and gpu.cores is None
     assert gpu.compute.flop_rate_tflops > 0 and gpu.assumptions

@@ -136,8 +136,11 @@ def measure_profile(repeats: int = 10, name: str = "cpu-this-machine") -> Profil
     torch.set_num_threads(1)  # one thread per rank, as the cells run (train.threads)
     try:
         b = TINY_PIPELINE.micro_batch_size
-        stages = tuple(time_stage(preset, n, s, b, repeats)
-                       for preset, n in TINY_FAMILY.items() for s in range(n))
+        # each tiny preset at its own depth, and at half of it: the data-parallel cells of
+        # `bench run` (bench.harness.defaults) split the same hosts into 2 replicas
+        stages = tuple(time_stage(preset, depth, s, b, repeats)
+                       for preset, n in TINY_FAMILY.items()
+                       for depth in sorted({n, max(1, n // 2)}) for s in range(depth))
         cfg = PRESETS["tiny"]
         enc, dec = time_compressors((b, cfg.seq_len, cfg.n_embd), repeats)
         grad = time_grad_codecs(1 << 18, repeats)
