@@ -95,8 +95,9 @@ def load_cells(paths: Iterable[str | Path]) -> list[MeasuredCell]:
 def _placement(meta: dict) -> dict:
     """meta.json's placement with host-limited links at the rate the probe achieved."""
     placement = dict(meta["placement"])
-    achieved = {(p["src"], p["dst"]): p["rate_mbit_achieved"] for p in meta.get("probe", [])
-                if p.get("host_limited")}
+    # meta.json's `probe` is the launcher's ProbeRecords, every field filled ([] unprobed)
+    achieved = {(p["src"], p["dst"]): p["rate_mbit_achieved"] for p in meta["probe"]
+                if p["host_limited"]}
     placement["links"] = [
         {**u, "rate_mbit": achieved.get((u["src"], u["dst"]), u["rate_mbit"])}
         for u in placement["links"]]
