@@ -50,7 +50,8 @@ def probe_each(scenario: NetworkScenario, links: list[tuple[int, int]], *,
     """One ProbeRecord per directed link, each measured as bench.net.probe.plan_probe
     plans it from the link's rate and round trip (a bulk transfer of about duration_s
     where slow start and the token bucket allow), and again with the path's rate limits
-    lifted when it falls short (the host's ceiling). What differs between launchers comes
+    lifted when it falls short twice (the host's ceiling; a short link is measured once
+    more first and the better reading kept). What differs between launchers comes
     in as callables: `measure(src, dst, plan)` is one bench.net.probe exchange (its JSON
     reply),
     `lift_limits(src, dst, lifted)` lifts or restores the limits on that path.
@@ -65,6 +66,13 @@ def probe_each(scenario: NetworkScenario, links: list[tuple[int, int]], *,
         plan = plan_probe(expect, rtt, duration_s)
         m = measure(src, dst, plan)
         ceiling = None
+        if rate_verdict(expect, m["rate_mbit"], None, tolerance) == "short":
+            # One slow reading happens (a quiet 2-core machine: one 10 Gbit/s link read
+            # 8772 Mbit/s, its neighbours 9069-10041, the host carrying 18651 unshaped):
+            # measured once more, the better reading stands; a wrongly shaped link is
+            # short both times.
+            again = measure(src, dst, plan)
+            m = again if again["rate_mbit"] > m["rate_mbit"] else m
         if rate_verdict(expect, m["rate_mbit"], None, tolerance) == "short":
             lift_limits(src, dst, True)
             try:
