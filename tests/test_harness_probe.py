@@ -27,7 +27,10 @@ from bench.net.probe import (
     (1_000.0, 891.0, 1_085.0, "host_limited"),  # ceiling within 10% above: load noise
     (1_000.0, 690.0, 1_040.0, "host_limited"),
     (1_000.0, 500.0, 1_085.0, "off"),        # far below a ceiling near the rate
-    (1_000.0, 700.0, 1_200.0, "off"),        # the host carries the rate with margin
+    (1_000.0, 700.0, 1_200.0, "host_limited"),  # little headroom: at the host's mercy
+    (10_000.0, 8_815.0, 16_878.0, "host_limited"),  # measured, the 10gbps scenario
+    (1_000.0, 700.0, 2_500.0, "off"),        # the host carries the rate with margin
+    (100.0, 89.8, 9_000.0, "off"),
     (10_000.0, 4_000.0, 9_500.0, "off"),     # far below the host's ceiling: shaping bug
     (10_000.0, 1_000.0, 5_000.0, "off"),     # far below even the host's ceiling
     (20.0, 10.0, 9_000.0, "off"),

@@ -12,7 +12,7 @@ log tail) and the sweep goes on; the caller turns failures into a non-zero exit 
 The launcher is whichever `--launcher` names (bench.launch.choice.LAUNCHERS).
 
 A link that the probe finds host-limited (bench.net.probe.rate_verdict: the machine
-cannot carry the scenario's rate even unshaped) does not stop the scenario; a loud
+carries less than twice the scenario's rate even unshaped) does not stop the scenario; a loud
 warning is printed and every cell of it records `host_limited` and the lowest
 achieved rate in meta.json's `cell` block, which the table, the report and the
 figures label.

@@ -9,7 +9,7 @@ Every figure is written as PNG and SVG with units on its axes:
 - loss_<scenario>: training loss against step and against wall-clock time;
 - bytes_per_step: bytes on the wire per optimizer step, stacked by kind.
 
-Points measured on a host-limited link (the machine could not carry the
+Points measured on a host-limited link (the machine carried less than twice the
 configured rate even unshaped; bench.net.probe.rate_verdict) stay at their
 configured rate on the x axis, ringed in red and annotated with the rate the
 link achieved.

@@ -23,7 +23,7 @@ Definitions (docs/results-schema.md, "Summary"):
 - comm/compute: summed `comm_wait_s` over summed `compute_s`, all ranks,
   measured steps (how much of a step waits on the network per unit of compute).
 - host_limited / rate_mbit_achieved: from the link probe (meta.json `cell`):
-  the machine could not carry the scenario's rate even unshaped, and the
+  the machine carried less than twice the scenario's rate even unshaped, and the
   lowest rate a shaped link achieved; old cells without them read False/empty.
 - speed-up: steady-state throughput over that of the fp32 cell of the same sweep,
   scenario, stages, replicas, variant and seed; `speedup_e2e_vs_fp32` the same with

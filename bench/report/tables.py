@@ -103,9 +103,9 @@ def host_limited_notes(summary: pd.DataFrame) -> list[str]:
     for scenario, rows in limited.groupby("scenario", sort=False):
         achieved, rate = rows["rate_mbit_achieved"].min(), rows["rate_mbit"].iloc[0]
         notes.append(f"host-limited: {scenario} links delivered {achieved:.1f} Mbit/s of "
-                     f"{rate:g} Mbit/s configured; this machine cannot carry the configured "
-                     f"rate even with the limit lifted, so its numbers there describe the "
-                     f"host, not the link")
+                     f"{rate:g} Mbit/s configured; with the limit lifted this machine carries "
+                     f"less than twice that rate, so its numbers there describe the host, "
+                     f"not the link")
     return notes
 
 
@@ -230,9 +230,10 @@ def _probe_lines(metas: list[dict]) -> list[str]:
             "| host ceiling (Mbit/s) | host-limited | RTT (ms) | carries |",
             "|---|---|---|---|---|---|---|---|---|", *lines, "",
             "The host ceiling is measured only for a link that falls short: the same path "
-            "with its rate limit lifted. A ceiling below the configured rate (by more than "
-            "the probe's tolerance) makes the link host-limited: this machine cannot carry "
-            "the rate, and the run goes on labelled. Otherwise a short link stops the run "
+            "with its rate limit lifted (a short link is measured twice first). A ceiling "
+            "below twice the configured rate, with the link near the lesser of the two, "
+            "makes the link host-limited: this machine does not carry the rate with room "
+            "to spare, and the run goes on labelled. Otherwise a short link stops the run "
             "(a shaping error).", ""]
 
 
