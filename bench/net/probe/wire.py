@@ -12,7 +12,7 @@ the receiver. `measure` prints one JSON object. Two payload rates are reported:
 `rate_mbit_first_to_last` (first to last byte at the receiver) and `rate_mbit` (from the
 plan's `steady_from_bytes` to the last byte: leaves out TCP slow start and the token
 bucket's initial burst, so it is the rate a long transfer sees; this is the one checked
-against the scenario). The client caps its pacing at `--max-pacing-mbit` (the plan's
+against the scenario). The client caps its pacing at `--max-pacing-mbit` (the plan gives
 twice the link's rate: small send batches, the shaper still the limit). Arrival times are
 the kernel's receive timestamps (SO_TIMESTAMPNS), not the moment the probe process
 happens to run.
