@@ -38,7 +38,7 @@ class LauncherChoice:
         return self.factory.shaped
 
 
-def _netns_usable() -> tuple[bool, str]:
+def netns_usable() -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "not root"
     if shutil.which("ip") is None:
@@ -53,7 +53,7 @@ def _netns_usable() -> tuple[bool, str]:
     return True, "root and `ip netns` works"
 
 
-def _docker_usable() -> tuple[bool, str]:
+def docker_usable() -> tuple[bool, str]:
     from bench.launch.dockerchecks import docker_client
     from bench.launch.dockerspec import DOCKER_IMAGE
 
@@ -76,14 +76,14 @@ def choose_launcher(choice: str = "auto") -> LauncherChoice:
     if choice not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {choice!r}")
     if choice == "docker":
-        ok, why = _docker_usable()
+        ok, why = docker_usable()
         if not ok:
             raise ValueError(f"launcher docker requested but unusable: {why}")
         from bench.launch.docker import DockerLauncher
 
         return LauncherChoice("docker", why, DockerLauncher)
     if choice in ("auto", "netns"):
-        ok, why = _netns_usable()
+        ok, why = netns_usable()
         if ok:
             from bench.launch.netns import NetnsLauncher
 
