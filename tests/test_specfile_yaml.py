@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from aqsgd.train.config import ConfigError, load_config
+from aqsgd.train.config import main as config_main
 from bench.__main__ import main as bench_main
 from bench.harness.sweep import load_sweep
 from bench.net.scenario import ScenarioError, load_scenario
@@ -209,24 +211,31 @@ def _config_cli(*args: str) -> subprocess.CompletedProcess:
     ("train: {lr: fast}\n", "train.lr: expected a number, got 'fast'"),
     ("train: {stepz: 3}\n", "unknown key train.stepz (known keys: clip,"),
     ("pipeline: {stages: 9}\n", "pipeline.stages=9 exceeds model.n_layer=2"),
-    ("train: [1,\n", "not valid YAML"),
+    ("train: [1,\n", "not valid YAML: while parsing a flow node; expected"),
     (None, "cannot read run config"),
 ])
-def test_config_cli_answers_a_bad_file_in_one_line(tmp_path, content, expected):
+def test_config_main_answers_a_bad_file_in_one_line(tmp_path, capsys, content, expected):
     path = tmp_path / "bad.yaml"
     if content is not None:
         path.write_text(content)
+    assert config_main([str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith("python -m aqsgd.train.config: ")
+    assert expected in err and str(path) in err
+
+
+def test_config_module_answers_a_bad_file_without_a_traceback(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("train:\n  steps: 3\n  steps: 300\n")
     done = _config_cli(str(path))
     assert done.returncode == 2 and done.stdout == ""
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(f"python -m aqsgd.train.config: {path}: "
-                               if content is not None else "python -m aqsgd.train.config: ")
-    assert expected in lines[0]
+    assert done.stderr == (f"python -m aqsgd.train.config: {path}: field 'train.steps': key "
+                           "'steps' appears twice, at lines 2 and 3 (the second would replace "
+                           "the first); keep one\n")
 
 
-def test_config_cli_without_a_file_says_what_to_give():
+def test_config_module_without_a_file_says_what_to_give():
     done = _config_cli()
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.splitlines() == [
@@ -235,8 +244,8 @@ def test_config_cli_without_a_file_says_what_to_give():
         "python -m aqsgd.train.config: error: the following arguments are required: FILE"]
 
 
-def test_config_cli_prints_a_good_file_resolved():
-    done = _config_cli("examples/tiny-2stage.yaml")
-    assert done.returncode == 0, done.stderr
-    assert load_config(REPO / "examples/tiny-2stage.yaml").to_dict()["train"]["steps"] == 24
-    assert "  steps: 24\n" in done.stdout and done.stdout.startswith("model:\n")
+def test_config_main_prints_a_good_file_resolved(capsys):
+    assert config_main(["examples/tiny-2stage.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("model:\n") and "  steps: 24\n" in out
+    assert yaml.safe_load(out) == load_config(REPO / "examples/tiny-2stage.yaml").to_dict()
