@@ -9,8 +9,8 @@ One sender object and one receiver object per stage boundary and direction:
     x_hat = fwd_recv.decode(tensors, sample_ids)
 
 Modes (``CompressionConfig.mode``) are registered in aqsgd.compress.registry, one module
-each in aqsgd/compress/modes/ (``MODES`` lists them: the AQ-SGD paper's baselines and
-AQ-SGD itself): ``none`` (the activation in the transport dtype: fp32, fp16 or bf16),
+each in aqsgd/compress/modes/ (``MODES`` lists them; the AQ-SGD paper's baselines and
+AQ-SGD itself are): ``none`` (the activation in the transport dtype: fp32, fp16 or bf16),
 ``directq`` (quantize the activation itself), ``aqsgd`` (quantize the change since the
 sample's last visit against a per-sample cache held by both sides), ``aqsgd-lowbits``
 (the same with the cache stored quantized). A mode codes the rows a message does not
@@ -200,9 +200,9 @@ class Compressor:
         self.device = torch.device(device)
         self.out_dtype = out_dtype
         self.epoch = 0
-        self.mode = cfg.coding(cfg)  # codes the rows not sent raw
+        self.coder = cfg.coding(cfg)  # the mode: codes the rows not sent raw
         self._transport = TRANSPORT_DTYPES[cfg.dtype]
-        if self.mode.codes_rows and cfg.granularity == "group":
+        if self.coder.codes_rows and cfg.granularity == "group":
             numel = math.prod(self.sample_shape)
             if numel % cfg.group_size:
                 raise ValueError(
@@ -249,11 +249,11 @@ class Compressor:
             )
         every = torch.arange(batch_size)
         none = every[:0]
-        if not training or not self.mode.codes_rows:
+        if not training or not self.coder.codes_rows:
             return _Layout(FMT_RAW, ids, every, none, False)
         if self.in_warmup:
             return _Layout(FMT_WARMUP, ids, every, none, cached)
-        fmt = self.mode.wire_format
+        fmt = self.coder.wire_format
         if self.cache is None:
             return _Layout(fmt, ids, none, every, False)
         if self.cfg.first_visit == "zero":
@@ -299,10 +299,10 @@ class Compressor:
             if lay.cached:
                 q_ids = _take(lay.ids, lay.q_rows)
                 m = self.cache.gather_checked(q_ids, self._m_dtype)  # fresh copy, updated in place
-                out += self.mode.encode(rows, self._generator, m)
+                out += self.coder.encode(rows, self._generator, m)
                 self.cache.scatter_checked(q_ids, m)  # rounds to the stored dtype once
             else:
-                out += self.mode.encode(rows, self._generator)
+                out += self.coder.encode(rows, self._generator)
         return out
 
     # --- receiver -------------------------------------------------------------------------
@@ -328,14 +328,14 @@ class Compressor:
             if lay.cached:
                 q_ids = _take(lay.ids, lay.q_rows)
                 m = self.cache.gather_checked(q_ids, self._m_dtype)  # (n_q, *S)
-                rows = self.mode.decode(coded, q_shape, m)  # m updated in place
+                rows = self.coder.decode(coded, q_shape, m)  # m updated in place
                 stored = self.cache.stored_dtype
                 if stored is not None:  # aqsgd: the stage input is the stored row m[i]
                     rows = rows.to(stored)
                 self.cache.scatter_checked(q_ids, rows)
                 rows = rows.float()
             else:
-                rows = self.mode.decode(coded, q_shape)
+                rows = self.coder.decode(coded, q_shape)
             parts.append((lay.q_rows, rows))
         if len(parts) == 1:  # every row coded the same way, already in batch order
             return parts[0][1].to(self.out_dtype)
