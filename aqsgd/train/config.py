@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import yaml
 
-from aqsgd.compress.activation import CompressionConfig
+from aqsgd.compress.activation import GRADIENT_MODES, CompressionConfig
 from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.data.sources import DATASETS
 from aqsgd.model.config import PRESETS, ModelConfig
@@ -185,10 +185,10 @@ class RunConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
 
     def __post_init__(self):
-        if self.backward.mode not in ("none", "directq"):
+        if self.backward.mode not in GRADIENT_MODES:
             raise ValueError(
-                f"backward.mode must be none or directq (gradients are not delta-coded), "
-                f"got {self.backward.mode!r}"
+                f"backward.mode must be {' or '.join(GRADIENT_MODES)} (gradients are not "
+                f"delta-coded), got {self.backward.mode!r}"
             )
         if self.pipeline.stages > self.model.n_layer:
             raise ValueError(
