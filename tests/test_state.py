@@ -118,7 +118,7 @@ def test_cleanup_removes_a_killed_run_and_keeps_a_live_one(tmp_path, sleeper):
 def test_a_launcher_removes_only_killed_runs_of_its_own_kind(tmp_path, monkeypatch):
     netns = _state(tmp_path / "aqnet01.json", _exited_identity())
     docker = _state(tmp_path / "aqd0001.json", _exited_identity(), launcher="docker")
-    monkeypatch.setattr("bench.launch.docker.teardown_docker",
+    monkeypatch.setattr("bench.launch.docker.state.teardown_docker",
                         lambda state: pytest.fail("a netns launcher touched a Docker run"))
     assert remove_killed_runs(tmp_path, "netns", RecordingExecutor()) == []
     assert not netns.exists() and docker.exists()

@@ -13,23 +13,21 @@ from pathlib import Path
 
 import pytest
 
+from bench.launch.export.multihost import plan_hosts
 from bench.launch.local import LocalLauncher
-from bench.launch.multihost import plan_hosts
-from bench.launch.names import TopologyNames
+from bench.launch.netns.names import TopologyNames
+from bench.launch.netns.shaping import plan_shaping
 from bench.launch.process import spawn_group, stop_all, stop_group
-from bench.launch.shaping import plan_shaping
 from bench.net.executor import CommandError, Executor, RecordingExecutor
 from bench.net.probe import LinkProbeError, ProbeRecord, check_links
 from bench.net.scenario import LinkSpec, load_scenario, parse_scenario
+from bench.net.shaping import EgressLink, egress_argvs, egress_path_argvs
 from bench.net.tc import (
     UNLIMITED_BIT,
     Capabilities,
-    EgressLink,
     ShapingError,
     burst_bytes,
     choose_mechanisms,
-    egress_argvs,
-    egress_path_argvs,
     fifo_argv,
     htb_class_argv,
     htb_root_argv,
