@@ -255,6 +255,28 @@ def test_cleanup_of_a_docker_state_file_goes_through_teardown_docker(tmp_path, m
     assert seen[0]["containers"] == ["x"]
 
 
+def test_teardown_of_a_state_file_talks_to_the_daemon_it_records(monkeypatch):
+    # `make net-cleanup` from a shell whose DOCKER_HOST is another daemon's, or unset
+    import bench.launch.docker.state as docker_state
+    import docker
+
+    monkeypatch.setattr(docker.errors, "NotFound", _NotFound)
+    seen = []
+
+    def client(environment):
+        seen.append(environment.get("DOCKER_HOST"))
+        fake = type("C", (), {})()
+        fake.containers = fake.networks = fake.volumes = _Fake(set())
+        return fake
+
+    monkeypatch.setattr(docker_state, "docker_client", client)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/someone-else.sock")
+    names = {"containers": ["aqd1-h0"], "networks": [], "volumes": []}
+    assert teardown_docker({**names, "docker_host": "unix:///run/suite.sock"}) == []
+    assert teardown_docker({**names, "docker_host": None}) == []  # the default socket
+    assert seen == ["unix:///run/suite.sock", None]
+
+
 # ------------------------------------------------------- with a daemon and the image
 def _daemon_and_image() -> str | None:
     """Why the integration tests cannot run here, or None when they can."""
