@@ -281,7 +281,7 @@ class ShapingPlan:
         or with None back to the planned rates, by `tc ... change`; `interfaces[i]`:
         host i's."""
         if src == dst:
-            raise ValueError(f"rate_limit_argvs: src and dst must differ, got {src} -> {dst}")
+            raise ValueError(f"path_argvs: src and dst must differ, got {src} -> {dst}")
         h = self.hosts[src]
         out = [(src, a) for a in _egress_path_argvs(h, h.link_to(dst), interfaces[src],
                                                     rate_bit)]

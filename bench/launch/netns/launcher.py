@@ -232,7 +232,7 @@ class NetnsLauncher(HostsLifecycle, LinkProbing):
         self.executor.run_all(self.shaping.rate_limit_argvs(src, dst, lifted=lifted))
 
     def _payload_ratio(self) -> float:
-        # configured literally, tc carries the payload of full Ethernet frames
+        # configured literally, a link carries rate x 1448/1514 of TCP payload
         return 1.0 if self.payload_correction else 1.0 / payload_factor(MTU)
 
     def record(self) -> dict:
