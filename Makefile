@@ -16,9 +16,9 @@ DOCKER_IMAGE ?= aqsgd-bench-worker:latest
 WHEELHOUSE := docker/wheelhouse
 DEBIAN_SUITE ?= bookworm
 
-.PHONY: setup test lint bench bench-kernels bench-compressors regress paper convergence finetune \
-	pretrain probe net-cleanup gpu-check profile clean-venv docker-base docker-image docker-wheelhouse \
-	docker-daemon-start docker-daemon-stop
+.PHONY: setup test test-fast lint bench bench-kernels bench-compressors regress paper convergence \
+	finetune pretrain probe net-cleanup gpu-check profile clean-venv docker-base docker-image \
+	docker-wheelhouse docker-daemon-start docker-daemon-stop
 
 setup: $(STAMP)
 
@@ -30,6 +30,10 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The inner loop: no root, no Docker, no worker processes (the marks in pyproject.toml).
+test-fast: setup
+	$(PY) -m pytest -m "not slow and not netns and not docker_daemon and not workers" $(PYTEST_ARGS)
 
 # Style, then import directions (the contracts in pyproject.toml, [tool.importlinter]),
 # then import circles among the modules (tools/import_cycles.py), then the Dockerfile.

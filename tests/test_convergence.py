@@ -47,6 +47,7 @@ def _evals(cell_dir) -> pd.DataFrame:
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(400)
 def test_smoke_convergence_end_to_end(tmp_path, capsys):
     conv, tp = tmp_path / "conv", tmp_path / "paper"

@@ -5,8 +5,8 @@ cell across two shaped containers through the harness.
 
 The integration tests use the image `make docker-image` builds
 (bench.launch.docker.spec.DOCKER_IMAGE) and the daemon DOCKER_HOST names
-(`docker/dockerd.sh start` prints it). CI builds both; elsewhere they skip
-saying which is missing."""
+(`docker/dockerd.sh start` prints it): the `docker_daemon` mark. CI builds both;
+elsewhere they skip saying which is missing (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -278,23 +278,6 @@ def test_teardown_of_a_state_file_talks_to_the_daemon_it_records(monkeypatch):
 
 
 # ------------------------------------------------------- with a daemon and the image
-def _daemon_and_image() -> str | None:
-    """Why the integration tests cannot run here, or None when they can."""
-    try:
-        import docker
-
-        client = docker.from_env()
-        client.ping()
-    except Exception as err:  # any failure to reach a daemon is a reason to skip
-        return (f"no Docker daemon ({type(err).__name__}); start one with "
-                f"`docker/dockerd.sh start` and export DOCKER_HOST")
-    try:
-        client.images.get(DOCKER_IMAGE)
-    except docker.errors.ImageNotFound:
-        return f"image {DOCKER_IMAGE} missing; build it with `make docker-base docker-image`"
-    return None
-
-
 def _left_over(names: dict[str, list[str]]) -> list[str]:
     import docker
 
@@ -311,12 +294,9 @@ def _left_over(names: dict[str, list[str]]) -> list[str]:
     return left
 
 
-needs_docker = pytest.mark.skipif(os.geteuid() != 0 or _daemon_and_image() is not None,
-                                  reason=_daemon_and_image() or "needs root")
-
-
-@needs_docker
+@pytest.mark.docker_daemon
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(300)
 def test_two_stage_cell_across_two_shaped_containers(tmp_path):
     from test_harness_e2e import _check_smoke_cell, _smoke
@@ -336,7 +316,7 @@ def test_two_stage_cell_across_two_shaped_containers(tmp_path):
     assert not list((out / ".launcher").glob("aqd*.json"))
 
 
-@needs_docker
+@pytest.mark.docker_daemon
 @pytest.mark.timeout(180)
 def test_a_killed_run_is_removed_by_net_cleanup(tmp_path):
     state_dir = tmp_path / "state"
@@ -367,7 +347,7 @@ def test_a_killed_run_is_removed_by_net_cleanup(tmp_path):
         teardown_docker(names)
 
 
-@needs_docker
+@pytest.mark.docker_daemon
 @pytest.mark.timeout(120)
 def test_stopping_a_spawned_worker_stops_it_inside_its_container(tmp_path):
     from bench.launch.process import stop_group
@@ -390,7 +370,7 @@ def test_stopping_a_spawned_worker_stops_it_inside_its_container(tmp_path):
             time.sleep(0.2)
 
 
-@needs_docker
+@pytest.mark.docker_daemon
 @pytest.mark.timeout(120)
 def test_the_entrypoint_shapes_first_then_runs_the_command_as_the_worker_user():
     import secrets
@@ -416,7 +396,7 @@ def test_the_entrypoint_shapes_first_then_runs_the_command_as_the_worker_user():
     assert any(q.startswith("qdisc htb 1: root") for q in qdiscs), out
 
 
-@needs_docker
+@pytest.mark.docker_daemon
 @pytest.mark.timeout(180)
 def test_a_delay_scenario_runs_each_containers_delay_line_and_probes_rtt_and_rate(tmp_path):
     with DockerLauncher(_delay_scenario(10.0), 2, state_dir=tmp_path / ".launcher") as hosts:
@@ -437,9 +417,10 @@ def test_a_delay_scenario_runs_each_containers_delay_line_and_probes_rtt_and_rat
     assert _left_over(names) == [] and not list((tmp_path / ".launcher").glob("aqd*.json"))
 
 
-@needs_docker
+@pytest.mark.docker_daemon
 @pytest.mark.slow
 @pytest.mark.netns
+@pytest.mark.workers
 @pytest.mark.timeout(600)
 def test_an_fp32_cell_under_docker_ends_at_the_netns_cells_loss(tmp_path):
     import pandas as pd

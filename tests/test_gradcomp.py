@@ -155,6 +155,7 @@ def _shard(world: int, multiple: int = 1) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(120)
 def test_fp32_average_is_the_exact_mean_and_counts_bytes(runs):
     world, res = runs
@@ -168,6 +169,7 @@ def test_fp32_average_is_the_exact_mean_and_counts_bytes(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(120)
 def test_natural_compression_is_unbiased_and_one_byte_per_value(runs):
     world, res = runs
@@ -189,6 +191,7 @@ def test_natural_compression_is_unbiased_and_one_byte_per_value(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(120)
 def test_ef21_keeps_g_the_mean_of_local_states_and_contracts(runs):
     world, res = runs
@@ -213,6 +216,7 @@ def test_ef21_keeps_g_the_mean_of_local_states_and_contracts(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(120)
 def test_qadam_exchange_is_within_the_quantizer_bound_and_error_feedback_carries(runs):
     world, res = runs
@@ -234,6 +238,7 @@ def test_qadam_exchange_is_within_the_quantizer_bound_and_error_feedback_carries
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(120)
 def test_qadam_optimizer_matches_adamw_while_exact_and_keeps_replicas_identical(runs):
     world, res = runs

@@ -181,6 +181,7 @@ def _spec(modes=("fp32", "aqsgd:2/4", "directq:4/8"), **workload) -> SweepSpec:
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 def test_sweep_resumes_after_a_kill_and_marks_failed_cells(tmp_path):
     worker = fake_worker_cmd(tmp_path)
     out = tmp_path / "results"
@@ -210,6 +211,7 @@ def test_sweep_resumes_after_a_kill_and_marks_failed_cells(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 def test_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     from bench.__main__ import finish_sweep
 

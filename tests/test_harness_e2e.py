@@ -4,8 +4,6 @@ the local launcher, one through network namespaces, and a real worker failure.""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 
 import pandas as pd
 import pytest
@@ -13,6 +11,8 @@ import pytest
 from bench.__main__ import finish_sweep
 from bench.harness.run import run_sweep
 from bench.harness.sweep import SweepSpec, Workload, parse_mode
+
+pytestmark = pytest.mark.workers
 
 # 2 stages of the tiny preset; one warm-up step (64 samples), then 2 measured steps.
 # Random init: a fresh clone has no cached starting checkpoint (minutes to build).
@@ -58,8 +58,6 @@ def test_real_worker_smoke_cell_local(tmp_path):
 @pytest.mark.slow
 @pytest.mark.netns
 @pytest.mark.timeout(200)
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                    reason="needs root and iproute2")
 def test_real_worker_smoke_cell_netns(tmp_path):
     out, outcomes = _smoke(tmp_path, "netns")
     assert [o.status for o in outcomes] == ["ok"]

@@ -4,7 +4,8 @@ removes what the killed run left before it builds its own hosts; after a second 
 the cleanup that `make net-cleanup` runs leaves no namespace, device, qdisc or process
 of the suite.
 
-Needs root and `ip netns`; skips without them, except in CI, where a skip fails.
+Needs root and `ip netns` (the `netns` mark); skips without them, except under CI=true,
+where a skip fails (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,23 +24,10 @@ import pytest
 from bench.launch.process import ProcessIdentity
 from bench.launch.state import all_recorded_state_files, cleanup, recorded_state_files, run_is_live
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.workers]
 REPO = Path(__file__).resolve().parent.parent
 SUITE_NAME = re.compile(r"\baq[0-9a-f]{5}")  # bench.launch.netns.names.new_prefix
 WAIT_S = 150.0  # bring-up, probe and two workers importing torch on a loaded 2-core host
-
-
-@pytest.fixture(autouse=True)
-def _require_netns():
-    problem = None
-    if os.geteuid() != 0:
-        problem = "not root"
-    elif shutil.which("ip") is None or shutil.which("tc") is None:
-        problem = "iproute2 (ip, tc) not installed"
-    if problem:
-        if os.environ.get("CI"):
-            pytest.fail(f"the kill test must run in CI, but: {problem}")
-        pytest.skip(problem)
 
 
 def _harness(out: Path, log: Path) -> subprocess.Popen:

@@ -6,8 +6,8 @@ from transformers import GPT2LMHeadModel
 
 from aqsgd.model.config import PRESETS, TINY_PIPELINE, ModelConfig, layer_split
 from aqsgd.model.gpt2 import GPT2Stage, build_full_model, build_stage, init_stage, lm_loss
-from aqsgd.model.measure import comm_to_compute_ratio, main, measure_stages
 from aqsgd.model.weights import load_pretrained_state
+from bench.micro.stages import comm_to_compute_ratio, main, measure_stages
 
 # 4 layers so that 1..4 stages all have a block; dropout off for exact comparisons.
 SMALL = ModelConfig(n_layer=4, n_embd=32, n_head=2, vocab_size=97, seq_len=16, dropout=0.0)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from aqsgd.model.config import PRESETS, TINY_FAMILY, layer_split
-from aqsgd.model.measure import main, read_run_timings, run_ratio
+from bench.micro.stages import main, read_run_timings, run_ratio
 
 
 def test_tiny_stays_the_two_stage_regression_shape():

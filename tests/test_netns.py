@@ -1,14 +1,13 @@
 """Network namespaces for real: bring-up, achieved rates and delay, a gloo exchange
 across shaped links, and teardown after crashes and signals.
 
-Needs root and `ip netns`. Where those are missing the tests skip, except in CI
-(env CI set), where they fail: CI runs as root.
+Needs root and `ip netns` (the `netns` mark). Where those are missing the tests skip,
+except under CI=true, where they fail: CI runs as root (tests/conftest.py).
 """
 
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -24,25 +23,6 @@ from bench.net.scenario import load_scenario, parse_scenario, with_link
 
 pytestmark = pytest.mark.netns
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _netns_problem() -> str | None:
-    if os.geteuid() != 0:
-        return "not root"
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        return "iproute2 (ip, tc) not installed"
-    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-        return "`ip netns` unavailable"
-    return None
-
-
-@pytest.fixture(autouse=True)
-def _require_netns():
-    problem = _netns_problem()
-    if problem:
-        if os.environ.get("CI"):
-            pytest.fail(f"netns tests must run in CI, but: {problem}")
-        pytest.skip(problem)
 
 
 def _leftovers(prefix: str) -> list[str]:
@@ -245,6 +225,7 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(150)
 def test_gloo_exchange_across_shaped_namespaces(tmp_path):
     # 10 Mbit/s and 5 ms each way: 1 MiB there and back takes >= 2 * 0.84 s

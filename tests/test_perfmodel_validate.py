@@ -4,9 +4,6 @@ validation on real cells measured through network namespaces."""
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import pandas as pd
 import pytest
 import torch
@@ -111,9 +108,8 @@ SMOKE = Workload(steps=3, train_samples=64, timeout_s=150, dist_timeout_s=60, in
 
 @pytest.mark.slow
 @pytest.mark.netns
+@pytest.mark.workers
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                    reason="needs root and iproute2")
 def test_smoke_validation_on_real_cells(tmp_path):
     """Two real cells at 100 Mbit/s: the model's bytes are the measured bytes exactly, and
     its step time is near the measured one (loosely: three measured steps on a shared

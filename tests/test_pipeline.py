@@ -130,6 +130,7 @@ def check_bytes_and_trace(cfg: dict, out: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "stages,replicas,schedule,masks",
@@ -172,6 +173,7 @@ def test_pipelined_equals_unpipelined(tmp_path, stages, replicas, schedule, mask
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(120)
 def test_records_flag_warm_up_steps_per_direction(tmp_path):
     """Forward warm-up 1 epoch, backward 2: a train step is a warm-up step while either

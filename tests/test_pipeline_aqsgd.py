@@ -46,6 +46,7 @@ def act_bytes(recs, step):
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(300)
 def test_aqsgd_2bit_matches_fp32_and_is_deterministic(tmp_path):
     fp32 = run(tmp_path, "fp32", {"mode": "none"})

@@ -64,6 +64,7 @@ def _evals(records, rank):
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(300)
 def test_no_raw_row_is_sent_after_the_warm_up_epoch(run):
     _, _, records = run
@@ -74,6 +75,7 @@ def test_no_raw_row_is_sent_after_the_warm_up_epoch(run):
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(300)
 def test_quantized_adam_clips_both_replicas_by_one_coefficient(run):
     _, _, records = run
@@ -85,6 +87,7 @@ def test_quantized_adam_clips_both_replicas_by_one_coefficient(run):
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(300)
 def test_evaluation_covers_every_held_out_window_once_with_raw_activations(run):
     cfg_dict, _, records = run
@@ -117,6 +120,7 @@ def test_eval_batch_ids_take_each_window_once_when_the_sizes_match():
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(300)
 def test_tensorboard_events_of_the_last_stage_of_replica_zero(run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

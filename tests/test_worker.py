@@ -68,6 +68,7 @@ def test_load_config_errors(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(240)
 def test_failing_rank_makes_every_rank_exit_nonzero(tmp_path):
     """Rank 1 (stage 1 of replica 0) raises in step 1; its pipeline peer and the
@@ -117,6 +118,7 @@ def test_rendezvous_from_torchrun_environment(monkeypatch):
         _parse(["--config", "run.yaml"])
 
 
+@pytest.mark.workers
 @pytest.mark.timeout(180)
 def test_local_command_runs_a_job_and_prints_its_summary(tmp_path, capsys):
     """`python -m aqsgd.train.worker --config F --local 2`: the one-command loopback fine-tune."""
@@ -147,6 +149,7 @@ def test_local_command_runs_a_job_and_prints_its_summary(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.workers
 @pytest.mark.timeout(180)
 def test_local_command_fails_when_a_rank_fails(tmp_path, capsys):
     """`--local 2` under torchrun: rank 1 raises in step 1; the command exits non-zero

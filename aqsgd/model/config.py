@@ -128,7 +128,7 @@ class ModelConfig:
 PRESETS: dict[str, ModelConfig] = {
     # Sized so that, on 2 CPU cores with 2 stages (1 block each, one thread per stage),
     # fp32 traffic per micro-batch at 100 Mbit/s is about 3x a stage's compute: see
-    # `python -m aqsgd.model.measure --preset tiny` and TINY_PIPELINE. Measured on one thread:
+    # `python -m bench.micro.stages --preset tiny` and TINY_PIPELINE. Measured on one thread:
     # a block costs ~0.15 us per activation element whatever the width below 256, while
     # traffic costs 0.64 us per element, so width 128 is near the best ratio (64 is worse:
     # fixed per-op costs). Fewer blocks, 2 heads, exact GELU (one kernel instead of the
@@ -143,7 +143,7 @@ PRESETS: dict[str, ModelConfig] = {
     # cheaper than tiny's to stay communication-bound: the MLP is n_embd wide (not 4x) and
     # dropout is off, which together take a stage from ~25 to ~11 ms per micro-batch alone
     # on one core (the last stage, with the head, ~31 -> ~16 ms). Measured with every rank
-    # running (`python -m aqsgd.model.measure --metrics RUN/metrics`): see TINY_FAMILY.
+    # running (`python -m bench.micro.stages --metrics RUN/metrics`): see TINY_FAMILY.
     "tiny-4": ModelConfig(
         n_layer=4, n_embd=128, n_head=2, vocab_size=384, seq_len=64, activation="gelu",
         n_inner=128, dropout=0.0,
@@ -161,7 +161,7 @@ PRESETS: dict[str, ModelConfig] = {
 
 @dataclass(frozen=True)
 class PipelineDefaults:
-    """Pipeline shape a preset was sized for: the defaults of aqsgd.model.measure."""
+    """Pipeline shape a preset was sized for: the defaults of bench.micro.stages."""
 
     num_stages: int
     micro_batch_size: int

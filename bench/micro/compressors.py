@@ -6,20 +6,18 @@
 
 For each mode and bit width it times one steady-state micro-batch (after the warm-up
 visit has filled the caches): encode on the sender plus decode on the receiver, median
-and 10th-90th percentile over ``--repeats`` runs. ``ratio_1gbit`` is that time divided
-by the time the uncompressed fp32 message would take on a 1 Gbit/s link (below 1: the
-compressor pays for itself at that rate). The cache table gives stored bytes per element
-(scales included) and the time to gather one micro-batch's rows from memory and from an
-mmap file, which is what a prefetch thread could hide.
+and 10th-90th percentile over ``--repeats`` runs (bench.micro.timing). ``ratio_1gbit`` is
+that time divided by the time the uncompressed fp32 message would take on a 1 Gbit/s link
+(below 1: the compressor pays for itself at that rate). The cache table gives stored bytes
+per element (scales included) and the time to gather one micro-batch's rows from memory
+and from an mmap file, which is what a prefetch thread could hide.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -28,6 +26,7 @@ from aqsgd.compress.activation import CompressionConfig, make_compressor
 from aqsgd.compress.cache import ActivationCache, CacheSpec
 from aqsgd.compress.wire import message_nbytes
 from bench.micro.console import new_table, print_table
+from bench.micro.timing import Timer
 
 __all__ = ["main", "bench_compressor", "bench_cache", "default_shapes"]
 
@@ -54,12 +53,6 @@ def default_shapes(smoke: bool) -> dict[str, tuple[int, int, int]]:
     return {"tiny": tiny_shape, "paper": (1, 1024, 1600)}
 
 
-def _percentiles(times_s: list[float]) -> tuple[float, float, float]:
-    ts = sorted(times_s)
-    pick = lambda q: ts[min(len(ts) - 1, int(q * len(ts)))]
-    return statistics.median(ts), pick(0.1), pick(0.9)
-
-
 def bench_compressor(mode: str, dtype: str, bits: int, shape, repeats: int) -> dict:
     """Steady-state encode+decode of one micro-batch (B, L, D) with ids 0..B-1."""
     b = shape[0]
@@ -72,17 +65,17 @@ def bench_compressor(mode: str, dtype: str, bits: int, shape, repeats: int) -> d
     recv.decode(send.encode(x, ids), ids)  # warm-up visit: fills both caches
     send.set_epoch(1)
     recv.set_epoch(1)
-    times, nbytes = [], 0
-    for _ in range(repeats):
+    timer = Timer("wall")
+    for _ in timer.rounds(repeats, warmup=0):  # the warm-up visit above was the warm-up
         x = x + 0.01 * torch.randn(shape)  # the activation drifts a little between visits
-        t0 = time.perf_counter()
-        msg = send.encode(x, ids)
-        recv.decode(msg, ids)
-        times.append(time.perf_counter() - t0)
-        nbytes = message_nbytes(msg)
+        with timer.phase("encode+decode"):
+            msg = send.encode(x, ids)
+            recv.decode(msg, ids)
+    nbytes = message_nbytes(msg)
     send.close()
     recv.close()
-    med, p10, p90 = _percentiles(times)
+    times = timer.samples("encode+decode")
+    med, p10, p90 = times.median_s, times.quantile_s(0.1), times.quantile_s(0.9)
     fp32_link_s = b * shape[1] * shape[2] * 4 * 8 / LINK_BIT_PER_S
     return {
         "mode": mode, "dtype": dtype, "bits": bits if mode != "none" else None,
@@ -104,13 +97,12 @@ def bench_cache(dtype: str, bits: int, shape, repeats: int, directory: str) -> d
         with ActivationCache(spec) as cache:
             out["bytes_per_element"] = spec.bytes_per_element()
             cache.scatter(torch.arange(num_samples), torch.randn(num_samples, *sample))
-            times = []
-            for _ in range(repeats):
+            timer = Timer("wall")
+            for _ in timer.rounds(repeats, warmup=0):
                 ids = torch.randperm(num_samples)[:b]
-                t0 = time.perf_counter()
-                cache.gather(ids)
-                times.append(time.perf_counter() - t0)
-            out[f"gather_{storage}_ms"] = 1e3 * _percentiles(times)[0]
+                with timer.phase("gather"):
+                    cache.gather(ids)
+            out[f"gather_{storage}_ms"] = 1e3 * timer.samples("gather").median_s
     return out
 
 

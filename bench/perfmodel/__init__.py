@@ -14,6 +14,6 @@ measured cells, projected to GPT2-XL on GPUs, and the what-if command.
 - `validate`: predicted against measured step time per cell, table and figure;
 - `project`: GPT2-XL (and a larger model) against bandwidth, beside the paper's claims.
 
-May import `aqsgd`, `bench.net`, `bench.results` and `specfile`; `bench.report`,
-`bench.harness` and `bench.__main__` import it.
+May import `aqsgd`, `bench.micro` (its timing), `bench.net`, `bench.results` and
+`specfile`; `bench.report`, `bench.harness` and `bench.__main__` import it.
 """

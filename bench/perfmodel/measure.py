@@ -6,10 +6,10 @@ per element; the communication part (`comm`) is fitted from measured cells after
     python -m bench model profile --out profiles/cpu-2core.yaml --cells results/paper
 
 Each figure is the median over `repeats` timed calls after one untimed call, in CPU time
-of this process (`time.process_time`, one thread): the work itself, not what other load
-on a shared machine adds to the wall clock. A stage timed alone has a core to itself;
-the profile's `cores` (this machine's CPU count) lets the simulation share them among the
-ranks of a cell that compute at the same time.
+of this process (bench.micro.timing's "cpu" clock, `time.process_time`, one thread): the
+work itself, not what other load on a shared machine adds to the wall clock. A stage
+timed alone has a core to itself; the profile's `cores` (this machine's CPU count) lets
+the simulation share them among the ranks of a cell that compute at the same time.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
@@ -28,6 +26,7 @@ from aqsgd.compress.activation import CompressionConfig, make_compressor
 from aqsgd.compress.gradient import natural_compress, natural_decompress, topk_compress
 from aqsgd.model.config import PRESETS, TINY_FAMILY, TINY_PIPELINE
 from aqsgd.model.gpt2 import init_stage, lm_loss
+from bench.micro.timing import Timer, time_call
 from bench.perfmodel.profile import (
     CommProfile,
     CompressProfile,
@@ -39,14 +38,10 @@ from bench.perfmodel.profile import (
 __all__ = ["time_stage", "time_compressors", "time_grad_codecs", "measure_profile"]
 
 
-def _median_s(fn: Callable[[], None], repeats: int) -> float:
-    fn()  # warms allocators and kernels
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return statistics.median(times)
+def _median_s(fn: Callable[[], object], repeats: int) -> float:
+    """CPU seconds of `fn()`: the median of `repeats` calls after one that warms
+    allocators and kernels."""
+    return time_call(fn, repeats, clock="cpu").median_s
 
 
 def time_stage(preset: str, stages: int, stage: int, micro_batch_size: int,
@@ -58,29 +53,17 @@ def time_stage(preset: str, stages: int, stage: int, micro_batch_size: int,
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, cfg.vocab_size, (micro_batch_size, cfg.seq_len), generator=gen)
     x = torch.randn(micro_batch_size, cfg.seq_len, cfg.n_embd, generator=gen)
-    held: dict = {}
-
-    def forward() -> None:
-        inp = ids if module.first else x.clone().requires_grad_()
-        out = module(inp)
-        held["loss"] = lm_loss(out, ids) if module.last else (out * out).mean()
-
-    def backward() -> None:
-        held["loss"].backward()
-
-    fwd, bwd = [], []
-    for i in range(repeats + 1):
-        start = time.process_time()
-        forward()
-        mid = time.process_time()
-        backward()
-        end = time.process_time()
-        if i:  # the first call warms up
-            fwd.append(mid - start)
-            bwd.append(end - mid)
+    timer = Timer("cpu")
+    for _ in timer.rounds(repeats, warmup=1):  # the first call warms up
+        with timer.phase("forward"):
+            out = module(ids if module.first else x.clone().requires_grad_())
+            loss = lm_loss(out, ids) if module.last else (out * out).mean()
+        with timer.phase("backward"):
+            loss.backward()
     optimizer = _median_s(opt.step, repeats)
-    return StageCost(preset, stages, stage, micro_batch_size, statistics.median(fwd),
-                     statistics.median(bwd), optimizer)
+    return StageCost(preset, stages, stage, micro_batch_size,
+                     timer.samples("forward").median_s, timer.samples("backward").median_s,
+                     optimizer)
 
 
 def time_compressors(shape: tuple[int, int, int], repeats: int

@@ -1,9 +1,9 @@
 """How a preset's stages compare with their traffic: per-stage compute time against
 the time the fp32 activations and gradients of one micro-batch take on the link.
 
-    python -m aqsgd.model.measure --preset tiny   # compute vs 100 Mbit/s fp32 traffic per stage
-    python -m aqsgd.model.measure --preset gpt2 --stages 4 --micro-batch-size 1
-    python -m aqsgd.model.measure --metrics runs/x/metrics   # a real run, all ranks running
+    python -m bench.micro.stages --preset tiny   # compute vs 100 Mbit/s fp32 traffic per stage
+    python -m bench.micro.stages --preset gpt2 --stages 4 --micro-batch-size 1
+    python -m bench.micro.stages --metrics runs/x/metrics   # a real run, all ranks running
 
 Compression pays where the ratio of traffic time to the slowest stage's compute is
 well above 1 (the regime of the paper); the `tiny` presets and TINY_PIPELINE are sized
@@ -11,6 +11,10 @@ with this measurement (aqsgd.model.config). Timing one stage alone gives it a co
 itself; `--metrics` reads what each stage's compute took in a real run (compute_s of
 the worker's metrics records), where every rank shares the machine's cores, and sets
 it against the fp32 bytes each boundary carried at the link rate.
+
+A stage's figures are over `repeats` timed calls after one untimed call
+(bench.micro.timing): the median wall time and its interquartile range, and the median
+CPU time of this process. Imports aqsgd.model, rich and bench.micro.timing.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from rich.table import Table
 
 from aqsgd.model.config import PRESETS, TINY_PIPELINE, ModelConfig
 from aqsgd.model.gpt2 import GPT2Stage, init_stage, lm_loss
+from bench.micro.timing import Samples, Timer
 
 __all__ = [
     "RunStageTiming",
@@ -57,23 +61,22 @@ class StageTiming:
 
 def _time_stage(
     module: GPT2Stage, cfg: ModelConfig, micro_batch_size: int, repeats: int
-) -> tuple[list[float], list[float]]:
+) -> tuple[Samples, Samples]:
+    """Wall and CPU time of one forward + backward, each round on a fresh input."""
     b, seq, d = micro_batch_size, cfg.seq_len, cfg.n_embd
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, cfg.vocab_size, (b, seq), generator=gen)
-    wall, cpu = [], []
-    for _ in range(repeats + 1):  # first call warms allocators and kernels
+    timer = Timer("wall", "cpu")
+    for _ in timer.rounds(repeats, warmup=1):  # the first warms allocators and kernels
         x = ids if module.first else torch.randn(b, seq, d, generator=gen).requires_grad_()
-        start, start_cpu = time.perf_counter(), time.process_time()
-        out = module(x)
-        if module.last:
-            lm_loss(out, ids).backward()
-        else:
-            out.backward(torch.ones_like(out))
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
+        with timer.phase("fwd+bwd"):
+            out = module(x)
+            if module.last:
+                lm_loss(out, ids).backward()
+            else:
+                out.backward(torch.ones_like(out))
         module.zero_grad(set_to_none=True)
-    return wall[1:], cpu[1:]
+    return timer.samples("fwd+bwd", "wall"), timer.samples("fwd+bwd", "cpu")
 
 
 def measure_stages(
@@ -95,13 +98,12 @@ def measure_stages(
         for s in range(num_stages):
             module = init_stage(cfg, s, num_stages, seed=0).train()
             wall, cpu = _time_stage(module, cfg, micro_batch_size, repeats)
-            q = statistics.quantiles(wall, n=4)
             last = s == num_stages - 1
             nbytes = 0 if last else micro_batch_size * cfg.seq_len * cfg.n_embd * 4
             comm_ms = 2 * nbytes * 8 / (link_rate_mbit * 1e6) * 1e3
             rows.append(
-                StageTiming(s, module.layers, statistics.median(wall) * 1e3, (q[2] - q[0]) * 1e3,
-                            statistics.median(cpu) * 1e3, nbytes, comm_ms)
+                StageTiming(s, module.layers, wall.median_s * 1e3, wall.iqr_s * 1e3,
+                            cpu.median_s * 1e3, nbytes, comm_ms)
             )  # fmt: skip
         return rows
     finally:
@@ -204,7 +206,7 @@ def run_table(rows: list[RunStageTiming], title: str) -> Table:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m aqsgd.model.measure", description=__doc__.split("\n")[0]
+        prog="python -m bench.micro.stages", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     defaults = TINY_PIPELINE
