@@ -35,10 +35,12 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -m "not slow and not netns and not docker_daemon and not workers" $(PYTEST_ARGS)
 
-# Style, then import directions (the contracts in pyproject.toml, [tool.importlinter]).
+# Style, then import directions (the contracts in pyproject.toml, [tool.importlinter]),
+# then import circles among the modules (tools/import_cycles.py), then the Dockerfile.
 lint: setup
-	$(VENV)/bin/ruff check aqsgd bench specfile tests examples
+	$(VENV)/bin/ruff check aqsgd bench specfile tests examples tools
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(PY) tools/import_cycles.py aqsgd bench specfile
 	if [ -f docker/Dockerfile ]; then $(VENV)/bin/hadolint docker/Dockerfile; fi
 
 # The main job: one scenario, every compression mode, a table and figures.
