@@ -16,9 +16,9 @@ DOCKER_IMAGE ?= aqsgd-bench-worker:latest
 WHEELHOUSE := docker/wheelhouse
 DEBIAN_SUITE ?= bookworm
 
-.PHONY: setup test lint bench bench-kernels bench-compressors regress paper convergence finetune \
-	pretrain probe net-cleanup gpu-check profile clean-venv docker-base docker-image docker-wheelhouse \
-	docker-daemon-start docker-daemon-stop
+.PHONY: setup test lint bench bench-kernels bench-compressors bench-coding regress paper convergence \
+	finetune pretrain probe net-cleanup gpu-check profile clean-venv docker-base docker-image \
+	docker-wheelhouse docker-daemon-start docker-daemon-stop
 
 setup: $(STAMP)
 
@@ -87,6 +87,10 @@ bench-compressors: setup
 
 bench-kernels: setup
 	$(PY) -m bench.micro.kernels
+
+# CPU coding per element, the torch path against the fused kernels, beside the copy limit.
+bench-coding: setup
+	$(PY) -m bench.micro.coding
 
 gpu-check: setup
 	$(PY) -m bench.micro.gpu_check --out results/gpu

@@ -56,7 +56,7 @@ import torch
 
 from aqsgd.filecache import build_once, default_cache_dir
 from aqsgd.quant.bitpack import packed_nbytes
-from aqsgd.quant.config import GOLDEN32, SCALE_DTYPE, QuantConfig, scale_shape
+from aqsgd.quant.config import GOLDEN32, SCALE_DTYPE, QuantConfig
 
 __all__ = ["COMPILERS", "FLAGS", "Library", "aqsgd_decode", "aqsgd_encode", "available",
            "dequantize_packed", "load_library", "quantize_packed", "status"]
@@ -125,6 +125,8 @@ def load_library(cache_dir: Path, compilers: Sequence[str] = COMPILERS) -> Libra
     """The kernels built for this machine under cache_dir/quant-fused/: loaded when there,
     else compiled there first (once, under a lock: concurrent processes wait for one build)
     with the first of `compilers` on PATH. Never raises: a failure is the Library's note."""
+    if not SOURCE.exists():  # e.g. an installed wheel that left the C++ file out
+        return Library(None, f"{SOURCE} is missing")
     path = _library_path(cache_dir)
     built = ""
     if not path.exists():
@@ -186,6 +188,13 @@ def _geometry(shape: Sequence[int], cfg: QuantConfig) -> tuple[int, int, int]:
     return n // cols, cols, 0
 
 
+def _scale_shape(shape: Sequence[int], cfg: QuantConfig, rows: int) -> tuple[int, ...]:
+    """scale_shape(shape, cfg) of an already checked shape, without checking it again."""
+    if cfg.granularity == "channel":
+        return (shape[-1],)
+    return tuple(shape[:-1]) if cfg.granularity == "token" else (rows,)
+
+
 def _run(fn, *args) -> None:
     rc = fn(*args)
     if rc == 1:
@@ -199,7 +208,7 @@ def _encode(x: torch.Tensor, m: torch.Tensor | None, cfg: QuantConfig,
     assert lib is not None and x.device.type == "cpu" and x.is_contiguous()
     rows, cols, per_col = _geometry(x.shape, cfg)
     packed = torch.empty(packed_nbytes(x.numel(), cfg.bits), dtype=torch.uint8)
-    scales = torch.empty(scale_shape(x.shape, cfg), dtype=SCALE_DTYPE)
+    scales = torch.empty(_scale_shape(x.shape, cfg, rows), dtype=SCALE_DTYPE)
     _run(lib.aqf_encode, x.data_ptr(), _DTYPE_CODES[x.dtype],
          None if m is None else m.data_ptr(), _NO_CACHE if m is None else _DTYPE_CODES[m.dtype],
          rows, cols, per_col, cfg.bits, int(cfg.symmetric), int(cfg.stochastic),
