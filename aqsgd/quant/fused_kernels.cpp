@@ -21,7 +21,8 @@
 // backwards so that the first ones coded are still in cache. Within a block, TILE codes at
 // a time are computed into a byte buffer on the stack and packed from there: each tile
 // starts on a whole octet of codes (8 codes = `bits` bytes), so it owns its bytes of the
-// stream. fp16 and bf16 operands are converted to fp32 tiles first (F16C where present),
+// stream. fp16 and bf16 operands are converted to fp32 tiles first (AVX-512F or F16C where
+// present),
 // so every arithmetic loop is on fp32 and vectorises.
 //
 // Entry points (extern "C"; dtype codes 0 fp32, 1 fp16, 2 bf16, -1 none): aqf_encode
@@ -36,7 +37,7 @@
 #include <new>
 #include <type_traits>
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -80,6 +81,12 @@ inline const float* as_f32(const float* src, float*, int64_t) { return src; }
 
 inline const float* as_f32(const F16* src, float* buf, int64_t n) {
   int64_t k = 0;
+#if defined(__AVX512F__)
+  for (; k + 16 <= n; k += 16) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + k));
+    _mm512_storeu_ps(buf + k, _mm512_cvtph_ps(h));
+  }
+#endif
 #if defined(__F16C__)
   for (; k + 8 <= n; k += 8) {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k));
@@ -102,6 +109,12 @@ inline void store_f32(const float* src, float* dst, int64_t n) {
 
 inline void store_f32(const float* src, F16* dst, int64_t n) {
   int64_t k = 0;
+#if defined(__AVX512F__)
+  for (; k + 16 <= n; k += 16) {
+    __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + k), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), h);
+  }
+#endif
 #if defined(__F16C__)
   for (; k + 8 <= n; k += 8) {
     __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + k), _MM_FROUND_TO_NEAREST_INT);
