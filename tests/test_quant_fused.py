@@ -171,6 +171,25 @@ def test_zero_groups_saturated_and_subnormal_scales(bits):
         check_encode_decode(x, -x.half(), cfg)
 
 
+@pytest.mark.parametrize("grid", quant.GRIDS)
+def test_nan_and_inf_reach_the_receiver_as_the_reference_says(grid):
+    """A NaN element makes its group's scale NaN, so every value of the group decodes to
+    NaN, as in the reference (the code of the NaN itself is outside the contract); an
+    infinite one saturates the scale at 65504."""
+    x = sample((4, 8, 16), seed=15)
+    x[1, 2, 3], x[2, 3, 4], x[0, 0, 5] = float("nan"), float("inf"), -float("inf")
+    for granularity in quant.GRANULARITIES:
+        cfg = QuantConfig(bits=3, granularity=granularity, group_size=16, grid=grid)
+        packed, scales = quant.quantize_packed(x, cfg)
+        want_packed, want_scales = reference.quantize_packed(x, cfg)
+        assert_same_bits(scales, want_scales, "scales")
+        assert scales.isnan().sum() == 1 and (scales == 65504).sum() >= 1
+        got = quant.dequantize_packed(packed, scales, x.shape, cfg)
+        want = reference.dequantize_packed(want_packed, want_scales, x.shape, cfg)
+        assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
+        assert torch.equal(got.nan_to_num(0.0), want.nan_to_num(0.0))
+
+
 def test_same_bytes_as_the_torch_path():
     """The two CPU backends agree byte for byte where the contract is exact, and the
     torch path stays reachable as backend="torch"."""
