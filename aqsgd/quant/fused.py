@@ -19,23 +19,29 @@ workers run torch.set_num_threads(1), and a thread of its own per call would onl
 with them (ctypes releases the GIL, so a prefetch thread still runs beside a call).
 
 Why a C++ file through ctypes, measured on the suite's 2-core AMD EPYC host (one thread,
-1x1024x1600 fp32, AQ-SGD 2-bit stochastic encode, per element):
-- this path: about 0.6 ns (plus 0.1 ns to decode); the build takes about 6 s of CPU once
-  per machine (source, flags and CPU are the cache key under .cache/quant-fused/), a
-  later process only loads the library (milliseconds); it needs only libc.
-- torch.compile (inductor, C++ code generation) of the same steps: bit-exact here, but
-  about 2.9 ns, a first call of 66 s cold (6 s with inductor's cache warm), 9 s for each
-  new shape, and one graph per configuration (bits, grid, rounding, granularity, dtypes)
-  that tests and short runs would each pay for.
-- torch.utils.cpp_extension: the same kernels, but 34 s to compile against torch's headers
-  and a ninja dependency, for nothing that ctypes and plain pointers do not already give.
+per element of a 1x1024x1600 fp32 activation; `python -m bench.micro.coding`):
+- this path: AQ-SGD 2-bit encode + decode about 1.1 ns (1.5 under stochastic rounding),
+  at about 1.0x (1.2x) the time of a plain copy of the bytes it must read and write;
+  DirectQ 2-bit 0.65-0.75 ns. The torch path (aqsgd.quant.cpu): 4-5 ns for AQ-SGD
+  (12-13 stochastic), 3-5 ns for DirectQ.
+  The build takes about 5 s of CPU once per machine (source, flags and CPU are the key of
+  the library under .cache/quant-fused/); a later process only loads it (milliseconds).
+  The library needs only libc.
+- torch.compile (inductor's C++ code generation) of the same steps: bit-exact here, but
+  the AQ-SGD 2-bit stochastic encode alone took about 2.9 ns (this path: about 1.2), the
+  first call 66 s cold (6 s with inductor's cache warm), 9 s for each new shape, and one
+  graph per configuration (bits, grid, rounding, granularity, dtypes) that tests and
+  short runs would each pay for.
+- torch.utils.cpp_extension: the same kernels, but 34 s to compile against torch's
+  headers and a ninja dependency, for nothing that ctypes and plain pointers do not give.
 
-Where no compiler is found, the build fails or .cache/ cannot be written (and no library
-was built there before, e.g. by the host for a container that mounts the checkout),
+Where no compiler is found, the build fails or .cache/ cannot be written, and no library
+was built there before (a Docker worker finds the host's, copied into its cache volume),
 `available()` is False, `aqsgd.quant` runs `aqsgd.quant.cpu` (the same bytes, about 2-10x
 slower) and says so once with a RuntimeWarning; `status()` gives the reason.
 
-Imports torch and aqsgd.filecache (the build-once cache); nothing else of aqsgd.
+Imports torch, aqsgd.filecache (the build-once cache) and aqsgd.quant's config and
+bitpack; nothing else of aqsgd.
 """
 
 from __future__ import annotations
