@@ -10,9 +10,9 @@
 //
 // Every step is one IEEE fp32 operation in that order: the build passes -ffp-contract=off
 // (no fused multiply-add) and no fast-math flag. Statistics: max |v| as an integer max of
-// the bit patterns of |v| (the order of non-negative floats, NaN above everything, an
-// all-zero group +0); l2 sums v * v (rounded to fp32, as the reference does) in double,
-// so it is within one fp16 ulp of any fp32 summation order (the documented tolerance).
+// the bit patterns of |v| (the order of non-negative floats; an all-zero group gets +0, and
+// a NaN, above everything, makes its group's scale NaN as in the reference); l2 sums the
+// fp32 squares v * v in double, the contract leaving the order free (one fp16 ulp).
 //
 // Passes over memory: a per-token or per-group call works block by block (rows of about
 // BLOCK_ELEMENTS elements): the statistics read the block, the codes read it again from
@@ -21,9 +21,8 @@
 // backwards so that the first ones coded are still in cache. Within a block, TILE codes at
 // a time are computed into a byte buffer on the stack and packed from there: each tile
 // starts on a whole octet of codes (8 codes = `bits` bytes), so it owns its bytes of the
-// stream. fp16 and bf16 operands are converted to fp32 tiles first (AVX-512F or F16C where
-// present),
-// so every arithmetic loop is on fp32 and vectorises.
+// stream. fp16 and bf16 operands are converted to fp32 tiles first (with AVX-512F or F16C
+// where present), so every arithmetic loop is on fp32 and vectorises.
 //
 // Entry points (extern "C"; dtype codes 0 fp32, 1 fp16, 2 bf16, -1 none): aqf_encode
 // (DirectQ quantize when m is null, AQ-SGD encode otherwise) and aqf_decode (dequantize into
@@ -299,9 +298,14 @@ inline uint64_t unpack8(uint64_t w) {
     constexpr uint64_t f1 = (1ull << B) - 1;
     constexpr uint64_t f2 = (1ull << (2 * B)) - 1;
     constexpr uint64_t f4 = (1ull << (4 * B)) - 1;
+    // octet -> quads at bit 0 and bit 32
     w = (w & f4) | ((w << (32 - 4 * B)) & (f4 << 32));
-    w = (w & (f2 * 0x0000000100000001ull)) | ((w << (16 - 2 * B)) & ((f2 << 16) * 0x0000000100000001ull));
-    return (w & (f1 * 0x0001000100010001ull)) | ((w << (8 - B)) & ((f1 << 8) * 0x0001000100010001ull));
+    // quads -> pairs at bit 0 and bit 16 of each 32-bit field
+    w = (w & (f2 * 0x0000000100000001ull)) |
+        ((w << (16 - 2 * B)) & ((f2 << 16) * 0x0000000100000001ull));
+    // pairs -> codes at bit 0 and bit 8 of each 16-bit field
+    return (w & (f1 * 0x0001000100010001ull)) |
+           ((w << (8 - B)) & ((f1 << 8) * 0x0001000100010001ull));
   }
 }
 
