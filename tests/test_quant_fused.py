@@ -69,11 +69,12 @@ def check_quantize(x: torch.Tensor, cfg: QuantConfig, gen_seed: int = 7) -> None
 
 
 def check_encode_decode(x: torch.Tensor, m0: torch.Tensor, cfg: QuantConfig,
-                        gen_seed: int = 7) -> None:
+                        gen_seed: int = 7, place=torch.clone) -> None:
     """aqsgd_encode (codes, scales, the sender's cache) and aqsgd_decode (the receiver's
-    cache) against the reference's steps under the path's own scales."""
+    cache) against the reference's steps under the path's own scales; `place` makes the
+    two caches from m0."""
     seed = seed_of(gen_seed) if cfg.stochastic else 0
-    m = m0.clone()
+    m = place(m0)
     packed, scales = quant.aqsgd_encode(x, m, cfg, generator=generator(cfg, gen_seed))
     delta = x.float() - m0.float()
     assert_scales(scales, reference.compute_scales(delta, cfg), cfg)
@@ -81,7 +82,7 @@ def check_encode_decode(x: torch.Tensor, m0: torch.Tensor, cfg: QuantConfig,
     assert_same_bits(packed, reference.pack(codes, cfg.bits), "packed codes")
     want_m = (m0.float() + reference.dequantize(codes, scales, cfg)).to(m0.dtype)
     assert_same_bits(m, want_m, "sender cache")
-    r = m0.clone()
+    r = place(m0)
     assert quant.aqsgd_decode(packed, scales, r, cfg) is r
     assert_same_bits(r, reference.aqsgd_decode(packed, scales, m0.clone(), cfg), "receiver cache")
 
@@ -143,6 +144,24 @@ def test_irregular_shapes_and_tiles(shape, group, fields):
     cfg = QuantConfig(group_size=group, **fields)
     check_quantize(sample(shape, seed=6), cfg)
     check_encode_decode(sample(shape, torch.bfloat16, seed=8), sample(shape, seed=9), cfg)
+
+
+def one_element_in(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of t that starts one element into its storage (not 64-byte aligned)."""
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype)
+    out = buf[1:].view(t.shape)
+    out.copy_(t)
+    assert out.is_contiguous() and out.data_ptr() % 64
+    return out
+
+
+@pytest.mark.parametrize("x_dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16], ids=str)
+def test_operands_off_vector_alignment(x_dtype, cache_dtype):
+    x = one_element_in(sample(SMALL, x_dtype, seed=16))
+    cfg = QuantConfig(bits=3, granularity="token", rounding="stochastic")
+    check_quantize(x, cfg)
+    check_encode_decode(x, sample(SMALL, cache_dtype, seed=17), cfg, place=one_element_in)
 
 
 @pytest.mark.parametrize("fields", [
