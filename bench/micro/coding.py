@@ -13,10 +13,14 @@ passes it (`--cache-dtype fp16` for an fp16 one). Paths: `torch` (aqsgd.quant.cp
 path before the fused kernels, backend="torch") and `fused` (aqsgd.quant.fused, what
 backend="auto" runs on CPU). `copy` is the limit: one plain memory copy (memmove) of
 (bytes read + bytes written) / 2 bytes, so it moves the bytes the op must read and write,
-e.g. AQ-SGD encode reads x and m and writes m and the stream.
+e.g. AQ-SGD encode reads x and m and writes m and the stream (an op that reads more than
+it writes can come in slightly under it: a copy's stores read their lines first).
 
 ns per element = median time of one call / elements, over `--repeats` rounds; each round
-calls every case once in a rotating order, so load on the machine hits all alike. One
+calls every case once in a rotating order, so load on the machine hits all alike, and
+every call, the copies included, finds the caches as the other cases left them: cold
+for the small shape, whose calls then also pay for cold code paths (drawing the
+stochastic-rounding seed from a torch.Generator took about 4 us warm, 140 us cold). One
 torch thread by default (workers run torch.set_num_threads(1)); `--clock cpu` times the
 thread's CPU time instead of the wall clock, for a busy machine. `e+d` adds the encode
 and decode medians. (The timing is this module's own; bench.micro.timing's primitives
