@@ -1,7 +1,7 @@
 """The quantizer's fused CPU path: the four calls in a few passes over memory, bit for bit
 the reference. `aqsgd.quant` picks it for CPU tensors under `backend="auto"`; the kernels
-are one C++ file beside this one (fused_kernels.cpp), built here on first use with the
-system's C++ compiler and loaded through ctypes:
+are C++ beside this file (fused_kernels.cpp, with fused_arith.h and fused_pack.h), built
+here on first use with the system's C++ compiler and loaded through ctypes:
 
     if fused.available():                          # builds once per machine, then cached
         packed, scales = fused.quantize_packed(x, cfg, seed)
@@ -64,10 +64,11 @@ from aqsgd.filecache import build_once, default_cache_dir
 from aqsgd.quant.bitpack import packed_nbytes
 from aqsgd.quant.config import GOLDEN32, SCALE_DTYPE, QuantConfig
 
-__all__ = ["COMPILERS", "FLAGS", "Library", "aqsgd_decode", "aqsgd_encode", "available",
+__all__ = ["COMPILERS", "FLAGS", "SOURCES", "Library", "aqsgd_decode", "aqsgd_encode", "available",
            "dequantize_packed", "load_library", "quantize_packed", "status"]
 
-SOURCE = Path(__file__).with_name("fused_kernels.cpp")
+SOURCE = Path(__file__).with_name("fused_kernels.cpp")  # compiled; it includes the headers
+SOURCES = (SOURCE, SOURCE.with_name("fused_arith.h"), SOURCE.with_name("fused_pack.h"))
 COMPILERS = ("c++", "g++", "clang++")  # the first one on PATH builds the library
 # No -ffast-math and no fused multiply-add: every step is the contract's IEEE operation.
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
@@ -103,8 +104,8 @@ def _cpu_flags() -> str:
 
 def _library_path(cache_dir: Path) -> Path:
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), platform.machine().encode(),
-                 _cpu_flags().encode()):
+    for part in (*(path.read_bytes() for path in SOURCES), " ".join(FLAGS).encode(),
+                 platform.machine().encode(), _cpu_flags().encode()):
         key.update(part)
         key.update(b"\0")
     return Path(cache_dir) / "quant-fused" / f"fused_kernels-{key.hexdigest()[:16]}.so"
@@ -131,8 +132,9 @@ def load_library(cache_dir: Path, compilers: Sequence[str] = COMPILERS) -> Libra
     """The kernels built for this machine under cache_dir/quant-fused/: loaded when there,
     else compiled there first (once, under a lock: concurrent processes wait for one build)
     with the first of `compilers` on PATH. Never raises: a failure is the Library's note."""
-    if not SOURCE.exists():  # e.g. an installed wheel that left the C++ file out
-        return Library(None, f"{SOURCE} is missing")
+    missing = [str(path) for path in SOURCES if not path.exists()]
+    if missing:  # e.g. an installed wheel that left the C++ files out
+        return Library(None, f"{', '.join(missing)} missing")
     path = _library_path(cache_dir)
     built = ""
     if not path.exists():
