@@ -16,8 +16,8 @@ backend module; all four modules below have the same four functions
 (`quantize_packed(x, cfg, seed)`, `dequantize_packed(packed, scales, shape, cfg, dtype)`,
 `aqsgd_encode(x, m, cfg, seed)`, `aqsgd_decode(packed, scales, m, cfg)`):
 
-- `aqsgd.quant.fused` (+ `fused_kernels.cpp`): the fused C++ kernels for CPU tensors,
-  built on first use; what `backend="auto"` runs on CPU (where they cannot be built:
+- `aqsgd.quant.fused` (+ `fused_kernels.cpp`, `fused_*.h`): the fused C++ kernels for
+  CPU tensors, built on first use; what `backend="auto"` runs on CPU (where they cannot be built:
   `aqsgd.quant.cpu`, with a RuntimeWarning saying why);
 - `aqsgd.quant.cpu`: chunked torch (`backend="torch"`; what CUDA runs without Triton);
 - `aqsgd.quant.triton_launch` (+ `triton_kernels`): the Triton kernels;
