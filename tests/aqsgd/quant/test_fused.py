@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from test_quant import DTYPES, GROUPS, PAPERISH, SMALL, sample, seed_of
+from quant_helpers import DTYPES, GROUPS, PAPERISH, SMALL, sample, seed_of
 
 from aqsgd import quant
 from aqsgd.filecache import default_cache_dir
