@@ -345,3 +345,13 @@ def test_smoke_run_bf16_and_fp16_halve_the_bytes_and_keep_fp32s_held_out_loss(tm
     evals = frame[(frame["kind"] == "eval") & frame["eval_loss"].notna()]
     assert set(evals["mode"]) == {"fp32", "bf16", "fp16"}
     assert pd.notna(summary.loc["bf16", "speedup_vs_bf16"])
+
+
+def test_figure_legends_read_in_rank_order_with_bf16_after_the_compressing_modes():
+    from bench.report.plots import mode_order
+
+    labels = ["bf16 x2 dp", "aqsgd+gc-qadam-fw2-bw4 x2 dp", "bf16", "fp16", "fp32",
+              "aqsgd-lowbits-fw2-bw4", "aqsgd-fw2-bw4", "directq-fw2-bw4", "gone-fw2-bw4"]
+    assert mode_order(labels) == ["fp32", "directq-fw2-bw4", "aqsgd-fw2-bw4",
+                                  "aqsgd-lowbits-fw2-bw4", "aqsgd+gc-qadam-fw2-bw4 x2 dp",
+                                  "bf16", "bf16 x2 dp", "fp16", "gone-fw2-bw4"]

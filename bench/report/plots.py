@@ -58,11 +58,20 @@ __all__ = [
 FORMATS = ("png", "svg")
 
 
+def _mode_of(label: str) -> str | None:
+    """The registered mode a label or series starts with: 'aqsgd+gc' for
+    'aqsgd+gc-qadam-fw2-bw4 x2 dp' and 'aqsgd+gc/ef21 2/4', the longest name that fits
+    ('aqsgd-lowbits', not 'aqsgd'); None for a mode no longer registered."""
+    fits = [name for name in MODE_RANK if label == name
+            or any(label.startswith(name + sep) for sep in ("-", " ", "/"))]
+    return max(fits, key=len, default=None)
+
+
 def mode_order(labels: Iterable[str]) -> list[str]:
-    """Mode labels in a stable reading order: fp32, directq, aqsgd..., aqsgd+gc."""
+    """Mode labels in a stable reading order: by rank (fp32, directq, aqsgd...,
+    aqsgd+gc, bf16, fp16), then by label."""
     def key(label: str):
-        name = label.split("-fw")[0].split(" ")[0]
-        return (MODE_RANK.get(name, UNKNOWN_RANK), label)
+        return (MODE_RANK.get(_mode_of(label), UNKNOWN_RANK), label)
     return sorted(set(labels), key=key)
 
 

@@ -3,7 +3,9 @@ system of today sends by default. Activations and their gradients go on the wire
 the half dtype (2 bytes an element, half of fp32's), both directions, nothing else
 coded; the receiver widens them back to fp32. They run on mode ``none``
 (`CompressionConfig.dtype` "bf16" / "fp16"), so this module declares no mode of its
-own, only the two comparisons.
+own, only the two comparisons. Only the pipeline's messages change: evaluation messages
+travel in fp32 (aqsgd.compress.activation), and with replicas the data-parallel exchange
+of the weight gradients stays exact fp32, as fp32's does.
 
 bf16 keeps fp32's exponent range (8 bits of mantissa); fp16 has 11 bits of mantissa and
 a range of about 6e-5..6.5e4 in its normal numbers, so small activation gradients lose
