@@ -7,8 +7,8 @@ bench.report.timetoquality (result files only). Each is written as PNG and SVG.
   series' time axis from its own throughput cell, named in the legend);
 - time_to_quality: heatmap of the time to reach fp32's final held-out loss within 1%,
   series x link, coloured by the ratio to fp32's time on that link;
-  time_to_quality_vs_bf16: the same coloured by the ratio to bf16's (when bf16 reached
-  the target: every SPEEDUP_REFERENCES mode);
+  time_to_quality_vs_bf16: the same coloured by the ratio to bf16's (when the cells have
+  a bf16 series: every SPEEDUP_REFERENCES mode);
 - convergence_dropout: per mode with variants, its curves under each variant.
 `draw_epoch_curves` and `draw_relative_final` draw on a given axis (the paper figure
 uses them too).
