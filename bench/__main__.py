@@ -194,7 +194,7 @@ def _cmd_sweep(args) -> int:
 def _cmd_docker_compose(args) -> int:
     from aqsgd.train.config import load_config
     from bench import REPO_ROOT
-    from bench.launch.compose import write_compose
+    from bench.launch.docker.compose import write_compose
     from bench.net.scenario import load_scenario
 
     config = load_config(REPO_ROOT / args.config)

@@ -4,7 +4,7 @@ and, where a daemon and the worker image are at hand, one real 2-stage fine-tune
 cell across two shaped containers through the harness.
 
 The integration tests use the image `make docker-image` builds
-(bench.launch.dockerspec.DOCKER_IMAGE) and the daemon DOCKER_HOST names
+(bench.launch.docker.spec.DOCKER_IMAGE) and the daemon DOCKER_HOST names
 (`docker/dockerd.sh start` prints it): the `docker_daemon` mark. CI builds both;
 elsewhere they skip saying which is missing (tests/conftest.py)."""
 
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.launch.compose import compose_dict, write_compose
 from bench.launch.docker import DockerLauncher, teardown_docker
-from bench.launch.dockerspec import (
+from bench.launch.docker.compose import compose_dict, write_compose
+from bench.launch.docker.spec import (
     DOCKER_IMAGE,
     TUN_DEV,
     DockerRunSpec,
@@ -33,7 +33,7 @@ from bench.launch.dockerspec import (
 from bench.launch.state import cleanup
 from bench.net.delayline import TunnelConfig
 from bench.net.scenario import load_scenario, parse_scenario
-from bench.net.tc import EgressLink, egress_argvs
+from bench.net.shaping import EgressLink, egress_argvs
 
 pytestmark = pytest.mark.docker
 
@@ -246,13 +246,35 @@ def test_teardown_removes_exactly_the_recorded_names(monkeypatch):
 
 def test_cleanup_of_a_docker_state_file_goes_through_teardown_docker(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr("bench.launch.docker.teardown_docker",
+    monkeypatch.setattr("bench.launch.docker.state.teardown_docker",
                         lambda state: seen.append(state) or ["container x"])
     path = tmp_path / "aqd12345.json"
     path.write_text(json.dumps({"launcher": "docker", "prefix": "aqd12345",
                                 "containers": ["x"], "networks": [], "volumes": []}))
     assert cleanup([path]) == ["container x"] and not path.exists()
     assert seen[0]["containers"] == ["x"]
+
+
+def test_teardown_of_a_state_file_talks_to_the_daemon_it_records(monkeypatch):
+    # `make net-cleanup` from a shell whose DOCKER_HOST is another daemon's, or unset
+    import bench.launch.docker.state as docker_state
+    import docker
+
+    monkeypatch.setattr(docker.errors, "NotFound", _NotFound)
+    seen = []
+
+    def client(environment):
+        seen.append(environment.get("DOCKER_HOST"))
+        fake = type("C", (), {})()
+        fake.containers = fake.networks = fake.volumes = _Fake(set())
+        return fake
+
+    monkeypatch.setattr(docker_state, "docker_client", client)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/someone-else.sock")
+    names = {"containers": ["aqd1-h0"], "networks": [], "volumes": []}
+    assert teardown_docker({**names, "docker_host": "unix:///run/suite.sock"}) == []
+    assert teardown_docker({**names, "docker_host": None}) == []  # the default socket
+    assert seen == ["unix:///run/suite.sock", None]
 
 
 # ------------------------------------------------------- with a daemon and the image

@@ -15,13 +15,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from aqsgd import quant
-from aqsgd.compress.gradient import (
-    GradCompressionConfig,
-    _QuantCodec,
-    make_data_parallel,
-    natural_compress,
-    natural_decompress,
-)
+from aqsgd.compress.codecs.natural import natural_compress, natural_decompress
+from aqsgd.compress.codecs.qadam import QuantVector
+from aqsgd.compress.gradient import GradCompressionConfig, make_data_parallel
 from bench.launch.process import free_port
 
 SIZES = [(37,), (13, 11)]  # 180 parameters: divides by neither 2*8 nor 3*8 buckets
@@ -280,7 +276,7 @@ def test_natural_compression_single_process_properties():
 
 
 def test_quant_codec_buckets_are_max_abs_groups():
-    codec = _QuantCodec(bits=8, bucket=16)
+    codec = QuantVector(bits=8, bucket=16)
     x = torch.randn(64)
     tensors = codec.encode(x)
     assert [tuple(t.shape) for t in tensors] == [(64,), (4,)]

@@ -336,7 +336,7 @@ def test_cleanup_leaves_a_live_run_alone(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_name_clash_never_adopts_another_runs_namespace(tmp_path, monkeypatch):
-    import bench.launch.netns as netns_module
+    import bench.launch.netns.launcher as netns_module
 
     prefixes = iter(["aqclsh0", "aqclsh1"])
     monkeypatch.setattr(netns_module, "new_prefix", lambda run_id: next(prefixes))

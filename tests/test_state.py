@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from bench.launch.choice import FACTORIES, TEARDOWNS, launcher_factory, state_teardown
 from bench.launch.process import ProcessIdentity, kill_identified
 from bench.launch.state import (
+    StateFileError,
     cleanup,
     launcher_fields,
     register_state_dir,
@@ -118,7 +121,7 @@ def test_cleanup_removes_a_killed_run_and_keeps_a_live_one(tmp_path, sleeper):
 def test_a_launcher_removes_only_killed_runs_of_its_own_kind(tmp_path, monkeypatch):
     netns = _state(tmp_path / "aqnet01.json", _exited_identity())
     docker = _state(tmp_path / "aqd0001.json", _exited_identity(), launcher="docker")
-    monkeypatch.setattr("bench.launch.docker.teardown_docker",
+    monkeypatch.setattr("bench.launch.docker.state.teardown_docker",
                         lambda state: pytest.fail("a netns launcher touched a Docker run"))
     assert remove_killed_runs(tmp_path, "netns", RecordingExecutor()) == []
     assert not netns.exists() and docker.exists()
@@ -127,3 +130,31 @@ def test_a_launcher_removes_only_killed_runs_of_its_own_kind(tmp_path, monkeypat
 def test_cleanup_of_a_file_that_vanished_is_a_no_op(tmp_path):
     ex = RecordingExecutor()
     assert cleanup([tmp_path / "aqgone1.json"], ex) == [] and ex.history == []
+
+
+def test_a_state_file_naming_an_unknown_launcher_is_refused_naming_file_and_value(
+        tmp_path, sleeper):
+    worker = ProcessIdentity.of(sleeper.pid)
+    odd = _state(tmp_path / "aqodd01.json", _exited_identity(), launcher="ssh",
+                 processes=[worker.to_dict()])
+    ex = RecordingExecutor()
+    with pytest.raises(StateFileError, match=re.escape(f"{odd}: launcher: expected one of "
+                                                       f"docker, netns, got 'ssh'")):
+        cleanup([odd], ex)
+    # refused before anything was touched
+    assert odd.exists() and not _exited(sleeper, 0.3) and ex.history == []
+    unnamed = _state(tmp_path / "aqodd02.json", _exited_identity())
+    state = json.loads(unnamed.read_text())
+    del state["launcher"]
+    unnamed.write_text(json.dumps(state))
+    with pytest.raises(StateFileError, match="launcher: expected one of .*, got None"):
+        cleanup([unnamed], ex)
+
+
+def test_every_launcher_is_found_by_the_name_it_records():
+    for name in FACTORIES:
+        assert launcher_factory(name).name == name
+    for name in TEARDOWNS:
+        assert callable(state_teardown(name)) and name in FACTORIES
+    with pytest.raises(ValueError, match="expected one of docker, netns, got 'local'"):
+        state_teardown("local")  # the local launcher writes no state file

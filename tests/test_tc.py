@@ -1,5 +1,5 @@
-"""tc/ip commands as data, mechanism choice, the netns shaping plan, executor, multi-host
-plan, process groups, local launcher.
+"""tc/ip commands as data, mechanism choice, the host shaping plan as every launcher renders
+it, the netns shaping plan, executor, multi-host plan, process groups, local launcher.
 
 No root needed (except the executor test, which only runs `ip link show`)."""
 
@@ -13,23 +13,28 @@ from pathlib import Path
 
 import pytest
 
+from bench.launch.docker.spec import DockerRunSpec
+from bench.launch.export.multihost import plan_hosts
 from bench.launch.local import LocalLauncher
-from bench.launch.multihost import plan_hosts
-from bench.launch.names import TopologyNames
+from bench.launch.netns.names import TopologyNames
+from bench.launch.netns.shaping import plan_shaping
 from bench.launch.process import spawn_group, stop_all, stop_group
-from bench.launch.shaping import plan_shaping
 from bench.net.executor import CommandError, Executor, RecordingExecutor
 from bench.net.probe import LinkProbeError, ProbeRecord, check_links
 from bench.net.scenario import LinkSpec, load_scenario, parse_scenario
+from bench.net.shaping import (
+    EgressLink,
+    Interface,
+    egress_argvs,
+    egress_path_argvs,
+    shaping_plan,
+)
 from bench.net.tc import (
     UNLIMITED_BIT,
     Capabilities,
-    EgressLink,
     ShapingError,
     burst_bytes,
     choose_mechanisms,
-    egress_argvs,
-    egress_path_argvs,
     fifo_argv,
     htb_class_argv,
     htb_root_argv,
@@ -158,6 +163,49 @@ def test_shaping_plan_lifts_and_restores_one_path(tun):
     assert len(plan.rate_limit_argvs(1, 2, lifted=True)) == 2  # host 2 has no downlink cap
     with pytest.raises(ValueError, match="src and dst"):
         plan.rate_limit_argvs(1, 1, lifted=True)
+
+
+def _tc_numbers(argvs) -> list[tuple[str, str]]:
+    """Every (keyword, value) of rates, buckets, queues and impairments, in order."""
+    keys = {"rate", "ceil", "burst", "cburst", "limit", "delay", "loss"}
+    return [(a[i], a[i + 1]) for a in argvs for i in range(len(a) - 1) if a[i] in keys]
+
+
+def test_every_launcher_renders_the_one_host_plan():
+    # netns (veths), Docker (eth0 in each container) and the multi-host commands (eth0 of
+    # real hosts) differ only in device, namespace and addresses: the same htb classes,
+    # netem leaves, queues and downlink tbf for every host of the same scenario
+    sc = load_scenario("heterogeneous")
+    n = sc.n_hosts
+    netns = plan_shaping(sc, TopologyNames("aqtest0", n), tun=False, netem=True,
+                         payload_correction=True)
+    docker = DockerRunSpec(sc, n, "aqd1a2b3", 300, netem=True)
+    multi, _ = plan_hosts(sc, [f"10.0.0.{i + 1}" for i in range(n)], "eth0", [])
+    for i in range(n):
+        on_netns = netns.plan.setup_argvs(i, netns.interfaces[i])
+        assert (_tc_numbers(on_netns) == _tc_numbers(docker.shaping_argvs(i))
+                == _tc_numbers(multi[i].setup))
+    assert any(("delay", "10ms") in _tc_numbers(p.setup) for p in multi)
+
+
+def test_a_host_plan_is_removed_where_it_was_put():
+    raw = {"description": "caps", "layout": {"stages": 2}, "link": {"rate_mbit": 100},
+           "hosts": [{"host": 1, "downlink_mbit": 20}]}
+    plan = shaping_plan(parse_scenario(raw, "caps"), 2, factor=1.0, netem=False)
+    port = Interface("v1", ("a", "b"), "h1", downlink_dev="s1", downlink_netns="sw")
+    assert plan.removal_argvs(1, port) == [("tc", "-n", "h1", "qdisc", "del", "dev", "v1",
+                                            "root"),
+                                           ("tc", "-n", "sw", "qdisc", "del", "dev", "s1",
+                                            "root")]
+    assert plan.removal_argvs(1, Interface("eth0", ("a", "b"), ifb="ifb9"))[1:] == [
+        ("tc", "qdisc", "del", "dev", "eth0", "ingress"), ("ip", "link", "del", "ifb9")]
+    with pytest.raises(ValueError, match="a downlink cap needs an ifb or a downlink_dev"):
+        plan.setup_argvs(1, Interface("eth0", ("a", "b")))
+    with pytest.raises(ValueError, match="at most one of ifb and downlink_dev"):
+        Interface("eth0", ("a", "b"), ifb="i", downlink_dev="s")
+    assert plan.hosts[0].link_to(1).classid == "1:10"
+    with pytest.raises(IndexError, match=r"dst: expected one of .*\[1\], got 0"):
+        plan.hosts[0].link_to(0)
 
 
 def _alive(pid: int) -> bool:

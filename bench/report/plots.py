@@ -28,7 +28,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from aqsgd.filecache import atomic_write  # noqa: E402
-from bench.report.summary import MODE_RANK, host_limited_flags, summarize  # noqa: E402
+from bench.report.summary import (  # noqa: E402
+    MODE_RANK,
+    UNKNOWN_RANK,
+    host_limited_flags,
+    summarize,
+)
 from bench.results.files import BYTE_KINDS, load_results  # noqa: E402
 
 __all__ = [
@@ -55,7 +60,7 @@ def mode_order(labels: Iterable[str]) -> list[str]:
     """Mode labels in a stable reading order: fp32, directq, aqsgd..., aqsgd+gc."""
     def key(label: str):
         name = label.split("-fw")[0].split(" ")[0]
-        return (MODE_RANK.get(name, 9), label)
+        return (MODE_RANK.get(name, UNKNOWN_RANK), label)
     return sorted(set(labels), key=key)
 
 

@@ -39,9 +39,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from aqsgd.compress.registry import COMPARISONS
 from bench.results.files import BYTE_KINDS, load_metas, load_results
 
-__all__ = ["MODE_RANK", "SUMMARY_COLUMNS", "host_limited_flags", "summarize_cell",
+__all__ = ["MODE_RANK", "UNKNOWN_RANK", "SUMMARY_COLUMNS", "host_limited_flags", "summarize_cell",
            "summarize"]
 
 SUMMARY_COLUMNS = (
@@ -141,8 +142,10 @@ def _add_speedups(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-# reading order of modes
-MODE_RANK = {"fp32": 0, "directq": 1, "aqsgd": 2, "aqsgd-lowbits": 3, "aqsgd+gc": 4}
+# reading order of modes: each registered mode's rank (aqsgd.compress.registry); a mode
+# no longer registered (an old result file) reads last
+MODE_RANK = {name: c.rank for name, c in COMPARISONS.items()}
+UNKNOWN_RANK = np.inf
 
 
 def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
@@ -150,7 +153,7 @@ def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
     replicas, variant (the default first), seed."""
     order = table.assign(
         _rate=table["rate_mbit"].fillna(np.inf),
-        _mode=table["mode"].map(MODE_RANK).fillna(9),
+        _mode=table["mode"].map(MODE_RANK).fillna(UNKNOWN_RANK),
         _fw=table["fw_bits"].fillna(0))
     keys = ["sweep", "_rate", "scenario", "_mode", "_fw", "grad_mode", "replicas",
             "variant", "seed"]

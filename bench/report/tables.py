@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from aqsgd.compress.registry import COMPARISONS
 from aqsgd.filecache import atomic_write_text
 from bench.report.linkbound import bound_lines
 from bench.results.files import load_metas
@@ -61,9 +62,10 @@ def mode_text(row) -> str:
     """How a table names a cell's mode: 'fp32', 'aqsgd 2/4', 'aqsgd+gc/ef21 2/4' (the
     gradient compressor always shown), with ' [VARIANT]' for a non-default variant."""
     name = row["mode"]
-    if name == "aqsgd+gc":
+    mode = COMPARISONS.get(name)  # None: a mode no longer registered (an old result file)
+    if mode is not None and mode.data_parallel:
         name = f"{name}/{row['grad_mode']}"
-    if row["mode"] != "fp32":
+    if mode is None or mode.takes_bits:
         name = f"{name} {int(row['fw_bits'])}/{int(row['bw_bits'])}"
     return f"{name} [{row['variant']}]" if row["variant"] else name
 

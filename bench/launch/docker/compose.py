@@ -5,7 +5,7 @@
 
 One service per rank (host0, host1, ...) on one network of the run's /24 in
 198.18.0.0/15, each with NET_ADMIN only, the worker environment of
-bench.launch.dockerspec (NCCL and gloo on eth0, no P2P or shared memory, a host
+bench.launch.docker.spec (NCCL and gloo on eth0, no P2P or shared memory, a host
 id of its own), a GPU reservation where the run uses GPUs, and its tc commands
 in AQ_SHAPING_ARGVS: the image's entrypoint (docker/entrypoint.py) runs them as
 root, without a shell, before it starts the worker as the non-root user.
@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.launch.dockerspec import TUN_DEVICE, DockerRunSpec
+from bench.launch.docker.spec import TUN_DEVICE, DockerRunSpec
 from bench.net.scenario import NetworkScenario
 
 __all__ = ["DELAY_MECHANISMS", "WORKER_PORT", "compose_dict", "write_compose"]

@@ -1,6 +1,7 @@
 """What a Docker run creates, as data: names, addresses, GPUs, environment, the tc
-commands of each container. No Docker call here; the launcher (bench/launch/docker.py)
-and the compose file (bench/launch/compose.py) are both built from these.
+commands of each container (the host shaping plan, bench.net.shaping, rendered on its
+eth0 or TUN). No Docker call here; the launcher (bench/launch/docker/launcher.py) and the
+compose file (bench/launch/docker/compose.py) are both built from these.
 
     spec = DockerRunSpec.new(scenario, n_hosts=2, run_id="ab12cd", gpu_count=0)
     spec.container(0), spec.network, spec.addr(1)       # aqd3f9c1-h0, aqd3f9c1-net, 198.18.0.3
@@ -8,7 +9,8 @@ and the compose file (bench/launch/compose.py) are both built from these.
 
 Every name carries the per-run prefix P ("aqd" + 5 hex digits): containers P-hI
 (and P-cap, the netem test), network P-net, volume P-cache. Each is written to the
-state file before it is created and removed by that exact name (bench/launch/state.py).
+state file before it is created and removed by that exact name
+(bench/launch/docker/state.py).
 
 Addresses: the run's network is a /24 of 198.18.0.0/15 (RFC 2544's benchmarking
 range) chosen from the prefix, so that concurrent runs rarely pick the same
@@ -31,19 +33,11 @@ import os
 import time
 from dataclasses import dataclass
 
-from bench.launch.shaping import DownlinkCap, HostShaping, ShapingPlan
 from bench.net.delayline import TUNNEL_OVERHEAD_BYTES, TunnelConfig
 from bench.net.executor import Argv
 from bench.net.scenario import NetworkScenario
-from bench.net.tc import (
-    ETHERNET_HEADER_BYTES,
-    UNLIMITED_BIT,
-    EgressLink,
-    egress_argvs,
-    egress_path_argvs,
-    ifb_redirect_argvs,
-    payload_factor,
-)
+from bench.net.shaping import Interface, ShapingPlan, shaping_plan
+from bench.net.tc import ETHERNET_HEADER_BYTES, payload_factor
 
 __all__ = ["CONTAINER_DEV", "DELAY_LINE_LOG_FILE", "DELAY_LINE_PID_FILE",
            "DELAY_LINE_PORT", "DELAY_LINE_READY_FILE",
@@ -151,7 +145,7 @@ class DockerRunSpec:
 
     @property
     def scratch_container(self) -> str:
-        """The throw-away container of the netem test (bench/launch/docker.py)."""
+        """The throw-away container of the netem test (bench/launch/docker/checks.py)."""
         return f"{self.prefix}-cap"
 
     @property
@@ -222,56 +216,37 @@ class DockerRunSpec:
         return payload_factor(TUN_MTU, 0) if self.delay_line else \
             payload_factor(CONTAINER_MTU, ETHERNET_HEADER_BYTES)
 
-    def plan(self) -> ShapingPlan:
-        """The shaping of every container: an htb tree on its eth0, or its TUN with the
-        delay line (one class per other container), a tbf on an ifb fed from that
-        device's ingress where a downlink is capped. Every command runs inside its own
-        container (netns None)."""
-        sc, n = self.scenario, self.n_hosts
-        frame_bytes = CONTAINER_MTU + ETHERNET_HEADER_BYTES
-        queue_bytes = sc.link.queue_bytes or sc.link.queue_packets * frame_bytes
-        hosts = []
-        for i in range(n):
-            caps = sc.caps(i)
-            down = None if caps.downlink_mbit is None else DownlinkCap(
-                CONTAINER_IFB, None, int(caps.downlink_mbit * 1e6 * self.factor), queue_bytes)
-            hosts.append(HostShaping(
-                dev=self.device, netns=None,
-                links=tuple(EgressLink(self.addr(j), sc.link_spec(i, j))
-                            for j in range(n) if j != i),
-                uplink_mbit=caps.uplink_mbit, downlink=down,
-                ifb=CONTAINER_IFB if down is not None else None))
-        return ShapingPlan(tuple(hosts), self.factor, self.netem)
+    def shaping(self) -> ShapingPlan:
+        """The host shaping plan of every container (bench.net.shaping): its rates in tc
+        bit/s of this run's framing (`factor`), delay, jitter and loss in netem leaves
+        when `netem`."""
+        return shaping_plan(self.scenario, self.n_hosts, factor=self.factor, netem=self.netem)
+
+    def interface(self, i: int) -> Interface:
+        """Where container i's shaping goes: its eth0, or its TUN with the delay line,
+        towards the other containers' addresses there; a downlink cap on an ifb fed from
+        that device's ingress. Every command runs inside the container (no netns)."""
+        self._check_host(i)
+        return Interface(self.device, tuple(self.addr(j) for j in range(self.n_hosts)),
+                         ifb=CONTAINER_IFB)
 
     def shaping_argvs(self, i: int) -> list[Argv]:
         """The commands shaping container i, in order: with the delay line, first the
         address and MTU of its TUN (which the delay line has created), then tc (and ip,
         for the ifb)."""
-        h = self.plan().hosts[i]
         argvs: list[Argv] = []
         if self.delay_line:
             argvs += [("ip", "addr", "add", f"{self.tun_addr(i)}/24", "dev", TUN_DEV),
                       ("ip", "link", "set", TUN_DEV, "up", "mtu", str(TUN_MTU),
                        "txqueuelen", "1000")]
-        argvs += egress_argvs(h.dev, list(h.links), h.uplink_mbit, self.factor, self.netem)
-        if h.downlink is not None:
-            argvs += ifb_redirect_argvs(h.dev, h.ifb)
-            argvs.append(h.downlink.argv())
-        return argvs
+        return argvs + self.shaping().setup_argvs(i, self.interface(i))
 
     def rate_limit_argvs(self, src: int, dst: int, lifted: bool) -> list[tuple[int, Argv]]:
         """(container, command) pairs lifting every rate limit on src -> dst, or putting
-        them back (the probe's ceiling measurement; see ShapingPlan.rate_limit_argvs)."""
-        plan = self.plan()
-        h = plan.hosts[src]
-        k = dst if dst < src else dst - 1
-        rate = UNLIMITED_BIT if lifted else None
-        out = [(src, a) for a in egress_path_argvs(h.dev, list(h.links), h.uplink_mbit,
-                                                   self.factor, self.netem, k, rate)]
-        down = plan.hosts[dst].downlink
-        if down is not None:
-            out.append((dst, down.argv("change", rate)))
-        return out
+        them back (the probe's ceiling measurement; bench.net.shaping.ShapingPlan.
+        rate_limit_argvs)."""
+        interfaces = [self.interface(j) for j in range(self.n_hosts)]
+        return self.shaping().rate_limit_argvs(src, dst, lifted, interfaces)
 
     def tunnel_config(self, i: int) -> TunnelConfig:
         """The delay line of container i: the loss of its outgoing links, the delay and

@@ -5,16 +5,17 @@ removal by exact recorded names.
         print(format_table(hosts.probe()))             # achieved link table
         p = hosts.spawn(0, [sys.executable, "-m", "aqsgd.train.worker", ...], env, log)
 
-NetnsLauncher composes one module per concern:
+NetnsLauncher composes one module per concern, in this folder:
   names.py     every name and address of the run, from a per-run prefix
   state.py     the state file, written before anything exists, and teardown by name
   topology.py  namespaces, switch, veths; the userspace delay line and its TUNs
-  shaping.py   the tc commands shaping each host, as a plan (lifted and restored by
-               the probe)
-  probing.py   the link probe and the host-ceiling measurement (its loop shared with
-               the Docker launcher)
-  process.py   starting and stopping process groups (shared with the local launcher)
-  lifecycle.py bring-up and signal-safe teardown (shared with the Docker launcher)
+  shaping.py   the host shaping plan (bench.net.shaping) rendered on the veths or TUNs
+               (lifted and restored by the probe)
+and, from the core of bench/launch:
+  probing.py   the link probe and the host-ceiling measurement (LinkProbing.probe)
+  process.py   starting and stopping process groups
+  lifecycle.py bring-up and signal-safe teardown
+  state.py     the state dirs, and cleanup of killed runs (which calls state.py here)
 
 Without netem, delay, jitter and loss come from the userspace delay line
 (bench/net/delayline.py): the workers then talk over the TUN devices.
@@ -29,12 +30,26 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from bench.launch.base import links_record, new_run_id
 from bench.launch.lifecycle import HostsLifecycle
-from bench.launch.names import TopologyNames, host_addr, new_prefix
-from bench.launch.probing import default_probe_links, probe_links
+from bench.launch.netns.names import MTU, TopologyNames, host_addr, new_prefix
+from bench.launch.netns.shaping import NetnsShaping, plan_shaping
+from bench.launch.netns.state import (
+    StateFiles,
+    existing_namespaces,
+    teardown_recorded,
+    write_state,
+)
+from bench.launch.netns.topology import (
+    create_namespaces,
+    delay_line_config,
+    start_delay_line,
+    switch_argvs,
+    tun_argvs,
+)
+from bench.launch.probing import PROBE_PORT, LinkProbing, exchange
 from bench.launch.process import (
     TEARDOWN_GRACE_S,
     ProcessIdentity,
@@ -42,25 +57,11 @@ from bench.launch.process import (
     spawn_group,
     stop_all,
 )
-from bench.launch.shaping import ShapingPlan, plan_shaping
-from bench.launch.state import (
-    DEFAULT_STATE_DIR,
-    StateFiles,
-    existing_namespaces,
-    teardown_recorded,
-    write_state,
-)
-from bench.launch.topology import (
-    create_namespaces,
-    delay_line_config,
-    start_delay_line,
-    switch_argvs,
-    tun_argvs,
-)
+from bench.launch.state import DEFAULT_STATE_DIR
 from bench.net.executor import Executor
-from bench.net.probe import ProbeRecord, check_links
+from bench.net.probe import ProbePlan, ProbeRecord
 from bench.net.scenario import NetworkScenario
-from bench.net.tc import Capabilities, mechanisms_for, probe_capabilities
+from bench.net.tc import Capabilities, mechanisms_for, payload_factor, probe_capabilities
 
 __all__ = ["NetnsLauncher", "require_netns"]
 
@@ -74,7 +75,7 @@ def require_netns() -> None:
                               "LocalLauncher (bench/launch/local.py) for an unshaped run")
 
 
-class NetnsLauncher(HostsLifecycle):
+class NetnsLauncher(HostsLifecycle, LinkProbing):
     """Context manager building `n_hosts` emulated hosts for one run (see module doc).
 
     `state_dir`: where the state file goes (default DEFAULT_STATE_DIR). `allow_drop`:
@@ -95,7 +96,7 @@ class NetnsLauncher(HostsLifecycle):
         self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
         if not 1 <= self.n_hosts <= MAX_HOSTS:
             raise ValueError(f"n_hosts: expected 1..{MAX_HOSTS}, got {self.n_hosts}")
-        self.run_id = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        self.run_id = run_id or new_run_id()
         self.names = TopologyNames(new_prefix(self.run_id), self.n_hosts)
         self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
         self.files = StateFiles(self.state_dir, self.names.prefix)
@@ -106,7 +107,7 @@ class NetnsLauncher(HostsLifecycle):
         self.capabilities: Capabilities | None = None
         self.mechanisms: dict[str, str] = {}
         self.use_delay_line = False
-        self.shaping: ShapingPlan | None = None
+        self.shaping: NetnsShaping | None = None
         self.delay_line: subprocess.Popen | None = None
         self.delay_line_scheduling: str | None = None
         self._procs: list[subprocess.Popen] = []
@@ -217,24 +218,22 @@ class NetnsLauncher(HostsLifecycle):
         return spawn_group(["ip", "netns", "exec", self.netns(i), self.python, *python_args],
                            env_with_repo(), pipe_stdout=True)
 
-    # -- link probe and record -----------------------------------------------------
-    def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
-              tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
-        """Measure each directed link (default: those the placement of the scenario's
-        layout uses, bench.launch.probing.default_probe_links) one after the other, each
-        as bench.net.probe.plan_probe plans it from its rate, round trip and
-        `duration_s`; raise LinkProbeError if one is off by more than `tolerance`.
+    # -- link probe (LinkProbing.probe) and record -----------------------------------
+    def _measure_link(self, src: int, dst: int, plan: ProbePlan) -> dict:
+        """One bench.net.probe client/server exchange from host src to host dst."""
+        server = self.spawn_quiet(dst, ["-m", "bench.net.probe", "serve", "--addr",
+                                        self.addr(dst), "--port", str(PROBE_PORT)])
+        client = ["ip", "netns", "exec", self.netns(src), self.python, "-m",
+                  "bench.net.probe", "measure", "--addr", self.addr(dst), "--port",
+                  str(PROBE_PORT), *plan.client_args()]
+        return exchange(server, client, plan, env_with_repo(), src, dst, f"host {dst}")
 
-        A link that falls short is measured again with its rate limits lifted (the
-        host's ceiling for that path, `rate_mbit_ceiling`); if that ceiling is below
-        the configured rate too, the link is recorded as `host_limited` and does not
-        stop the run (bench.net.probe.rate_verdict)."""
-        self.check_delay_line()
-        links = links or default_probe_links(self.scenario, self.n_hosts)
-        self._probe_records = probe_links(self, links, tolerance, duration_s)
-        if check:
-            check_links(self._probe_records, tolerance)
-        return self._probe_records
+    def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
+        self.executor.run_all(self.shaping.rate_limit_argvs(src, dst, lifted=lifted))
+
+    def _payload_ratio(self) -> float:
+        # configured literally, a link carries rate x 1448/1514 of TCP payload
+        return 1.0 if self.payload_correction else 1.0 / payload_factor(MTU)
 
     def record(self) -> dict:
         """What meta.json needs: launcher, which mechanism delivered each property,
@@ -262,9 +261,7 @@ class NetnsLauncher(HostsLifecycle):
                        "addr": self.addr(i)} for i in range(self.n_hosts)],
             "namespaces": self.names.namespaces(),
             "removed_before_start": list(self.removed_before_start),
-            "links": [{"src": a, "dst": b, **self.scenario.link_spec(a, b).to_dict(),
-                       "payload_rate_mbit": self.scenario.payload_rate_mbit(a, b)}
-                      for a in range(self.n_hosts) for b in range(self.n_hosts) if a != b],
+            "links": links_record(self.scenario, self.n_hosts),
             "probe": [r.to_dict() for r in self._probe_records],
             "timing": dict(self._timing),
             "commands": [" ".join(c) for c in self.executor.history],

@@ -7,7 +7,7 @@ container's egress shaped with tc inside it, removal by exact recorded names.
 
 Talks to the daemon through the Docker SDK (`docker.from_env()`: DOCKER_HOST, or the
 default socket; `docker/dockerd.sh start` runs one of the suite's own). The image
-(bench.launch.dockerspec.DOCKER_IMAGE, `make docker-image`) holds Python and the
+(bench.launch.docker.spec.DOCKER_IMAGE, `make docker-image`) holds Python and the
 pinned packages; the checkout is mounted read-only at its own path, the results
 directory (the parent of `state_dir`, or `results_dir`) read-write, so the harness's
 argv, PYTHONPATH and output paths mean the same inside and out. The cache (.cache/:
@@ -16,7 +16,7 @@ real path and seeded from it: the non-root worker may build what is missing ther
 without writing into the host's cache.
 
 Each container gets NET_ADMIN only (never --privileged): the tc commands of
-bench.launch.dockerspec run in it as root through `docker exec`, then the shaped
+bench.launch.docker.spec run in it as root through `docker exec`, then the shaped
 file is created, which the image's entrypoint waits for. Workers run as the image's
 non-root `worker` user (`docker exec -u worker`), so the results directory is
 handed to that user before each spawn. `docker exec` does not pass signals on, so
@@ -34,24 +34,25 @@ text (the BPE's corpus, the pydoc fine-tuning text), so the host's cached tokeni
 checkpoint keys, and the same torch as a netns cell. "image" (the default with GPUs):
 the image's Python, whose other cache keys make the run build its own in its volume.
 
-Every name is written to the state file before it exists; teardown removes exactly
-those names, in a `finally`; `python -m bench.launch cleanup` does the same for a
-killed run (bench.launch.state.cleanup calls `teardown_docker`).
+Every name is written to the state file before it exists (bench/launch/docker/state.py);
+teardown removes exactly those names, in a `finally`; `python -m bench.launch cleanup`
+does the same for a killed run (through bench.launch.docker.state.teardown_state).
+The link probe is the core's (bench.launch.probing.LinkProbing), each exchange a
+`docker exec` of bench.net.probe in the two containers.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from aqsgd.filecache import atomic_write_text, default_cache_dir
+from aqsgd.filecache import default_cache_dir
 from bench import REPO_ROOT
-from bench.launch.dockerchecks import (
+from bench.launch.base import links_record, new_run_id
+from bench.launch.docker.checks import (
     ContainerExecutor,
     check_delay_lines,
     check_host_python,
@@ -60,27 +61,27 @@ from bench.launch.dockerchecks import (
     probe_capabilities,
     wait_for_delay_line,
 )
-from bench.launch.dockerprobe import probe_containers
-from bench.launch.dockerspec import (
+from bench.launch.docker.spec import (
     SHAPED_FILE,
     TUN_DEVICE,
     WORKER_USER,
     DockerRunSpec,
 )
+from bench.launch.docker.state import teardown_docker, write_state
 from bench.launch.lifecycle import HostsLifecycle
-from bench.launch.probing import default_probe_links
+from bench.launch.probing import PROBE_PORT, LinkProbing, exchange
 from bench.launch.process import (
     TEARDOWN_GRACE_S,
     spawn_group,
     stop_all,
 )
-from bench.launch.state import DEFAULT_STATE_DIR, launcher_fields
+from bench.launch.state import DEFAULT_STATE_DIR
 from bench.net.executor import Argv
-from bench.net.probe import ProbeRecord, check_links
+from bench.net.probe import ProbePlan, ProbeRecord
 from bench.net.scenario import NetworkScenario
 from bench.net.tc import Capabilities, mechanisms_for
 
-__all__ = ["DockerLauncher", "teardown_docker"]
+__all__ = ["DockerLauncher"]
 
 MAX_NAME_DRAWS = 5
 ENTRYPOINT = ("python3", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
@@ -97,7 +98,7 @@ MECHANISMS = {"htb": "htb qdisc (kernel, inside each container)",
 PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
 
 
-class DockerLauncher(HostsLifecycle):
+class DockerLauncher(HostsLifecycle, LinkProbing):
     """Context manager building `n_hosts` containers for one run (see module doc).
 
     `image`: the worker image. `gpus`: True = rank i on GPU i (a GpuShortage error when
@@ -117,7 +118,7 @@ class DockerLauncher(HostsLifecycle):
                  payload_correction: bool = True, python: str | None = None, client=None):
         self.scenario = scenario
         self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
-        self.run_id = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        self.run_id = run_id or new_run_id()
         n_gpus = gpu_count()
         self._spec_kw = {"use_gpus": n_gpus > 0 if gpus is None else gpus,
                          "gpu_count": n_gpus, "payload_correction": payload_correction}
@@ -182,13 +183,7 @@ class DockerLauncher(HostsLifecycle):
 
     def _write_state(self) -> None:
         """Every name the run may create, before it is created (and the pids spawned)."""
-        sp = self.spec
-        state = {**launcher_fields("docker", self.run_id, sp.prefix),
-                 "docker_host": os.environ.get("DOCKER_HOST"),
-                 "containers": [*sp.containers(), sp.scratch_container],
-                 "networks": [sp.network],
-                 "volumes": [sp.volume], "spawned_pids": [p.pid for p in self._procs]}
-        atomic_write_text(self.state_path, json.dumps(state, indent=1))
+        write_state(self.state_path, self.spec, self.run_id, [p.pid for p in self._procs])
 
     # -- lifecycle -----------------------------------------------------------------
     def _prepare(self) -> None:
@@ -282,7 +277,7 @@ class DockerLauncher(HostsLifecycle):
 
     def _probe_capabilities(self) -> Capabilities:
         """netem in a scratch container, where the scenario asks for delay, jitter or
-        loss (bench/launch/dockerchecks.py)."""
+        loss (bench/launch/docker/checks.py)."""
         name = self.spec.scratch_container
         self._created["containers"].append(name)  # recorded until it is gone
         try:
@@ -345,21 +340,26 @@ class DockerLauncher(HostsLifecycle):
         self._write_state()
         return proc
 
-    # -- link probe and record -----------------------------------------------------
-    def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
-              tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
-        """bench.net.probe inside the containers, one directed link after the other
-        (default: those the placement of the scenario's layout uses), each planned by
-        bench.net.probe.plan_probe; raise LinkProbeError if one is off
-        by more than `tolerance` (rate, or round trip). A link that falls short is
-        measured again with its limits lifted (the host's ceiling), as on the netns
-        launcher (bench/launch/dockerprobe.py)."""
-        self.check_delay_line()
-        links = links or default_probe_links(self.scenario, self.n_hosts)
-        self._probe_records = probe_containers(self, links, tolerance, duration_s)
-        if check:
-            check_links(self._probe_records, tolerance)
-        return self._probe_records
+    # -- link probe (LinkProbing.probe) and record -----------------------------------
+    def _measure_link(self, src: int, dst: int, plan: ProbePlan) -> dict:
+        """One bench.net.probe client/server exchange from container src to container
+        dst, each side through `docker exec`."""
+        server = spawn_group(self.exec_argv(dst, [
+            "python3", "-m", "bench.net.probe", "serve", "--addr", self.addr(dst), "--port",
+            str(PROBE_PORT)], tied=True), dict(os.environ), pipe_stdout=True, stdin_pipe=True)
+        client = self.exec_argv(src, [
+            "python3", "-m", "bench.net.probe", "measure", "--addr", self.addr(dst),
+            "--port", str(PROBE_PORT), *plan.client_args()])
+        return exchange(server, client, plan, dict(os.environ), src, dst,
+                        f"container {dst}")
+
+    def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
+        """In the containers that hold them (src's egress, dst's downlink cap)."""
+        for i, argv in self.spec.rate_limit_argvs(src, dst, lifted):
+            self.run_as_root(i, argv)
+
+    def _payload_ratio(self) -> float:
+        return 1.0 if self.spec.payload_correction else 1.0 / self.spec.factor
 
     def run_as_root(self, i: int, argv: Argv) -> subprocess.CompletedProcess:
         """One command (tc, ip) in container i as root, kept in the run's history."""
@@ -394,30 +394,9 @@ class DockerLauncher(HostsLifecycle):
                        "addr": sp.addr(i), "network_addr": sp.network_addr(i),
                        "gpu": sp.gpu(i)} for i in range(self.n_hosts)],
             "containers": sp.containers(),
-            "links": [{"src": a, "dst": b, **self.scenario.link_spec(a, b).to_dict(),
-                       "payload_rate_mbit": self.scenario.payload_rate_mbit(a, b)}
-                      for a in range(self.n_hosts) for b in range(self.n_hosts) if a != b],
+            "links": links_record(self.scenario, self.n_hosts),
             "probe": [r.to_dict() for r in self._probe_records],
             "timing": dict(self._timing),
             "commands": [" ".join(c) for c in self.history],
         }
 
-
-def teardown_docker(names: dict[str, list[str]], client=None) -> list[str]:
-    """Remove the named containers (forced: their processes die with them), then the
-    networks, then the volumes; names not present are skipped. Returns what was
-    removed."""
-    import docker
-
-    client = client or docker_client()
-    removed = []
-    kinds = (("containers", client.containers, {"force": True}),
-             ("networks", client.networks, {}), ("volumes", client.volumes, {"force": True}))
-    for kind, collection, kw in kinds:
-        for name in names.get(kind, []):
-            try:
-                collection.get(name).remove(**kw)
-            except docker.errors.NotFound:
-                continue
-            removed.append(f"{kind[:-1]} {name}")
-    return removed

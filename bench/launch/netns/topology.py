@@ -1,17 +1,17 @@
-"""Bring-up of the netns hosts (see bench/launch/names.py for the layout): the
+"""Bring-up of the netns hosts (see bench/launch/netns/names.py for the layout): the
 namespaces, the switch (a bridge in its own namespace) with one veth pair per
 host, and, where the kernel lacks netem, the userspace delay line with a TUN
 device per host (bench/net/delayline.py). Teardown is by recorded name
-(bench/launch/state.py).
+(bench/launch/netns/state.py).
 """
 
 from __future__ import annotations
 
 import subprocess
 
-from bench.launch.names import MTU, TopologyNames, host_addr
+from bench.launch.netns.names import MTU, TopologyNames, host_addr
+from bench.launch.netns.state import StateFiles
 from bench.launch.process import env_with_repo, read_ready_line, spawn_group
-from bench.launch.state import StateFiles
 from bench.net.delayline import DelayLineConfig
 from bench.net.executor import Argv, Executor
 from bench.net.scenario import NetworkScenario

@@ -1,7 +1,9 @@
-"""The Docker launcher's helpers around the daemon (bench/launch/docker.py): its
-client and the host's GPUs; the executor that runs a command in a container as root;
-the netem test in a scratch container, the wait for each container's delay line and
-its liveness check, the check that the host's interpreter runs in the image.
+"""The Docker launcher's helpers around the daemon (bench/launch/docker/launcher.py):
+its client and the host's GPUs, and whether the launcher can run here at all
+(`daemon_and_image`, bench.launch.choice.docker_usable); the executor that runs a command
+in a container as root; the netem test in a scratch container, the wait for each
+container's delay line and its liveness check, the check that the host's interpreter
+runs in the image.
 """
 
 from __future__ import annotations
@@ -9,12 +11,14 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
-from bench.launch.dockerspec import (
+from bench.launch.docker.spec import (
     DELAY_LINE_LOG_FILE,
     DELAY_LINE_PID_FILE,
     DELAY_LINE_READY_FILE,
+    DOCKER_IMAGE,
     TUN_DEVICE,
     WORKER_USER,
 )
@@ -22,27 +26,44 @@ from bench.net.executor import Argv, CommandError, Executor
 from bench.net.scenario import NetworkScenario
 from bench.net.tc import Capabilities, mechanisms_for
 
-__all__ = ["ContainerExecutor", "check_delay_lines", "check_host_python", "docker_client",
-           "gpu_count", "probe_capabilities", "wait_for_delay_line"]
+__all__ = ["ContainerExecutor", "check_delay_lines", "check_host_python", "daemon_and_image",
+           "docker_client", "gpu_count", "probe_capabilities", "wait_for_delay_line"]
 
 DELAY_LINE_TIMEOUT_S = 70.0  # the entrypoint gives its delay line 60 s (docker/entrypoint.py)
 POLL_S = 0.2
 NETEM_TEST = ("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms")
 
 
-def docker_client():
-    """The daemon's client; a clear error when none answers."""
+def docker_client(environment: Mapping[str, str] | None = None):
+    """The client of the daemon `environment` names (None: this process's environment):
+    DOCKER_HOST, or the default socket; a clear error when none answers."""
     import docker
 
+    environment = os.environ if environment is None else environment
     try:
-        client = docker.from_env()
+        client = docker.from_env(environment=dict(environment))
         client.ping()
     except docker.errors.DockerException as err:
-        where = os.environ.get("DOCKER_HOST", "the default socket")
+        where = environment.get("DOCKER_HOST", "the default socket")
         raise RuntimeError(f"no Docker daemon answers at {where} ({err}); start one with "
                            f"`docker/dockerd.sh start` and export the DOCKER_HOST it "
                            f"prints") from None
     return client
+
+
+def daemon_and_image(image: str = DOCKER_IMAGE) -> tuple[bool, str]:
+    """(ok, why): a daemon answers (docker_client) and has `image`."""
+    import docker
+
+    try:
+        client = docker_client()
+    except RuntimeError as err:
+        return False, str(err)
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return False, f"image {image} not found: build it with `make docker-image`"
+    return True, f"requested: Docker daemon answers, image {image} present"
 
 
 def gpu_count() -> int:

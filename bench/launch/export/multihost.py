@@ -1,15 +1,16 @@
 """Multi-host planner: the commands to run a scenario on real machines.
 
-    python -m bench.launch.multihost --scenario 100mbps --hosts 10.0.0.1,10.0.0.2 --iface eth0 \\
-        -- --config run.yaml
+    python -m bench.launch.export.multihost --scenario 100mbps --hosts 10.0.0.1,10.0.0.2 \\
+        --iface eth0 -- --config run.yaml
 
-prints, for each host, the tc commands shaping its interface (egress per
-destination with htb, netem for delay/jitter/loss; downlink through an ifb),
-the commands removing them, and the torchrun line starting its worker. Nothing
-is executed: this is a planner (`plan_hosts` returns the commands as data), not
-a Launcher context manager (bench/launch/base.py); the user runs the commands on
-each host. Most GPU servers have netem; pass --no-netem for hosts without it
-(delay, jitter and loss are then refused unless --allow-drop).
+prints, for each host, the tc commands shaping its interface (the host shaping plan,
+bench.net.shaping, rendered on `--iface`: egress per destination with htb, netem for
+delay/jitter/loss; downlink through an ifb), the commands removing them, and the
+torchrun line starting its worker. Nothing is executed: this is a planner
+(`plan_hosts` returns the commands as data), not a Launcher context manager
+(bench/launch/base.py); the user runs the commands on each host. Most GPU servers have
+netem; pass --no-netem for hosts without it (delay, jitter and loss are then refused
+unless --allow-drop).
 """
 
 from __future__ import annotations
@@ -20,16 +21,8 @@ from dataclasses import dataclass
 
 from bench.net.executor import Argv, format_argv
 from bench.net.scenario import NetworkScenario, load_scenario
-from bench.net.tc import (
-    Capabilities,
-    EgressLink,
-    burst_bytes,
-    egress_argvs,
-    ifb_redirect_argvs,
-    mechanisms_for,
-    payload_factor,
-    tbf_argv,
-)
+from bench.net.shaping import Interface, shaping_plan
+from bench.net.tc import Capabilities, mechanisms_for, payload_factor
 
 __all__ = ["HostPlan", "plan_hosts", "main"]
 
@@ -70,20 +63,13 @@ def plan_hosts(scenario: NetworkScenario, hosts: list[str], iface: str, worker_a
         raise ValueError(f"hosts: expected at least 2 addresses, got {hosts!r}")
     mechanisms = mechanisms_for(scenario, n, Capabilities(netem=netem, delay_line=False),
                                 allow_drop)
-    factor = payload_factor() if payload_correction else 1.0
+    shaping = shaping_plan(scenario, n, factor=payload_factor() if payload_correction else 1.0,
+                           netem=netem)
+    where = Interface(iface, tuple(hosts), ifb=IFB_NAME)  # the same on every host
     plans = []
     for i, address in enumerate(hosts):
-        links = [EgressLink(hosts[j], scenario.link_spec(i, j)) for j in range(n) if j != i]
-        setup = egress_argvs(iface, links, scenario.caps(i).uplink_mbit, factor, netem)
-        teardown = [("tc", "qdisc", "del", "dev", iface, "root")] if setup else []
-        down = scenario.caps(i).downlink_mbit
-        if down is not None:
-            rate = int(down * 1e6 * factor)
-            q = scenario.link.queue_bytes or scenario.link.queue_packets * 1514
-            setup += ifb_redirect_argvs(iface, IFB_NAME)
-            setup.append(tbf_argv(IFB_NAME, rate, burst_bytes(rate), q))
-            teardown += [("tc", "qdisc", "del", "dev", iface, "ingress"),
-                         ("ip", "link", "del", IFB_NAME)]
+        setup = shaping.setup_argvs(i, where)
+        teardown = shaping.removal_argvs(i, where)
         launch = ("torchrun", "--nnodes", str(n), "--nproc-per-node", "1", "--node-rank",
                   str(i), "--master-addr", hosts[0], "--master-port", str(master_port),
                   "-m", "aqsgd.train.worker", *worker_args)
