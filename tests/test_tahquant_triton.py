@@ -36,7 +36,7 @@ if not launch._interpreted():
                        "pytest process, or set TRITON_INTERPRET=1")
 
 SHAPES = [((3, 37, 64), 64), ((5, 7, 192), 64), ((2, 9, 24), 8), ((4, 96), 32),
-          ((1, 3, 256), 256)]
+          ((1, 3, 256), 256), ((3, 5, 100), 64)]
 PAPERISH = (2, 129, 1600)  # 6450 tiles of 64: 7 programs, the last one partial
 CONFIGS = [
     dict(),

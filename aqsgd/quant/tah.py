@@ -105,8 +105,8 @@ def _backend_for(backend: str, device: torch.device):
 
 def tah_quantize(x: torch.Tensor, cfg: TahConfig, generator: torch.Generator | None = None,
                  backend: str = "auto") -> TahPacked:
-    """x (fp32/fp16/bf16, any device, last dim a multiple of cfg.tile_size) -> TahPacked,
-    whose tensors hold exactly tah_wire_nbytes(x.shape, cfg) bytes."""
+    """x (fp32/fp16/bf16, any device; rows zero-padded to a multiple of cfg.tile_size)
+    -> TahPacked, whose tensors hold exactly tah_wire_nbytes(x.shape, cfg) bytes."""
     _check_config(cfg)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")

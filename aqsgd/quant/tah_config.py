@@ -1,11 +1,12 @@
 """What TAH-Quant's contract fixes before any arithmetic: the config, the tiles, the wire.
 
-`TahConfig` says how a tensor is quantized (the method and every choice made for it are in
-`aqsgd.quant.tah_reference`); `tile_count` and `code_bits` give the tiles of a shape and
-the code bits the budget grants them; `TahPacked` is what travels; `tah_wire_spec` and
-`tah_wire_nbytes` give its tensors and its exact size from shape and config alone (the bit
-allocation is adaptive per tile but its total is fixed, so the size never depends on the
-data). Imports torch only.
+`TahConfig` says how a tensor is quantized (the method and every choice made for it are
+in `aqsgd.quant.tah_reference`); `tile_count` and `code_bits` give the tiles of a shape
+and the code bits the budget grants them; `to_tiles` / `from_tiles` cut a tensor into
+tiles (rows zero-padded to a multiple of the tile) and back; `TahPacked` is what travels;
+`tah_wire_spec` and `tah_wire_nbytes` give its tensors and its exact size from shape and
+config alone (the bit allocation is adaptive per tile but its total is fixed, so the size
+never depends on the data). Imports torch only.
 
     cfg = TahConfig(bits=3.0, tile_size=64, min_bits=2, max_bits=4)
     tah_wire_nbytes((16, 64, 128), cfg)   # 49152 code bytes + 2048 tiles * 6 bytes = 61440
@@ -33,7 +34,9 @@ __all__ = [
     "code_bits",
     "entropy_table",
     "gain_table",
+    "from_tiles",
     "tile_count",
+    "to_tiles",
     "tah_wire_nbytes",
     "tah_wire_spec",
 ]
@@ -65,7 +68,8 @@ class TahConfig:
 
     bits: the budget, average code bits per element (int or float; the fp16 centre and
     scale, the width and the pivot of every tile travel beside the codes, see
-    `tah_wire_nbytes`). tile_size: a power of two in 8..256 dividing the last dimension.
+    `tah_wire_nbytes`). tile_size: a power of two in 8..256; rows (the last dimension) are
+    zero-padded to a multiple of it.
     rounding: "nearest" or "stochastic" (the quantizer contract's hash, needs a generator).
     """
 
@@ -118,16 +122,31 @@ class TahPacked(NamedTuple):
 
 
 def tile_count(shape: Sequence[int], cfg: TahConfig) -> int:
-    """Tiles of a tensor of `shape`: numel // tile_size; the last dimension must be a
-    multiple of tile_size, so no tile spans two tokens."""
+    """Tiles of a tensor of `shape`: ceil(D / tile_size) per row of the last dimension D,
+    so no tile spans two tokens."""
     shape = tuple(int(d) for d in shape)
-    numel = math.prod(shape)
-    if numel == 0 or not shape:
+    if not shape or math.prod(shape) == 0:
         raise ValueError(f"x must have at least one dimension and one element, got shape {shape}")
-    if shape[-1] % cfg.tile_size:
-        raise ValueError(f"tile_size={cfg.tile_size} must divide the last dimension "
-                         f"{shape[-1]} of x (shape {shape})")
-    return numel // cfg.tile_size
+    return math.prod(shape[:-1]) * -(-shape[-1] // cfg.tile_size)
+
+
+def to_tiles(x: torch.Tensor, cfg: TahConfig) -> torch.Tensor:
+    """x (..., D) as (T, G) tiles in x's dtype: a view when G divides D, else a copy with
+    every row zero-padded to a multiple of G."""
+    width, size = x.shape[-1], cfg.tile_size
+    rows = x.reshape(-1, width)
+    if width % size:
+        rows = torch.nn.functional.pad(rows, (0, size - width % size))
+    return rows.reshape(-1, size)
+
+
+def from_tiles(tiles: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """The (T, G) tiles of a tensor of `shape` as that tensor, row padding dropped."""
+    shape = tuple(int(d) for d in shape)
+    rows = tiles.reshape(math.prod(shape[:-1]), -1)
+    if rows.shape[1] != shape[-1]:
+        rows = rows[:, : shape[-1]].contiguous()
+    return rows.view(shape)
 
 
 def code_bits(shape: Sequence[int], cfg: TahConfig) -> int:

@@ -25,9 +25,11 @@ The stored copies of the paper available here hold its abstract (v1 and v2) and 
 third-party summary of its tiling; each point below is this module's choice and why.
 
 1. Tile shape: G consecutive channels of one token (the paper tiles along channels within
-   a token); G a power of two in 8..256 dividing the last dimension, default 64, the
-   largest power of two dividing every GPT-2 width (768, 1024, 1280, 1600). G >= 8 puts
-   every tile's codes on whole bytes; G <= 256 lets a pivot position be one byte.
+   a token); G a power of two in 8..256, default 64, the largest power of two dividing
+   every GPT-2 width (768, 1024, 1280, 1600). Other widths are zero-padded to a multiple
+   of G, row by row (the padding is coded like data and its coefficients travel: the
+   transform needs the whole tile). G >= 8 puts every tile's codes on whole bytes;
+   G <= 256 lets a pivot position be one byte.
 2. Entropy estimate: the Shannon entropy of a 16-bin histogram of the tile's values
    (after the transform: what is quantized) over its own range, plus log2 of that range.
    The sum is the tile's entropy per element at a common absolute resolution (a
@@ -96,8 +98,9 @@ from aqsgd.quant.tah_config import (
     TahPacked,
     code_bits,
     entropy_table,
+    from_tiles,
     gain_table,
-    tile_count,
+    to_tiles,
 )
 
 __all__ = [
@@ -246,8 +249,8 @@ def unpack(packed: torch.Tensor, bits: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def quantize_packed(x: torch.Tensor, cfg: TahConfig, seed: int = 0) -> TahPacked:
-    """x (fp32/fp16/bf16, last dim a multiple of tile_size) -> TahPacked."""
-    v = x.float().reshape(tile_count(x.shape, cfg), cfg.tile_size)  # (T, G)
+    """x (fp32/fp16/bf16, rows zero-padded to a multiple of tile_size) -> TahPacked."""
+    v = to_tiles(x, cfg).float()  # (T, G)
     pivots = torch.zeros(0, dtype=torch.uint8, device=x.device)
     if cfg.pivot_swap:
         where = find_pivots(v)
@@ -269,4 +272,4 @@ def dequantize_packed(packed: TahPacked, shape: Sequence[int], cfg: TahConfig,
     v = hadamard(y) if cfg.hadamard else y
     if cfg.pivot_swap:
         v = swap_pivots(v, packed.pivots.long())
-    return v.to(dtype).reshape(tuple(shape))
+    return from_tiles(v.to(dtype), shape)

@@ -33,7 +33,9 @@ from aqsgd.quant.tah_config import (
     TahPacked,
     code_bits,
     entropy_table,
+    from_tiles,
     tile_count,
+    to_tiles,
 )
 from aqsgd.quant.tah_reference import allocate_bits
 
@@ -129,7 +131,7 @@ def quantize_packed(x: torch.Tensor, cfg: TahConfig, seed: int = 0) -> TahPacked
     """Torch path of tah_quantize (arguments checked, seed drawn): the reference's bytes."""
     size, dev = cfg.tile_size, x.device
     n_tiles = tile_count(x.shape, cfg)
-    tiles = x.reshape(n_tiles, size)
+    tiles = to_tiles(x, cfg)  # (T, G), a view unless rows need padding
     table = entropy_table(size, dev)
     norm = torch.tensor(1.0 / math.sqrt(size), dtype=torch.float32, device=dev)
     coeffs = torch.empty(n_tiles * size, dtype=torch.float32, device=dev)  # per chunk (G, m)
@@ -284,4 +286,4 @@ def dequantize_packed(packed: TahPacked, shape: Sequence[int], cfg: TahConfig,
         if cfg.pivot_swap:
             _swap_rows(v, pivots[start:end])
         out[start:end].copy_(v.t())
-    return out.view(tuple(int(d) for d in shape))
+    return from_tiles(out, shape)

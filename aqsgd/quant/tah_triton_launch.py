@@ -29,7 +29,9 @@ from aqsgd.quant.tah_config import (
     TahPacked,
     code_bits,
     entropy_table,
+    from_tiles,
     tile_count,
+    to_tiles,
 )
 from aqsgd.quant.tah_reference import allocate_bits
 
@@ -100,10 +102,10 @@ def hadamard_tiles(v: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_packed(x: torch.Tensor, cfg: TahConfig, seed: int = 0) -> TahPacked:
-    """x (fp32/fp16/bf16, last dim a multiple of tile_size) -> TahPacked."""
+    """x (fp32/fp16/bf16, rows zero-padded to a multiple of tile_size) -> TahPacked."""
     size, dev = cfg.tile_size, x.device
     n_tiles = tile_count(x.shape, cfg)
-    xk = _kernel_view(x.contiguous())
+    xk = _kernel_view(to_tiles(x.contiguous(), cfg).contiguous())
     geo = _geometry(x, n_tiles, size)
     flags = dict(HADAMARD=cfg.hadamard, PIVOT=cfg.pivot_swap, X_BF16=x.dtype == torch.bfloat16)
     centres = torch.empty(n_tiles, dtype=torch.float16, device=dev)
@@ -126,10 +128,10 @@ def dequantize_packed(packed: TahPacked, shape: Sequence[int], cfg: TahConfig,
     """TahPacked -> values of `shape` in `dtype` (computed in fp32, rounded once)."""
     size = cfg.tile_size
     n_tiles = packed.bits.numel()
-    out = torch.empty(tuple(shape), dtype=dtype, device=packed.codes.device)
+    out = torch.empty(n_tiles, size, dtype=dtype, device=packed.codes.device)
     geo = _geometry(out, n_tiles, size)
     pivot_arg = packed.pivots if cfg.pivot_swap else packed.bits  # unread without PIVOT
     _launch(kernels.decode_kernel, geo, packed.codes, packed.centers, packed.scales,
             packed.bits, pivot_arg, _offsets(packed.bits, size), _kernel_view(out), n_tiles,
             HADAMARD=cfg.hadamard, PIVOT=cfg.pivot_swap, OUT_BF16=dtype == torch.bfloat16)
-    return out
+    return from_tiles(out, shape)
