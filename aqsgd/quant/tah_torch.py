@@ -224,11 +224,15 @@ def _word_index(offsets: torch.Tensor, row_bytes: int,
 
 
 def _pack(codes: torch.Tensor, bits: torch.Tensor, cfg: TahConfig, nbytes: int) -> torch.Tensor:
-    """The code stream of tah_reference.pack: tiles of one width packed together."""
+    """The code stream of tah_reference.pack: tiles of one width packed together. `codes`
+    (T, G), owned, is overwritten."""
     size = cfg.tile_size
+    low, high = int(bits.min()), int(bits.max())
+    if low == high:  # one width: the tiles' streams are one stream
+        return pack_codes(codes.view(-1), codes.numel(), low)
     out = torch.empty(nbytes, dtype=torch.uint8, device=codes.device)
     offsets = _offsets(bits, size)
-    for width in range(cfg.min_bits, cfg.max_bits + 1):
+    for width in range(low, high + 1):
         sel = torch.nonzero(bits == width).view(-1)
         if sel.numel() == 0:
             continue
@@ -241,11 +245,15 @@ def _pack(codes: torch.Tensor, bits: torch.Tensor, cfg: TahConfig, nbytes: int) 
 def _unpack(packed: torch.Tensor, bits: torch.Tensor, cfg: TahConfig) -> torch.Tensor:
     """(T, G) uint8 codes of a stream made by _pack."""
     size = cfg.tile_size
-    codes = torch.empty(bits.numel(), size, dtype=torch.uint8, device=packed.device)
+    n_tiles = bits.numel()
+    low, high = int(bits.min()), int(bits.max())
+    if low == high:
+        return unpack_codes(packed, low, n_tiles * size)[: n_tiles * size].view(n_tiles, size)
+    codes = torch.empty(n_tiles, size, dtype=torch.uint8, device=packed.device)
     offsets = _offsets(bits, size)
     if packed.storage_offset() % 8:  # word views need an aligned start
         packed = packed.clone()
-    for width in range(cfg.min_bits, cfg.max_bits + 1):
+    for width in range(low, high + 1):
         sel = torch.nonzero(bits == width).view(-1)
         if sel.numel() == 0:
             continue
