@@ -21,8 +21,9 @@ one IEEE operation in the order written, no fused multiply-add, divisions tensor
 
 Choices the paper left open
 ---------------------------
-The stored copies of the paper available here hold its abstract (v1 and v2) and a
-third-party summary of its tiling; each point below is this module's choice and why.
+Built from the paper's description of the method (its abstract, v1 and v2, and an
+outline of its tiling; its method section itself was not available here), so each point
+below is this module's choice, with its reason.
 
 1. Tile shape: G consecutive channels of one token (the paper tiles along channels within
    a token); G a power of two in 8..256, default 64, the largest power of two dividing

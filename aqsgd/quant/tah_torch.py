@@ -14,6 +14,13 @@ of one element. The transformed chunks are kept for the second pass, since the b
 allocation needs every tile's entropy first. Codes pack per width with
 `aqsgd.quant.bitpack`, each tile's bytes moved as whole words to where the widths before
 it end. Imports torch only.
+
+Speed (one thread, 3-bit budget, this 2-core machine under a load average of about 9,
+median CPU time): encode 19-25 ns and decode 9-11 ns per element at the tiny (16, 64, 128)
+and the GPT2-XL (1, 1024, 1600) boundary, against DirectQ's 3.6-3.8 and 2.5 under the same
+load. The encode's time goes, in about equal shares, to the transform (transposed load,
+pivots, butterflies), the entropy histogram, the codes and the packing per width; none of
+it is fused here.
 """
 
 from __future__ import annotations
