@@ -4,9 +4,9 @@ TAH-Quant quantizes a pipeline activation without a per-sample cache. It cuts th
 into small tiles, flattens each tile's outliers with a Hadamard transform (after swapping
 the tile's largest element, its pivot, to the front), and codes every tile on its own grid
 with a bit width that its entropy earns under an average bit budget. This module is the
-contract: the torch fast path (`aqsgd.quant.tah`) and the Triton kernels
-(`aqsgd.quant.tah_triton_launch`) give the same bytes; tests/test_tahquant.py and
-tests/test_tahquant_triton.py check it.
+contract: the torch fast path (`aqsgd.quant.tah_torch`) and the Triton kernels
+(`aqsgd.quant.tah_triton_launch`) give the same bytes; tests/aqsgd/quant/test_tah.py and
+tests/aqsgd/quant/test_tah_triton_kernels.py check it.
 
     packed = quantize_packed(x, cfg, seed)               # x (..., D) -> TahPacked
     y = dequantize_packed(packed, x.shape, cfg, dtype)
