@@ -16,7 +16,8 @@ DOCKER_IMAGE ?= aqsgd-bench-worker:latest
 WHEELHOUSE := docker/wheelhouse
 DEBIAN_SUITE ?= bookworm
 
-.PHONY: help setup test test-fast lint bench bench-kernels bench-compressors regress paper convergence \
+.PHONY: help setup test test-fast lint bench bench-kernels bench-compressors bench-coding regress \
+	paper convergence \
 	finetune pretrain probe net-cleanup gpu-check profile clean-venv docker-base docker-image \
 	docker-wheelhouse docker-daemon-start docker-daemon-stop
 
@@ -107,6 +108,10 @@ bench-compressors: setup
 # Quantizer kernels in GB/s against the plain-torch reference.
 bench-kernels: setup
 	$(PY) -m bench.micro.kernels
+
+# CPU coding per element, the torch path against the fused kernels, beside the copy limit.
+bench-coding: setup
+	$(PY) -m bench.micro.coding
 
 # On a CUDA machine: Triton kernels against the reference, a pipeline on CUDA, GPT2-XL stages.
 gpu-check: setup
