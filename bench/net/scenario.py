@@ -22,10 +22,11 @@ File format (every unit is in the key's name):
 
 Every mistake (unknown key, missing field, wrong type such as "100mbps" where a
 number is expected, a value out of range) raises `ScenarioError` naming the file,
-the field and the value. A link's `schedule` (phases or a trace file: how the link changes
-during the run) is bench.net.schedule's `LinkSchedule`. The keys and types of a file are bench.net.scenario_file's
-(which also gives the JSON Schema, scenarios/scenario.schema.json); the dataclasses here
-say what the values mean and check their bounds.
+the field and the value. A link's `schedule` (phases or a trace file: how the link
+changes during the run) is bench.net.schedule's `LinkSchedule`. The keys and types of a
+file are bench.net.scenario_file's (which also gives the JSON Schema,
+scenarios/scenario.schema.json); the dataclasses here say what the values mean and check
+their bounds.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench import REPO_ROOT
-from bench.net.schedule import LinkSchedule, Phase, schedule_from_entry
 from bench.net.scenario_file import (
     DEFAULT_QUEUE_PACKETS,
     LINK_KEYS,
@@ -54,6 +54,7 @@ from bench.net.scenario_file import (
     MIN_RATE_REASON,
     ScenarioFile,
 )
+from bench.net.schedule import LinkSchedule, Phase, schedule_from_entry
 from specfile import SpecError, raising, read_file, validate
 
 __all__ = [

@@ -11,8 +11,8 @@ files a schedule may come from.
           - {duration_s: 5, down: true}      # an outage: the link drops every packet
           - {duration_s: 60}                 # the link's own values again
     # or, instead of phases:
-    #   schedule: {trace: traces/halving.csv, loop: true}     # CSV t_s,rate_mbit[,delay_ms,loss_pct]
-    #   schedule: {mahimahi: traces/cell.up, bin_ms: 1000}   # Mahimahi packet-delivery trace
+    #   schedule: {trace: traces/halving.csv, loop: true}    # t_s,rate_mbit[,delay_ms,loss_pct]
+    #   schedule: {mahimahi: traces/cell.up, bin_ms: 1000}  # Mahimahi packet-delivery trace
 
 A phase gives the link's rate, delay, jitter and loss for `duration_s` seconds; a value
 it leaves out is the link's own. A non-looping schedule holds its last phase until the
