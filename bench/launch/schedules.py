@@ -19,27 +19,42 @@ launcher's delay line where one carries them (netem leaves change with the tc co
 last run, the wall-clock start and each change: planned and applied time (s after the
 start), the phase, and the commands it ran. A change that fails stops the runner; the
 failure is in the record and `stop_schedule` raises it (the run measured the wrong link).
+
+The time-resolved probe (`probe_timeline`, through any launcher's `spawn`) streams over
+one link while its schedule runs; `schedule_windows` gives each phase's window and rate,
+and bench.net.probe.phase_rates / check_phases read the stream phase by phase.
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 import math
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from bench.launch.base import Launcher
+from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, stop_group
 from bench.net.executor import Argv, format_argv
+from bench.net.probe import PhaseWindow
 from bench.net.scenario import LinkSpec, NetworkScenario
 from bench.net.shaping import Interface, ShapingPlan
 from bench.net.tc import ShapingError
 
 __all__ = ["LinkChange", "ScheduleFailed", "ScheduleRunner", "ScheduledLinks",
-           "changes_impairments", "link_changes", "restore_changes"]
+           "changes_impairments", "link_changes", "probe_timeline", "restore_changes",
+           "schedule_windows"]
 
 STOP_JOIN_S = 30.0
+TIMELINE_PORT = 5202  # beside the link probe's 5201
+SERVER_START_S = 30.0
+TIMELINE_SLACK_S = 60.0  # the sender's close and the server's reply, after duration_s
 
 
 class ScheduleFailed(RuntimeError):
@@ -252,3 +267,62 @@ class ScheduledLinks:
                          "started_unix is time.time() at t = 0",
                 "links": [{"src": a, "dst": b, **s.schedule.to_dict()} for a, b, s in links],
                 "run": run}
+
+
+# -- the time-resolved probe ----------------------------------------------------------
+def schedule_windows(spec: LinkSpec, until_s: float, payload_ratio: float = 1.0
+                     ) -> list[PhaseWindow]:
+    """Each phase of `spec`'s schedule that starts before `until_s`: its window (s after
+    the schedule's start; the last cut at until_s) and the payload rate it promises
+    (the phase's rate x `payload_ratio`; None when down)."""
+    starts = list(spec.schedule.starts(until_s))
+    windows = []
+    for k, start in enumerate(starts):
+        end = starts[k + 1].t_s if k + 1 < len(starts) else until_s
+        rate = None if start.phase.down else spec.in_phase(start.phase).rate_mbit * payload_ratio
+        windows.append(PhaseWindow(start.index, start.t_s, min(end, until_s), rate))
+    return windows
+
+
+def _wait_listening(server: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if log.is_file() and "listening" in log.read_text():
+            return
+        if server.poll() is not None:
+            raise RuntimeError(f"timeline probe server exited with {server.returncode}: "
+                               f"{log.read_text() if log.is_file() else '(no log)'}")
+        time.sleep(0.05)
+    raise RuntimeError(f"timeline probe server did not listen within {SERVER_START_S:g} s")
+
+
+def probe_timeline(hosts: Launcher, src: int, dst: int, duration_s: float, log_dir: Path, *,
+                   max_pacing_mbit: float | None = None, bin_s: float = 0.1,
+                   port: int = TIMELINE_PORT) -> dict:
+    """Stream from host src to host dst for `duration_s` (bench.net.probe.stream, both
+    ends through `hosts.spawn`, so on any launcher); the receiver's reply: `t0_unix`,
+    `bin_s`, `bytes` per bin. Logs go to `log_dir` (a folder the hosts can write)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    python = [sys.executable, "-m", "bench.net.probe"]
+    server_log, client_log = log_dir / f"timeline-{src}-{dst}-recv.log", \
+        log_dir / f"timeline-{src}-{dst}-send.log"
+    server = hosts.spawn(dst, [*python, "stream-serve", "--addr", hosts.addr(dst), "--port",
+                               str(port), "--bin-s", str(bin_s)], env_with_repo(), server_log)
+    client = None
+    try:
+        _wait_listening(server, server_log)
+        pacing = [] if max_pacing_mbit is None else ["--max-pacing-mbit", str(max_pacing_mbit)]
+        client = hosts.spawn(src, [*python, "stream-send", "--addr", hosts.addr(dst), "--port",
+                                   str(port), "--duration-s", str(duration_s), *pacing],
+                             env_with_repo(), client_log)
+        client.wait(timeout=duration_s + TIMELINE_SLACK_S)
+        server.wait(timeout=TIMELINE_SLACK_S)
+    finally:
+        for proc in (client, server):
+            if proc is not None:
+                stop_group(proc, TEARDOWN_GRACE_S)
+    if client.returncode != 0 or server.returncode != 0:
+        raise RuntimeError(f"timeline probe {src} -> {dst} failed (sender {client.returncode}, "
+                           f"receiver {server.returncode}): {client_log.read_text()}"
+                           f"{server_log.read_text()}")
+    return json.loads(server_log.read_text().strip().splitlines()[-1])
