@@ -65,7 +65,9 @@ def outages_applied(schedule_run: dict | None) -> list[dict]:
     out, open_ = [], {}
     for c in schedule_run["changes"]:
         link = (c["src"], c["dst"])
-        if c["down"] and "error" not in c:
+        if "error" in c:
+            continue  # not applied
+        if c["down"]:
             open_[link] = {"src": c["src"], "dst": c["dst"], "down_s": c["applied_s"],
                            "up_s": None}
             out.append(open_[link])
