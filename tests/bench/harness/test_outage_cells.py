@@ -93,7 +93,7 @@ def test_dynamic_smoke_sweep_lives_through_its_outages_and_a_failure_names_them(
         assert all(c["applied_s"] - c["t_s"] < 0.5 for c in run["changes"] if c["phase"] >= 0)
     # a worker that fails after the first outage (at 6 s): the reason names the outages
     failing = dataclasses.replace(spec, modes=spec.modes[:1], workload=dataclasses.replace(
-        spec.workload, steps=30, overrides={"train.fail_at_step": 20}))
+        spec.workload, steps=12, overrides={"train.fail_at_step": 8}))
     [outcome] = run_sweep(failing, tmp_path / "failing", launcher="netns", quiet=True,
                           echo=lambda s: None)
     assert outcome.status == "failed"
