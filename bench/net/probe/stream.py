@@ -16,6 +16,7 @@ library only, like the rest of the probe's wire.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import socket
@@ -31,7 +32,9 @@ from bench.net.probe.wire import (
     _enable_rx_timestamps,
 )
 
-__all__ = ["stream_send", "stream_serve"]
+__all__ = ["STREAM_COMMANDS", "main", "stream_send", "stream_serve"]
+
+STREAM_COMMANDS = ("stream-serve", "stream-send")
 
 SEND_CHUNK_BYTES = 64 << 10
 RECV_CHUNK_BYTES = 1 << 20
@@ -84,3 +87,24 @@ def stream_send(addr: str, port: int, duration_s: float,
             except TimeoutError:
                 continue  # the link is down or slow: look at the clock again
     return sent
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m bench.net.probe stream-serve|stream-send ...` (module doc)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.net.probe",
+                                     description="time-resolved TCP link probe")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    ss = sub.add_parser("stream-serve", help="receive one stream, count its bytes per bin")
+    ss.add_argument("--addr", required=True)
+    ss.add_argument("--port", type=int, required=True)
+    ss.add_argument("--bin-s", type=float, default=0.1)
+    sd = sub.add_parser("stream-send", help="send for a fixed time, then close")
+    sd.add_argument("--addr", required=True)
+    sd.add_argument("--port", type=int, required=True)
+    sd.add_argument("--duration-s", type=float, required=True)
+    sd.add_argument("--max-pacing-mbit", type=float)
+    args = parser.parse_args(argv)
+    if args.cmd == "stream-serve":
+        stream_serve(args.addr, args.port, args.bin_s)
+    else:
+        stream_send(args.addr, args.port, args.duration_s, args.max_pacing_mbit)

@@ -190,24 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--timeout-s", type=float, required=True)
     m.add_argument("--max-pacing-mbit", type=float)
     m.add_argument("--pings", type=int, default=PINGS)
-    ss = sub.add_parser("stream-serve", help="time-resolved probe: receive, count per bin")
-    ss.add_argument("--addr", required=True)
-    ss.add_argument("--port", type=int, required=True)
-    ss.add_argument("--bin-s", type=float, default=0.1)
-    sd = sub.add_parser("stream-send", help="time-resolved probe: send for a fixed time")
-    sd.add_argument("--addr", required=True)
-    sd.add_argument("--port", type=int, required=True)
-    sd.add_argument("--duration-s", type=float, required=True)
-    sd.add_argument("--max-pacing-mbit", type=float)
     args = parser.parse_args(argv)
-    if args.cmd.startswith("stream-"):
-        from bench.net.probe.stream import stream_send, stream_serve  # imports this module
-
-        if args.cmd == "stream-serve":
-            stream_serve(args.addr, args.port, args.bin_s)
-        else:
-            stream_send(args.addr, args.port, args.duration_s, args.max_pacing_mbit)
-    elif args.cmd == "serve":
+    if args.cmd == "serve":
         serve(args.addr, args.port, args.sessions)
     else:
         print(json.dumps(measure(args.addr, args.port, args.bytes, args.steady_from_bytes,
