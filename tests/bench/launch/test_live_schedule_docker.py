@@ -26,13 +26,14 @@ def _scenario(phases, **link):
 def test_two_phase_schedule_inside_containers_delivers_each_rate_within_5pct(tmp_path):
     from bench.launch.docker import DockerLauncher
 
-    scenario = _scenario([{"duration_s": 5, "rate_mbit": 50}, {"duration_s": 5, "rate_mbit": 20}])
+    # 6 s phases: `docker exec` takes a second or two to start the stream
+    scenario = _scenario([{"duration_s": 6, "rate_mbit": 50}, {"duration_s": 6, "rate_mbit": 20}])
     with DockerLauncher(scenario, 2, state_dir=tmp_path / ".launcher") as hosts:
         hosts.start_schedule()
-        reply = probe_timeline(hosts, 0, 1, 10.0, tmp_path / "logs", max_pacing_mbit=100)
+        reply = probe_timeline(hosts, 0, 1, 12.0, tmp_path / "logs", max_pacing_mbit=100)
         run = hosts.stop_schedule()
     rates = phase_rates(reply, run["started_unix"], schedule_windows(scenario.link_spec(0, 1),
-                                                                     10.0), settle_s=1.0)
+                                                                     12.0), settle_s=1.0)
     for r in rates:
         print(f"phase {r.index}: {r.rate_mbit_achieved:.2f} Mbit/s (schedule "
               f"{r.rate_mbit_expected:g}) over {r.measured_s:.1f} s")
