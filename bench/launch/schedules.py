@@ -51,7 +51,7 @@ __all__ = ["LinkChange", "ScheduleFailed", "ScheduleRunner", "ScheduledLinks",
            "changes_impairments", "link_changes", "probe_timeline", "restore_changes",
            "schedule_windows"]
 
-STOP_JOIN_S = 30.0
+STOP_JOIN_S = 90.0  # longer than a command may take (bench.net.executor's 60 s)
 TIMELINE_PORT = 5202  # beside the link probe's 5201
 SERVER_START_S = 30.0
 TIMELINE_SLACK_S = 60.0  # the sender's close and the server's reply, after duration_s
@@ -189,6 +189,7 @@ class ScheduledLinks:
     mechanisms: dict[str, str]
     _schedule: ScheduleRunner | None = None
     _last_schedule: dict | None = None
+    _delay_line_changes = False  # the delay line gets every change (start_schedule)
 
     def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:
         raise NotImplementedError
@@ -222,11 +223,8 @@ class ScheduledLinks:
                                            interfaces=interfaces):
             self._run_on_host(host, argv)
             done.append(format_argv(argv))
-        if self.mechanisms.get("delay") == "delayline" or \
-                self.mechanisms.get("loss") == "delayline" or \
-                self.mechanisms.get("jitter") == "delayline":
-            if changes_impairments(self.scenario, self.n_hosts):
-                done.append(self._set_delay_line(change))
+        if self._delay_line_changes:
+            done.append(self._set_delay_line(change))
         return done
 
     def start_schedule(self) -> None:
@@ -235,6 +233,10 @@ class ScheduledLinks:
             raise RuntimeError("start_schedule: a schedule runs already; stop_schedule first")
         if not self.scenario.scheduled_links(self.n_hosts):
             return
+        on_delay_line = any(self.mechanisms.get(p) == "delayline"
+                            for p in ("delay", "jitter", "loss"))
+        self._delay_line_changes = on_delay_line and changes_impairments(self.scenario,
+                                                                         self.n_hosts)
         self._schedule = ScheduleRunner(link_changes(self.scenario, self.n_hosts),
                                         self._apply_change)
         self._schedule.start()
@@ -270,16 +272,20 @@ class ScheduledLinks:
 
 
 # -- the time-resolved probe ----------------------------------------------------------
-def schedule_windows(spec: LinkSpec, until_s: float, payload_ratio: float = 1.0
-                     ) -> list[PhaseWindow]:
+def schedule_windows(spec: LinkSpec, until_s: float, payload_ratio: float = 1.0,
+                     cap_mbit: float | None = None) -> list[PhaseWindow]:
     """Each phase of `spec`'s schedule that starts before `until_s`: its window (s after
     the schedule's start; the last cut at until_s) and the payload rate it promises
-    (the phase's rate x `payload_ratio`; None when down)."""
+    (the phase's rate, at most `cap_mbit` (the hosts' caps on the path, which have no
+    schedule), x `payload_ratio`; None when down)."""
     starts = list(spec.schedule.starts(until_s))
     windows = []
     for k, start in enumerate(starts):
         end = starts[k + 1].t_s if k + 1 < len(starts) else until_s
-        rate = None if start.phase.down else spec.in_phase(start.phase).rate_mbit * payload_ratio
+        rate = spec.in_phase(start.phase).rate_mbit
+        if cap_mbit is not None:
+            rate = min(rate, cap_mbit)
+        rate = None if start.phase.down else rate * payload_ratio
         windows.append(PhaseWindow(start.index, start.t_s, min(end, until_s), rate))
     return windows
 

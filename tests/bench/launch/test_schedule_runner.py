@@ -108,6 +108,8 @@ def test_phase_rates_read_a_stream_phase_by_phase():
     windows = schedule_windows(s.link_spec(0, 1), 5.0)
     assert [(w.start_s, w.end_s, w.rate_mbit) for w in windows] == \
         [(0, 2, 40), (2, 3, None), (3, 5, 10)]
+    capped = schedule_windows(s.link_spec(0, 1), 5.0, payload_ratio=0.5, cap_mbit=30)
+    assert [w.rate_mbit for w in capped] == [15, None, 5]
     per_bin = {0: 40e6 / 8 * 0.1, 1: 0, 2: 10e6 / 8 * 0.1}
     bins = [int(per_bin[0 if k < 20 else 1 if k < 33 else 2]) for k in range(50)]
     reply = {"t0_unix": 1000.05, "bin_s": 0.1, "bytes": bins}
