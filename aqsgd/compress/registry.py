@@ -15,7 +15,8 @@
 Each is ordered by its entries' `rank` and read-only. Every list of modes in the suite
 (the harness's names and default bits, the reports' reading order, the performance
 model's profile keys, the micro-benchmark's cases) is derived from these, so a new
-compressor is one module in its package. Built once, at import, from the modules found
+compressor is one module in its package (and its cost in the shipped profiles, which
+name every mode and codec). Built once, at import, from the modules found
 in the two packages; a conflict (two entries of one name, a comparison over a mode that
 is not registered) raises `RegistryError` naming the modules.
 
