@@ -82,7 +82,19 @@ class Launcher(Protocol):
         `duration_s` (bench.net.probe.plan_probe); with `check`, raise
         bench.net.probe.LinkProbeError when one is off by more than tolerance."""
 
+    def start_schedule(self) -> None:
+        """Start every link's schedule (bench.net.schedule) now, on one clock for all
+        hosts (bench.launch.schedules.ScheduledLinks; nothing when no link has one, or
+        on a launcher that shapes nothing)."""
+
+    def stop_schedule(self) -> dict | None:
+        """Stop the schedule, every link back to its own values; the record of that run
+        (None when none ran). Raises bench.launch.schedules.ScheduleFailed when a change
+        could not be applied."""
+
     def record(self) -> dict[str, Any]:
         """meta.json's `launcher` block: `launcher` (= name), `shaped`, `run_id`,
         `n_hosts`, `scenario`, `shaping`, `hosts`, `probe` ([r.to_dict() ...] of the
-        last probe, [] before one), and what else that launcher knows."""
+        last probe, [] before one), the shaped launchers' `schedule` (the links'
+        schedules and the last run's changes, None without), and what else that
+        launcher knows."""
