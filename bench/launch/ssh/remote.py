@@ -27,7 +27,7 @@ from typing import Any
 from bench.launch.ssh.hostfile import HostEntry
 
 __all__ = ["CONNECT_TIMEOUT_S", "HostUnreachable", "Remote", "RemoteCommandError",
-           "RemoteResult", "connect_options"]
+           "RemoteResult", "connect_options", "get_tree_async"]
 
 CONNECT_TIMEOUT_S = 15.0
 KEEPALIVE_INTERVAL_S = 2.0
@@ -158,7 +158,7 @@ class Remote:
                 remote_dir, local_dir = args
                 if not await sftp.isdir(str(remote_dir)):
                     return []
-                return await _get_tree(sftp, str(remote_dir), Path(local_dir))
+                return await get_tree_async(sftp, str(remote_dir), Path(local_dir))
         except (OSError, asyncssh.Error) as err:
             if isinstance(err, asyncssh.SFTPError):
                 raise RuntimeError(f"host {self.hosts[i].name}: SFTP {op}: {err}") from None
@@ -191,7 +191,8 @@ class Remote:
             self._thread.join(CONNECT_TIMEOUT_S)
 
 
-async def _get_tree(sftp, remote_dir: str, local_dir: Path) -> list[Path]:
+async def get_tree_async(sftp, remote_dir: str, local_dir: Path) -> list[Path]:
+    """Every file below remote_dir, through an open SFTP client, into local_dir."""
     written = []
     for entry in await sftp.readdir(remote_dir):
         if entry.filename in (".", ".."):
@@ -199,7 +200,7 @@ async def _get_tree(sftp, remote_dir: str, local_dir: Path) -> list[Path]:
         remote = f"{remote_dir}/{entry.filename}"
         local = local_dir / entry.filename
         if await sftp.isdir(remote):
-            written += await _get_tree(sftp, remote, local)
+            written += await get_tree_async(sftp, remote, local)
         else:
             local.parent.mkdir(parents=True, exist_ok=True)
             await sftp.get(remote, str(local), preserve=True)
