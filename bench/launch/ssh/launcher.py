@@ -27,7 +27,10 @@ every launcher's spawn gets from the harness; the rendezvous store on host 0). T
 backend numbers its nodes by its own order (torch ignores `--node-rank` there, and says
 so), so the rank of each worker comes from the harness's own `--rank` in argv, which
 the worker takes before torchrun's RANK: rank i stays on host i, whose links the plan
-shaped for it. GLOO_SOCKET_IFNAME (and NCCL's, TP's) name the host's interface. Each
+shaped for it. For the same reason the workers build their process group on the store
+their own `--master-addr/--master-port` name, not on the agents' (Note [own store]:
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; torchrun would otherwise tell every worker, rank
+0 too, to connect to a store that then nobody hosts). GLOO_SOCKET_IFNAME (and NCCL's, TP's) name the host's interface. Each
 command goes through a local relay process (bench/launch/ssh/relay.py: the Popen the
 harness supervises) and `hostside tied` on the host, so that stopping, killing or
 losing the relay stops the command on the host. The relay prefixes every log line
@@ -313,7 +316,10 @@ class SshLauncher(HostsLifecycle, LinkProbing):
                 f"--rdzv-endpoint={self.addr(0)}:{job.port}", f"--rdzv-id={job.rdzv_id}",
                 f"--rdzv-conf=is_host={1 if i == 0 else 0}", f"--local-addr={self.addr(i)}",
                 "--max-restarts=0"]
-        head = [self.hosts[i].python, "-m", "torch.distributed.run", *opts]
+        # Note [own store]: the workers' own `--master-addr/--master-port` store, not the
+        # agent's (torchrun would otherwise tell rank 0 not to host the store it names)
+        head = ["env", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", self.hosts[i].python, "-m",
+                "torch.distributed.run", *opts]
         if argv and Path(argv[0]).name.startswith("python"):
             return [*head, *argv[1:]]
         return [*head, "--no-python", *argv]

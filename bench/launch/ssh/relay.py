@@ -59,7 +59,9 @@ def _say(label: str, text: str) -> None:
 
 async def _pump(stream, out, prefix: str) -> None:
     async for line in stream:
-        out.write(prefix + line)
+        if not line:
+            continue
+        out.write(prefix + line if line.endswith("\n") else f"{prefix}{line}\n")
         out.flush()
 
 
