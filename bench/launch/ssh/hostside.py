@@ -9,7 +9,7 @@
 IPv4 address, MTU and root qdisc, whether this user is root, has tc, netem and GPUs (the
 launcher's checks compare them with the harness machine's before anything is changed).
 
-The host keeps its own record of a run in D = HOST_RECORD_ROOT/PREFIX (tmpfs, cleared
+The host keeps its own record of a run in D = HOST_RECORD_ROOT/PREFIX-hI (tmpfs, cleared
 at reboot as the qdiscs it names are): `state.json`, written by `record` before the
 launcher shapes anything (the tc commands that remove what it makes), and one file in
 `procs/` per process `tied` started (its pid, start time and boot, so that a reused pid

@@ -182,9 +182,10 @@ class SshLauncher(HostsLifecycle, LinkProbing):
     def state_path(self) -> Path:
         return self.state_dir / f"{self.prefix}.json"
 
-    @property
-    def record_dir(self) -> str:
-        return str(HOST_RECORD_ROOT / self.prefix)
+    def record_dir(self, i: int) -> str:
+        """Host i's own record of the run (bench/launch/ssh/hostside.py); named by host
+        too, so that hosts sharing a filesystem keep one each."""
+        return str(HOST_RECORD_ROOT / f"{self.prefix}-h{i}")
 
     def _check_host(self, i: int) -> None:
         if not 0 <= i < self.n_hosts:
@@ -253,13 +254,13 @@ class SshLauncher(HostsLifecycle, LinkProbing):
                       ifb=f"{self.prefix}i" if self.plan.hosts[i].downlink else None)
             for i, h in enumerate(self.hosts))
         shaped = self.shaping and (self.mechanisms["rate"] != "none" or netem)
-        self._records = [host_record(h, self.record_dir,
+        self._records = [host_record(h, self.record_dir(i),
                                      self.plan.removal_argvs(i, self.interfaces[i])
                                      if shaped else [])
                          for i, h in enumerate(self.hosts)]
         self._write_state()  # before anything exists on any host: a kill is cleanable
         for i, h in enumerate(self.hosts):
-            self.remote.run(i, hostside_argv(h, "record", "--dir", self.record_dir,
+            self.remote.run(i, hostside_argv(h, "record", "--dir", self.record_dir(i),
                                              "--state", json.dumps(self._records[i])))
         if shaped:
             for i in range(self.n_hosts):
@@ -301,7 +302,7 @@ class SshLauncher(HostsLifecycle, LinkProbing):
             argv = [h.python, *argv[1:]]
         settings = [f"{k}={v}" for k, v in sorted(given.items())]
         return [*host_env(h), *settings, h.python, "-m", "bench.launch.ssh.hostside", "tied",
-                "--dir", self.record_dir, "--", *argv]
+                "--dir", self.record_dir(i), "--", *argv]
 
     def _torchrun(self, i: int, argv: list[str], world_size: int) -> list[str]:
         """argv under one torchrun agent of host i, in the rendezvous of the current job."""
@@ -410,7 +411,7 @@ class SshLauncher(HostsLifecycle, LinkProbing):
                        "mtu": f.mtu, "hostname": f.facts["hostname"],
                        "python": f.facts["python"], "gpus": f.facts["gpus"],
                        "netem": f.facts["netem"], "suite_commit": f.commit,
-                       "record_dir": self.record_dir}
+                       "record_dir": self.record_dir(i)}
                       for i, (h, f) in enumerate(zip(self.hosts, self.facts, strict=True))],
             "removed_before_start": list(self.removed_before_start),
             "links": links_record(self.scenario, self.n_hosts),

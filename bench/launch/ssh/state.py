@@ -3,7 +3,7 @@
 Before an SSH run changes anything it writes STATE_DIR/P.json (P = its prefix): the
 fields every launcher's state file starts with (bench.launch.state.launcher_fields,
 `"launcher": "ssh"`), then per host its hostfile entry, the folder of the host's own
-record (bench/launch/ssh/hostside.py, HOST_RECORD_ROOT/P) and `removal`, the tc/ip
+record (bench/launch/ssh/hostside.py, HOST_RECORD_ROOT/P-hI) and `removal`, the tc/ip
 commands removing every qdisc and device the run's shaping makes there (written before
 the first is made), and `processes`: the identities of the local relays it started
 (killed by bench.launch.state.cleanup). Teardown, in the launcher's `finally` or later
