@@ -135,11 +135,12 @@ def test_cleanup_of_a_file_that_vanished_is_a_no_op(tmp_path):
 def test_a_state_file_naming_an_unknown_launcher_is_refused_naming_file_and_value(
         tmp_path, sleeper):
     worker = ProcessIdentity.of(sleeper.pid)
-    odd = _state(tmp_path / "aqodd01.json", _exited_identity(), launcher="ssh",
+    odd = _state(tmp_path / "aqodd01.json", _exited_identity(), launcher="kubernetes",
                  processes=[worker.to_dict()])
     ex = RecordingExecutor()
     with pytest.raises(StateFileError, match=re.escape(f"{odd}: launcher: expected one of "
-                                                       f"docker, netns, got 'ssh'")):
+                                                       f"docker, netns, ssh, got "
+                                                       f"'kubernetes'")):
         cleanup([odd], ex)
     # refused before anything was touched
     assert odd.exists() and not _exited(sleeper, 0.3) and ex.history == []
@@ -156,5 +157,5 @@ def test_every_launcher_is_found_by_the_name_it_records():
         assert launcher_factory(name).name == name
     for name in TEARDOWNS:
         assert callable(state_teardown(name)) and name in FACTORIES
-    with pytest.raises(ValueError, match="expected one of docker, netns, got 'local'"):
+    with pytest.raises(ValueError, match="expected one of docker, netns, ssh, got 'local'"):
         state_teardown("local")  # the local launcher writes no state file

@@ -30,7 +30,8 @@ the worker takes before torchrun's RANK: rank i stays on host i, whose links the
 shaped for it. For the same reason the workers build their process group on the store
 their own `--master-addr/--master-port` name, not on the agents' (Note [own store]:
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; torchrun would otherwise tell every worker, rank
-0 too, to connect to a store that then nobody hosts). GLOO_SOCKET_IFNAME (and NCCL's, TP's) name the host's interface. Each
+0 too, to connect to a store that then nobody hosts). GLOO_SOCKET_IFNAME (and NCCL's,
+TP's) name the host's interface; gloo or NCCL is the worker's choice by device. Each
 command goes through a local relay process (bench/launch/ssh/relay.py: the Popen the
 harness supervises) and `hostside tied` on the host, so that stopping, killing or
 losing the relay stops the command on the host. The relay prefixes every log line
