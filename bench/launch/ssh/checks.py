@@ -7,7 +7,9 @@ Each host must answer (SSH, key auth), run the suite's checkout where the hostfi
 (`hostside facts` there), have the interface (with an IPv4 address, and no root qdisc of
 someone else's on it when it is to be shaped), the same Python version and the same
 versions of the suite's pinned packages as this machine, the same commit of the suite,
-root and tc when it is to be shaped, and GPUs for its ranks when the run uses GPUs.
+root and tc when it is to be shaped, and GPUs for its ranks when the run uses GPUs; and,
+once the killed runs recorded in the state dir are removed (just before shaping), no
+root qdisc on the interface but the kernel's default (`check_interfaces_free`).
 Check and refuse, not install: a benchmark compares like with like, so a host that
 differs is named with what differs, and nothing is installed behind the user's back (an
 install needs the hosts to reach a package index, and root over their Python); the
@@ -30,7 +32,8 @@ from bench import REPO_ROOT
 from bench.launch.ssh.hostfile import HostEntry
 from bench.launch.ssh.remote import HostUnreachable, Remote
 
-__all__ = ["HostCheckError", "HostFacts", "check_hosts", "gather_facts", "host_env",
+__all__ = ["HostCheckError", "HostFacts", "check_hosts", "check_interfaces_free",
+           "gather_facts", "host_env",
            "hostside_argv", "local_commit", "pinned_packages"]
 
 RANKS_PER_HOST = 1  # host i of the scenario runs rank i (bench.net.placement)
@@ -137,14 +140,29 @@ def _reasons(h: HostEntry, f: HostFacts, here: dict[str, Any], *, shaping: bool,
             why.append("not root (shaping runs tc)")
         if not d["tc"]:
             why.append("no tc (iproute2)")
-        root = dev.get("root_qdisc") if dev["exists"] else None
-        # "qdisc KIND HANDLE root ...": the kernel's own default has handle 0:
-        if root and root.split()[2:3] != ["0:"]:
-            why.append(f"{h.interface} already has a root qdisc of its own ({root}); the "
-                       f"launcher never replaces one")
     if use_gpus and d["gpus"] < RANKS_PER_HOST:
         why.append(f"{d['gpus']} GPUs for {RANKS_PER_HOST} rank(s)")
     return why
+
+
+def _foreign(root_qdisc: str | None) -> bool:
+    # "qdisc KIND HANDLE root ...": the kernel's own default has handle 0:
+    return bool(root_qdisc) and root_qdisc.split()[2:3] != ["0:"]
+
+
+def check_interfaces_free(remote: Remote) -> None:
+    """Raise HostCheckError naming every host whose interface has a root qdisc that is
+    not the kernel's default: the launcher never replaces one. Run when the killed runs
+    of this state dir have been removed (bench.launch.lifecycle), just before shaping."""
+    problems = []
+    for i, h in enumerate(remote.hosts):
+        root = remote.run(i, ["tc", "qdisc", "show", "dev", h.interface, "root"]).stdout
+        if _foreign(root.strip()):
+            problems.append(f"{h.name}: {h.interface} already has a root qdisc of its own "
+                            f"({root.strip()}); the launcher never replaces one")
+    if problems:
+        raise HostCheckError("ssh launcher: hosts that cannot be shaped:\n  "
+                             + "\n  ".join(problems))
 
 
 def check_hosts(hosts: tuple[HostEntry, ...], facts: list[HostFacts], *, shaping: bool,

@@ -70,6 +70,7 @@ from bench.launch.process import (
 from bench.launch.ssh.checks import (
     HostFacts,
     check_hosts,
+    check_interfaces_free,
     gather_facts,
     host_env,
     hostside_argv,
@@ -245,6 +246,8 @@ class SshLauncher(HostsLifecycle, LinkProbing):
         write_state(self.state_path, self.run_id, self.prefix, self._records, self._started)
 
     def _build(self) -> None:
+        if self.shaping:  # the killed runs of this state dir are gone by now
+            check_interfaces_free(self.remote)
         mtu = min(f.mtu for f in self.facts)
         factor = payload_factor(mtu, ETHERNET_HEADER_BYTES) if self.payload_correction else 1.0
         netem = "netem" in self.mechanisms.values()

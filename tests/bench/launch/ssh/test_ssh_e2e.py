@@ -91,15 +91,21 @@ def _workers(sshd_hosts) -> list[int]:
             and "torch.distributed.run" not in _cmdline(p)]
 
 
-def _wait_for_training(sshd_hosts, harness: subprocess.Popen, log: Path) -> dict:
-    """The run's state file once a worker trains on every host."""
+def _wait_for_training(sshd_hosts, harness: subprocess.Popen, log: Path,
+                       killed: dict | None = None) -> dict:
+    """The run's state file once a worker trains on every host (and, after `killed`, once
+    that run's workers are gone: a rerun removes them first)."""
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         assert harness.poll() is None, f"the harness exited early:\n{log.read_text()[-3000:]}"
-        states = list((sshd_hosts.results / ".launcher").glob("aq*.json"))
-        if states and len(_workers(sshd_hosts)) == sshd_hosts.n:
+        states = [json.loads(p.read_text())
+                  for p in (sshd_hosts.results / ".launcher").glob("aq*.json")]
+        states = [st for st in states if killed is None or st["prefix"] != killed["prefix"]]
+        old = set() if killed is None else set(killed["workers"])
+        workers = _workers(sshd_hosts)
+        if states and len(workers) == sshd_hosts.n and not old & set(workers):
             time.sleep(5.0)  # into its steps
-            return json.loads(states[0].read_text())
+            return {**states[0], "workers": workers}
         time.sleep(0.5)
     raise AssertionError(f"no workers on the hosts within {WAIT_S} s:\n"
                          f"{log.read_text()[-3000:]}")
@@ -124,24 +130,43 @@ def _assert_nothing_left(sshd_hosts, state: dict) -> None:
     assert not any("bench.launch.ssh.relay" in _cmdline(p) for p in relays)
 
 
-@pytest.mark.timeout(600)
-def test_sigkill_mid_cell_then_net_cleanup_leaves_nothing_on_any_host(sshd_hosts, tmp_path):
+def _sigkill(harness: subprocess.Popen) -> None:
+    os.kill(harness.pid, signal.SIGKILL)  # the harness only: relays have their own groups
+    harness.wait(timeout=10)
+
+
+@pytest.mark.timeout(900)
+def test_sigkill_mid_cell_then_rerun_and_net_cleanup_leave_nothing_on_any_host(
+        sshd_hosts, tmp_path):
     log = tmp_path / "harness.log"
-    harness = _harness(sshd_hosts.results, sshd_hosts.hostfile, log)
+    first = _harness(sshd_hosts.results, sshd_hosts.hostfile, log)
     try:
-        state = _wait_for_training(sshd_hosts, harness, log)
+        killed = _wait_for_training(sshd_hosts, first, log)
     finally:
-        os.kill(harness.pid, signal.SIGKILL)  # the harness only: relays have their own groups
-        harness.wait(timeout=10)
+        _sigkill(first)
     # what a kill leaves: the shaping, the workers, the relays, the records
     assert all(sshd_hosts.qdiscs(i) for i in range(sshd_hosts.n))
     assert len(_workers(sshd_hosts)) == sshd_hosts.n
+    assert all(Path(HOST_RECORD_ROOT / f"{killed['prefix']}-h{i}").is_dir()
+               for i in range(sshd_hosts.n))
+
+    rerun = _harness(sshd_hosts.results, sshd_hosts.hostfile, log)
+    try:
+        # the rerun removed the killed run's records and workers before shaping anew
+        second = _wait_for_training(sshd_hosts, rerun, log, killed=killed)
+        assert not any(Path(HOST_RECORD_ROOT / f"{killed['prefix']}-h{i}").exists()
+                       for i in range(sshd_hosts.n))
+        assert not (sshd_hosts.results / ".launcher" / f"{killed['prefix']}.json").exists()
+    finally:
+        _sigkill(rerun)
+
     done = _cleanup_all_recorded()
     assert done.returncode == 0, done.stderr
     for i in range(sshd_hosts.n):
         assert f"root@{sshd_hosts.addr(i)}: tc qdisc del dev {sshd_hosts.dev(i)} root" \
             in done.stdout, done.stdout
-    _assert_nothing_left(sshd_hosts, state)
+    _assert_nothing_left(sshd_hosts, second)
+    _assert_nothing_left(sshd_hosts, killed)
 
 
 @pytest.mark.timeout(600)
@@ -155,7 +180,7 @@ def test_a_host_that_drops_mid_run_fails_the_cell_naming_it(sshd_hosts, tmp_path
         code = harness.wait(timeout=180)  # never a hang
     finally:
         if harness.poll() is None:
-            os.kill(harness.pid, signal.SIGKILL)
+            _sigkill(harness)
         sshd_hosts.set_link(1, up=True)
     took_s = time.monotonic() - dropped
     assert code == 1, log.read_text()[-3000:]
