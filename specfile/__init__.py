@@ -2,7 +2,8 @@
 and report every mistake in one format that names the file, the field and the value.
 
 Scenario files (bench.net), sweep files (bench.harness), run configs (aqsgd.train) and
-profiles (bench.perfmodel) all go through it, and so through one YAML loader that refuses
+profiles (bench.perfmodel) are validated through it, the claims file (bench.report.claims)
+is read through it, and so every one of them through one YAML loader that refuses
 anchors, aliases, merge keys and a key written twice (specfile.plainyaml, Note [plain
 YAML]). It imports only pydantic, yaml and the standard library, and is a package of its
 own because aqsgd may import nothing of bench and bench.net nothing of aqsgd.

@@ -27,12 +27,14 @@ Note on warm-up and first visits (the "layout"):
   (in batch order) and coded rows (in batch order); both sides derive the split from
   the sample ids and their own copy of the "initialised" flags, which stay equal because
   both sides apply the same updates. So ``wire_spec`` can size the receives in advance.
-- Evaluation messages (``training=False``) are sent raw and never touch the cache.
+- Evaluation messages (``training=False``) are sent raw in fp32 (``EVAL_DTYPE``), whatever
+  the transport dtype, and never touch the cache: the held-out loss measures the model a
+  run trained, not the rounding of its transport (bf16 and fp16 cells included).
 
 Wire format, in order (empty parts are left out; ``aqsgd.compress.wire.message_nbytes``
 counts everything):
   header  int64 (3 + B,) = [format, epoch, n_raw, sample ids...], checked by the receiver
-  raw     (n_raw, *S) transport dtype
+  raw     (n_raw, *S) transport dtype (fp32 in an evaluation message)
   coded   the mode's ``coded_spec((n_q, *S))``: for directq and the aqsgd modes
           codes (packed_nbytes(n_q * prod(S), bits),) uint8, then scales
           scale_shape((n_q, *S)) fp16
@@ -59,6 +61,7 @@ __all__ = [
     "MODES",
     "GRADIENT_MODES",
     "TRANSPORT_DTYPES",
+    "EVAL_DTYPE",
     "CompressionConfig",
     "Compressor",
     "make_compressor",
@@ -70,6 +73,8 @@ MODES = tuple(ACTIVATION_MODES)
 # the modes that may code activation gradients (the backward direction)
 GRADIENT_MODES = tuple(name for name, mode in ACTIVATION_MODES.items() if mode.codes_gradients)
 TRANSPORT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# the dtype of an evaluation message's rows (module docstring, warm-up and first visits)
+EVAL_DTYPE = torch.float32
 
 # header[0]: FMT_RAW, FMT_WARMUP (every row raw) or the mode's wire_format.
 HEADER_FIELDS = 3  # format, epoch, n_raw; then the B sample ids
@@ -268,7 +273,7 @@ class Compressor:
         batch_shape = tuple(int(n) for n in batch_shape)
         self._check_shape(batch_shape)
         lay = self._layout(batch_shape[0], sample_ids, training)
-        return message_spec(self.cfg, batch_shape, lay.raw_rows.numel())
+        return message_spec(self.cfg, batch_shape, lay.raw_rows.numel(), training)
 
     def _check_shape(self, batch_shape) -> None:
         if tuple(batch_shape[1:]) != self.sample_shape:
@@ -290,7 +295,8 @@ class Compressor:
         lay = self._layout(x.shape[0], sample_ids, training)
         out = [lay.header(self.epoch).to(x.device)]
         if lay.raw_rows.numel():
-            raw = _take(x, lay.raw_rows).to(self._transport).contiguous()  # (n_raw, *S)
+            dtype = self._transport if training else EVAL_DTYPE
+            raw = _take(x, lay.raw_rows).to(dtype).contiguous()  # (n_raw, *S)
             out.append(raw)
             if lay.cached:
                 self.cache.scatter_checked(_take(lay.ids, lay.raw_rows), raw.float())
@@ -366,19 +372,25 @@ class Compressor:
         self.close()
 
 
-def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int) -> WireSpec:
+def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int,
+                 training: bool = True) -> WireSpec:
     """[(shape, dtype)] in wire order of a (B, *S) micro-batch's message with `n_raw` rows
     raw and B - n_raw coded by the mode: the one size rule (`Compressor.wire_spec`,
-    traffic predictions; steady state: `steady_raw_rows`)."""
+    traffic predictions; steady state: `steady_raw_rows`). An evaluation message
+    (`training` False) sends every row raw in EVAL_DTYPE."""
     batch, *row_shape = (int(n) for n in batch_shape)
     if isinstance(n_raw, bool) or not isinstance(n_raw, int) or not 0 <= n_raw <= batch:
         raise ValueError(f"message_spec: n_raw must be an int in [0, {batch}], got {n_raw!r}")
     if not cfg.coding.codes_rows and n_raw != batch:
         raise ValueError(f"message_spec: mode {cfg.mode!r} sends every row raw: n_raw must be "
                          f"{batch}, got {n_raw}")
+    if not training and n_raw != batch:
+        raise ValueError(f"message_spec: an evaluation message sends every row raw: n_raw "
+                         f"must be {batch}, got {n_raw}")
     spec = [((HEADER_FIELDS + batch,), torch.int64)]
     if n_raw:
-        spec.append(((n_raw, *row_shape), TRANSPORT_DTYPES[cfg.dtype]))
+        raw_dtype = TRANSPORT_DTYPES[cfg.dtype] if training else EVAL_DTYPE
+        spec.append(((n_raw, *row_shape), raw_dtype))
     if batch - n_raw:
         spec += cfg.coding.coded_spec(cfg, (batch - n_raw, *row_shape))
     return spec

@@ -3,19 +3,23 @@
 - `ACTIVATION_MODES`: name -> `ActivationMode` subclass, every `MODE` of
   aqsgd/compress/modes/ (the values of `CompressionConfig.mode`);
 - `COMPARISONS`: name -> `Comparison`, every `COMPARISONS` entry there (the modes a
-  sweep, a cell and a table name: fp32, directq, aqsgd, aqsgd-lowbits, aqsgd+gc);
+  sweep, a cell and a table name: fp32, directq, aqsgd, aqsgd-lowbits, aqsgd+gc, bf16,
+  fp16); `SPEEDUP_REFERENCES` the names of those the reports divide throughput by
+  (fp32, bf16);
 - `GRAD_CODECS`: name -> `DataParallel` subclass, every `CODEC` of aqsgd/compress/codecs/
   (the values of `GradCompressionConfig.mode`).
 
     from aqsgd.compress.registry import ACTIVATION_MODES, COMPARISONS, GRAD_CODECS
     ACTIVATION_MODES["aqsgd"].uses_cache        # True
     COMPARISONS["aqsgd+gc"].backward            # 'directq'
+    SPEEDUP_REFERENCES                          # ('fp32', 'bf16')
     GRAD_CODECS["ef21"].rounds                  # 1
 
 Each is ordered by its entries' `rank` and read-only. Every list of modes in the suite
 (the harness's names and default bits, the reports' reading order, the performance
 model's profile keys, the micro-benchmark's cases) is derived from these, so a new
-compressor is one module in its package. Built once, at import, from the modules found
+compressor is one module in its package (and its cost in the shipped profiles, which
+name every mode and codec). Built once, at import, from the modules found
 in the two packages; a conflict (two entries of one name, a comparison over a mode that
 is not registered) raises `RegistryError` naming the modules.
 
@@ -34,7 +38,7 @@ from aqsgd.compress.codecs.base import DataParallel
 from aqsgd.compress.modes.base import FMT_RAW, FMT_WARMUP, ActivationMode, Comparison
 
 __all__ = ["RegistryError", "ACTIVATION_MODES", "COMPARISONS", "GRAD_CODECS",
-           "build_registries"]
+           "SPEEDUP_REFERENCES", "build_registries"]
 
 
 class RegistryError(ValueError):
@@ -93,6 +97,13 @@ def _check_comparisons(comparisons: Mapping, act_modes: Mapping, where: dict) ->
         if not act_modes[c.backward].codes_gradients:
             raise RegistryError(f"{where[name]}: comparison {name!r} has backward mode "
                                 f"{c.backward!r}, which does not code activation gradients")
+        coded = [m for m in (c.forward, c.backward) if act_modes[m].codes_rows]
+        if c.speedup_reference and (coded or c.takes_bits or c.data_parallel):
+            raise RegistryError(f"{where[name]}: comparison {name!r} is a speed-up "
+                                f"reference, so it must code nothing (modes that code no "
+                                f"rows, no bit widths, no gradient codec), got forward "
+                                f"{c.forward!r}, backward {c.backward!r}, default_bits "
+                                f"{c.default_bits}, data_parallel {c.data_parallel}")
 
 
 def build_registries(mode_modules: Iterable[ModuleType], codec_modules: Iterable[ModuleType]
@@ -123,3 +134,5 @@ def build_registries(mode_modules: Iterable[ModuleType], codec_modules: Iterable
 
 ACTIVATION_MODES, COMPARISONS, GRAD_CODECS = build_registries(_modules(modes),
                                                               _modules(codecs))
+# the comparisons every speed-up is also shown over (Comparison.speedup_reference), by rank
+SPEEDUP_REFERENCES = tuple(name for name, c in COMPARISONS.items() if c.speedup_reference)

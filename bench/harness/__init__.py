@@ -2,5 +2,6 @@
 supervising them on a launcher's hosts (run, checkpoint, meta, progress), the CI
 regression check (regress) and the paper sweep (paper).
 
-May import bench.report, bench.results, bench.launch, bench.net and aqsgd.
+May import bench.report, bench.launch, bench.perfmodel (the paper's model results),
+bench.results, bench.net, specfile and aqsgd.
 """

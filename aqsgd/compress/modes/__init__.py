@@ -7,7 +7,10 @@ it (`Comparison`: the name a sweep and a table use, its rank in tables, the back
 mode, default bit widths). The types live in `base.py`; a module that declares neither
 name is a helper and is not registered.
 
-Adding a mode is one module here (plus its tests): the registry, `CompressionConfig.mode`,
+Adding a mode is one module here, its tests, and its per-element cost in every shipped
+profile (profiles/*.yaml, `encode_s_per_element` and `decode_s_per_element`: a profile
+without one entry per registered mode is refused): the registry, `CompressionConfig.mode`,
 the harness's mode names, the reports' reading order, the performance model's profile
-keys and the micro-benchmark's cases all follow from it.
+keys and the micro-benchmark's cases all follow from it (docs/ARCHITECTURE.md, "Where a
+new thing goes").
 """

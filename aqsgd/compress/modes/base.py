@@ -90,8 +90,11 @@ class Comparison:
     the replicas' gradients go through the gradient codec the sweep selects
     (`NAME/GRAD`), otherwise they are averaged exactly. `default_bits` (forward, backward)
     are the bit widths of a bare name; None: the mode takes no bit widths. `rank` orders
-    tables and figures (fp32 0, directq 1, aqsgd 2, aqsgd-lowbits 3, aqsgd+gc 4; a number
-    in between places a new mode between two)."""
+    tables and figures (fp32 0, directq 1, aqsgd 2, aqsgd-lowbits 3, aqsgd+gc 4, bf16 5,
+    fp16 6; a number in between places a new mode between two). A `speedup_reference`
+    (fp32, bf16) codes nothing either way: the reports show every speed-up over its cell
+    of the same link and layout (`speedup_vs_NAME`), and a sweep that runs it runs it
+    with the replicas of aqsgd+gc too."""
 
     name: str
     rank: float
@@ -100,6 +103,7 @@ class Comparison:
     default_bits: tuple[int, int] | None = None
     data_parallel: bool = False
     dtype: str = "fp32"
+    speedup_reference: bool = False
 
     @property
     def takes_bits(self) -> bool:
