@@ -114,7 +114,8 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
             argv = [*worker_cmd, "--config", str(config_path),
                     "--rank", str(rank), "--world-size", str(cell.world_size),
                     "--master-addr", str(hosts.addr(0)), "--master-port", str(port)]
-            env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **hosts.worker_env(rank)}
+            env = {**os.environ, "PYTHONPATH": str(REPO_ROOT),
+                   "WORLD_SIZE": str(cell.world_size), **hosts.worker_env(rank)}
             procs.append(hosts.spawn(rank, argv, env, cell_dir / "logs" / f"rank{rank}.log"))
         failure = wait_for_workers(procs, cell_timeout_s(cell.workload.timeout_s, scenario,
                                                          hosts.n_hosts))
@@ -259,16 +260,18 @@ def estimate_line(spec: SweepSpec, todo: list[CellSpec], sweep_dir: Path) -> str
 def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
               fresh: bool = False, quiet: bool = False,
               echo: Callable[[str], None] = print,
-              worker_cmd: tuple[str, ...] = WORKER_CMD) -> list[CellOutcome]:
+              worker_cmd: tuple[str, ...] = WORKER_CMD,
+              launcher_options: dict | None = None) -> list[CellOutcome]:
     """Run every unfinished cell of `spec` into `sweep_dir`; returns one
     outcome per cell (skipped ones included). Never raises for a cell that
     fails; raises for bad input (an unknown scenario: bench.net.scenario.ScenarioError,
     listing the available ones) before anything runs. States the estimated time
-    (estimate_line) before the first cell; the progress bar counts estimated seconds."""
+    (estimate_line) before the first cell; the progress bar counts estimated seconds.
+    `launcher_options`: the launcher's own (ssh: hostfile, shaping), for choose_launcher."""
     cells = spec.cells()
     scenarios = {name: load_scenario(name) for name in dict.fromkeys(c.scenario for c in cells)}
     placements = place_cells(cells, scenarios)
-    choice = choose_launcher(launcher)
+    choice = choose_launcher(launcher, **(launcher_options or {}))
     tone = "" if choice.shaped else "WARNING: "
     echo(f"{tone}launcher {choice.name}: {choice.reason}")
     sweep_dir.mkdir(parents=True, exist_ok=True)
