@@ -23,9 +23,11 @@ import secrets
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from bench.harness.meta import meta_head
-from bench.harness.run import collect_metrics
-from bench.harness.sweep import CellSpec
+from bench.harness.run import collect_metrics, run_sweep
+from bench.harness.sweep import CellSpec, SweepSpec, Workload, parse_mode
 from bench.launch.choice import LauncherChoice, choose_launcher
 from bench.launch.local import LocalLauncher
 from bench.launch.netns import NetnsLauncher
@@ -162,3 +164,34 @@ def run_ranks(config_path: Path, world_size: int, log_dir: Path, grace_s: float,
                  for r in range(world_size)]
         wait_for_workers(procs, timeout_s, grace_s)
         return [p.returncode for p in procs]
+
+
+# 2 stages of the tiny preset; one warm-up step (64 samples), then 2 measured steps.
+# Random init: a fresh clone has no cached starting checkpoint (minutes to build).
+SMOKE = Workload(steps=2, train_samples=64, timeout_s=150, dist_timeout_s=60, init_from=None)
+
+
+def smoke_sweep(tmp_path, launcher: str, workload: Workload = SMOKE, scenario="100mbps"):
+    """One aqsgd 2/4 smoke cell of the real worker on `launcher`: (results dir, outcomes)."""
+    spec = SweepSpec("smoke", (scenario,), (parse_mode("aqsgd:2/4"),), workload)
+    out = tmp_path / "results"
+    outcomes = run_sweep(spec, out, launcher=launcher, quiet=True, echo=lambda s: None)
+    return out, outcomes
+
+
+def check_smoke_cell(out, launcher: str):
+    """The smoke cell finished on `launcher` with its warm-up and coded steps; its meta."""
+    cell = out / "100mbps__aqsgd-fw2-bw4"
+    meta = json.loads((cell / "meta.json").read_text())
+    assert meta["status"] == "ok", meta.get("failure")
+    assert meta["cell"]["launcher"] == launcher
+    assert meta["provenance"]["git"]["commit"] and meta["probe"]
+    assert meta["run_config"]["forward"]["bits"] == 2
+    frame = pd.read_csv(cell / "metrics.csv")
+    train = frame[frame["kind"] == "train"]
+    assert sorted(train["rank"].unique()) == [0, 1] and len(train) == 2 * 3
+    # warm-up sends fp32; the measured steps send 2-bit deltas forward, 4-bit gradients back
+    stage0 = train[train["stage"] == 0].set_index("step")["bytes_sent_activation"]
+    assert stage0.loc[0] > 8 * stage0.loc[2] > 0
+    assert train["warmup"].tolist().count(True) == 2
+    return meta

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness_helpers import check_smoke_cell, smoke_sweep
 from launch_helpers import delay_scenario, docker_spec
 
 from bench.launch.docker import DockerLauncher, teardown_docker
@@ -50,11 +51,9 @@ def _left_over(names: dict[str, list[str]]) -> list[str]:
 @pytest.mark.workers
 @pytest.mark.timeout(300)
 def test_two_stage_cell_across_two_shaped_containers(tmp_path):
-    from test_harness_e2e import _check_smoke_cell, _smoke
-
-    out, outcomes = _smoke(tmp_path, "docker")
+    out, outcomes = smoke_sweep(tmp_path, "docker")
     assert [o.status for o in outcomes] == ["ok"]
-    meta = _check_smoke_cell(out, "docker")
+    meta = check_smoke_cell(out, "docker")
     launcher = meta["launcher"]
     assert meta["cell"]["shaped"] is True and meta["cell"]["rate_mbit"] == 100
     assert launcher["shaping"]["rate"].startswith("htb")

@@ -26,7 +26,7 @@ from bench.launch.ssh.hostside import HOST_RECORD_ROOT
 pytestmark = [pytest.mark.netns, pytest.mark.workers, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[4]
 CELL = "100mbps__aqsgd-fw2-bw4"
-# as tests/test_harness_e2e.py: 2 stages of the tiny preset, 1 warm-up step, 2 measured
+# as tests/harness_helpers.py SMOKE: 2 stages of the tiny preset, 1 warm-up step, 2 measured
 SMOKE = Workload(steps=2, train_samples=64, timeout_s=240, dist_timeout_s=60, init_from=None)
 WAIT_S = 200.0  # bring-up, probe, two torchrun agents and workers importing torch
 
