@@ -443,8 +443,13 @@ def _sweep(file: SweepFile) -> SweepSpec:
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
-    """Parse and validate a sweep file; errors (SpecError, a ValueError) name the file
-    and the field."""
+    """Parse and validate a sweep file, then check every cell as it would run
+    (bench.harness.preflight: scenarios, hosts, the preset's blocks, ...); errors
+    (SpecError, a ValueError) name the file and the field."""
+    from bench.harness.preflight import check_sweep  # it imports this module
+
     raw = read_file(path, what="sweep file")
     with raising(source=str(path)):
-        return _sweep(validate(SweepFile, raw))
+        spec = _sweep(validate(SweepFile, raw))
+        check_sweep(spec)
+    return spec
