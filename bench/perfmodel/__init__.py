@@ -5,7 +5,7 @@ measured cells, projected to GPT2-XL on GPUs, and the what-if command.
 - `profile`: the profile file (profiles/*.yaml, read through specfile): per-stage compute
   (measured, or from an achieved FLOP rate), compression cost per element, the runtime's
   per-message cost and its measured compute/communication overlap;
-- `measure`: `python -m bench model profile` writes this machine's CPU profile;
+- `measure`: `python -m bench profile` writes this machine's CPU profile;
 - `workload`: what one step does (compute per stage, every message's bytes from the
   compressors' own size rule, the data-parallel exchange) from a `RunConfig` and a
   `Placement`;
