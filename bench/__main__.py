@@ -18,8 +18,8 @@ Launchers (--launcher, bench.launch.choice.LAUNCHERS): auto (netns when root and
 
 Exit codes: 0 all cells ok (regress: no regression), 1 a cell failed or a
 regression was found, 2 bad input (unknown scenario, bad mode, bad file, a cell that
-cannot run: every cell is checked before anything is brought up), one or two lines on
-stderr that name what was wrong and how to fix it.
+cannot run: every cell is checked before anything is brought up), with one or two lines
+that name what was wrong, the value and how to fix it.
 """
 
 from __future__ import annotations
