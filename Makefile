@@ -16,10 +16,18 @@ DOCKER_IMAGE ?= aqsgd-bench-worker:latest
 WHEELHOUSE := docker/wheelhouse
 DEBIAN_SUITE ?= bookworm
 
-.PHONY: setup test lint bench bench-kernels bench-compressors regress paper convergence finetune \
-	pretrain probe net-cleanup gpu-check profile clean-venv docker-base docker-image docker-wheelhouse \
-	docker-daemon-start docker-daemon-stop
+.PHONY: help setup test test-fast lint bench bench-kernels bench-compressors bench-coding regress \
+	paper convergence \
+	finetune pretrain probe net-cleanup gpu-check profile clean-venv docker-base docker-image \
+	docker-wheelhouse docker-daemon-start docker-daemon-stop
 
+# One line per target: `make help`.
+help:
+	@awk '/^# /{if (!c) c=substr($$0, 3); next} \
+		/^[a-z][a-z-]*:/{n=substr($$0, 1, index($$0, ":") - 1); printf "  %-20s %s\n", n, c} \
+		{c=""}' $(MAKEFILE_LIST)
+
+# The virtual environment in .venv with the pinned packages (every target runs it first).
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -28,13 +36,21 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
+# Every test (as root: netns, Docker and real workers too; a skip fails under CI=true).
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Style, then import directions (the contracts in pyproject.toml, [tool.importlinter]).
+# The inner loop: no root, no Docker, no worker processes (the marks in pyproject.toml).
+test-fast: setup
+	$(PY) -m pytest -m "not slow and not netns and not docker_daemon and not workers" $(PYTEST_ARGS)
+
+# Style, import directions, import circles, the Dockerfile.
+# Import directions: the contracts in pyproject.toml, [tool.importlinter]; import circles
+# among the modules: tools/import_cycles.py.
 lint: setup
-	$(VENV)/bin/ruff check aqsgd bench specfile tests examples
+	$(VENV)/bin/ruff check aqsgd bench specfile tests examples tools
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(PY) tools/import_cycles.py aqsgd bench specfile
 	if [ -f docker/Dockerfile ]; then $(VENV)/bin/hadolint docker/Dockerfile; fi
 
 # The main job: one scenario, every compression mode, a table and figures.
@@ -45,19 +61,21 @@ bench: setup
 regress: setup
 	$(PY) -m bench regress
 
-# The paper's bandwidth sweep and the convergence sweep (both resumable, sharing
-# results/paper and results/convergence), then the paper figures with the published
-# claims and the convergence report.
+# The paper's figures: its bandwidth sweep, the convergence sweep, the claims beside them.
+# Both sweeps are resumable (results/paper, results/convergence); then the paper figures
+# with the published claims and the convergence report.
 paper: setup
 	$(PY) -m bench paper --launcher $(LAUNCHER)
 
-# This machine's profile for the performance model (docs/performance-model.md): stages
+# This machine's profile for the performance model (run `make paper` first).
+# docs/performance-model.md; stages
 # and compressors timed here, the runtime's communication constants fitted on the paper
 # sweep's fp32 cells (run `make paper` first).
 profile: setup
 	$(PY) -m bench profile --out profiles/cpu-2core.yaml --name cpu-2core --cells results/paper
 
-# Model quality: every mode for many epochs, three seeds, dropout as a knob (unshaped, on
+# Model quality: every mode, many epochs, three seeds (SIZE=smoke: seconds).
+# Every mode for many epochs, three seeds, dropout as a knob (unshaped, on
 # local processes), then results/convergence/report/convergence.md. Runs the throughput
 # cells its time-to-quality needs first when they are missing (on LAUNCHER); resumable.
 # Both times are stated before the first cell. SIZE=smoke runs in seconds.
@@ -76,21 +94,30 @@ pretrain: setup
 probe: setup
 	$(PY) -m bench.launch probe $(SCENARIO)
 
-# Remove what a killed run left behind (namespaces, containers, networks, volumes), by
+# Remove what killed runs left behind, by the names they recorded (live runs are kept).
+# Namespaces, qdiscs, containers, networks, volumes, processes, by
 # the names it recorded: every state dir a launcher has used (the registry under
 # /run/aqsgd-bench/state-dirs); live runs are left alone.
 net-cleanup: setup
 	$(PY) -m bench.launch cleanup --all-recorded
 
+# Compressor cost per micro-batch (encode + decode), one thread.
 bench-compressors: setup
 	$(PY) -m bench.micro.compressors
 
+# Quantizer kernels in GB/s against the plain-torch reference.
 bench-kernels: setup
 	$(PY) -m bench.micro.kernels
 
+# CPU coding per element, the torch path against the fused kernels, beside the copy limit.
+bench-coding: setup
+	$(PY) -m bench.micro.coding
+
+# On a CUDA machine: Triton kernels against the reference, a pipeline on CUDA, GPT2-XL stages.
 gpu-check: setup
 	$(PY) -m bench.micro.gpu_check --out results/gpu
 
+# Remove the virtual environment.
 clean-venv:
 	rm -rf $(VENV)
 
@@ -101,7 +128,8 @@ docker-base:
 		"$$rootfs" >/dev/null && \
 	tar -C "$$rootfs" -c . | docker import - $(DOCKER_BASE_IMAGE)
 
-# The project's pinned packages as wheels for the image (CPython 3.11, x86_64), taken
+# The pinned packages as wheels for the worker image (CPython 3.11, x86_64).
+# Taken
 # from whatever index or local wheel directory this host's pip is configured with.
 docker-wheelhouse: setup
 	mkdir -p $(WHEELHOUSE)
@@ -119,5 +147,6 @@ docker-image: docker-wheelhouse
 docker-daemon-start:
 	docker/dockerd.sh start
 
+# Stop the suite's own Docker daemon (by its pid file) and remove its bridge.
 docker-daemon-stop:
 	docker/dockerd.sh stop

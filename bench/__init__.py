@@ -1,6 +1,7 @@
 """The benchmarks around the library: network emulation (net), launchers (launch), the
-harness that sweeps and runs cells (harness), result files (results), reports (report) and
-micro-benchmarks (micro); `python -m bench` is the command line. May import aqsgd.
+harness that sweeps and runs cells (harness), result files (results), reports (report),
+the performance model (perfmodel) and micro-benchmarks (micro); `python -m bench` is the
+command line. May import aqsgd and specfile.
 """
 
 from pathlib import Path

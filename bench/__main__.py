@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 from bench.harness.modes import DEFAULT_GRID, ModeSpec, parse_mode
-from bench.harness.sweep import SweepSpec, Workload, load_sweep
+from bench.harness.preflight import load_checked_sweep
+from bench.harness.sweep import SweepSpec, Workload
 from specfile import SpecError
 
 __all__ = ["main", "build_parser", "finish_sweep"]
@@ -255,14 +256,14 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
-    spec = load_sweep(args.file)  # every cell checked, errors naming the file and field
+    spec = load_checked_sweep(args.file)  # every cell checked; errors name file and field
     return _run_and_finish(spec, args.out, args, title=f"Sweep {spec.name}")
 
 
 def _cmd_docker_compose(args) -> int:
     from aqsgd.train.config import load_config
     from bench import REPO_ROOT
-    from bench.launch.compose import write_compose
+    from bench.launch.docker.compose import write_compose
     from bench.net.scenario import load_scenario
 
     if args.out.is_dir():

@@ -42,7 +42,7 @@ from pathlib import Path
 
 POLL_S = 0.1
 TIED_GRACE_S = 5.0
-DELAYLINE_DIR = Path("/run/aqsgd")  # bench/launch/dockerspec.py reads the same files
+DELAYLINE_DIR = Path("/run/aqsgd")  # bench/launch/docker/spec.py reads the same files
 DELAYLINE_READY = DELAYLINE_DIR / "delayline.ready"
 DELAYLINE_TIMEOUT_S = 60.0
 

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aqsgd.train.worker import run_local
+from specfile import read_file
 
 EXAMPLE = Path(__file__).resolve().parent / "tiny-2stage.yaml"
 MODES = {
@@ -56,7 +57,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--data", default="pydoc")
     args = p.parse_args()
-    base = yaml.safe_load(EXAMPLE.read_text())
+    base = read_file(EXAMPLE, what="run config")  # the one YAML loader (specfile)
     base["train"].update(steps=args.steps, init_from=None, eval_batches=0, lr_warmup_steps=0)
     base["data"]["name"] = args.data
     base["backward"] = {"mode": "none"}

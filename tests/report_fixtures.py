@@ -30,9 +30,9 @@ def _placement(scenario: str, stages: int, replicas: int) -> dict:
 
 
 def fixture_label(mode: str, fw: int | None, bw: int | None, grad_mode: str) -> str:
-    """The harness's label: 'fp32', 'aqsgd-fw2-bw4', 'aqsgd+gc-ef21-fw2-bw4'."""
-    if mode == "fp32":
-        return "fp32"
+    """The harness's label: 'fp32', 'bf16', 'aqsgd-fw2-bw4', 'aqsgd+gc-ef21-fw2-bw4'."""
+    if fw is None:  # a mode without bit widths (fp32, bf16, fp16)
+        return mode
     gc = f"-{grad_mode}" if mode == "aqsgd+gc" else ""
     return f"{mode}{gc}-fw{fw}-bw{bw}"
 

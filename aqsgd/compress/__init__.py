@@ -1,5 +1,7 @@
-"""Compression on the wire: activation compressors and their per-sample cache, data-parallel
-gradient compressors, and the byte count of a message (wire.py).
+"""Compression on the wire: activation compressors and their per-sample cache
+(activation.py, cache.py), data-parallel gradient averaging (gradient.py), the byte
+count of a message (wire.py), and the registries (registry.py) of the activation modes
+(one module each in modes/) and the gradient codecs (one module each in codecs/).
 
 Imports aqsgd.quant and torch; nothing of aqsgd.train, aqsgd.model or aqsgd.data.
 """

@@ -8,39 +8,40 @@ One sender object and one receiver object per stage boundary and direction:
     # receiver: posts irecvs from fwd_recv.wire_spec((B, L, D), sample_ids), then
     x_hat = fwd_recv.decode(tensors, sample_ids)
 
-Modes (the AQ-SGD paper's baselines, and AQ-SGD itself):
-- ``none``: the activation in the transport dtype (fp32, fp16 or bf16).
-- ``directq``: quantize the activation itself (bits, granularity, rounding, grid).
-- ``aqsgd``: quantize the change since the sample's last visit, delta = x - m[i], against
-  a per-sample cache m held by both sides (aqsgd.compress.cache, dtype fp16 or fp32).
-- ``aqsgd-lowbits``: as ``aqsgd`` with the cache stored quantized (``cache_bits`` 1..8,
-  per-token scales); both sides re-quantize m[i] after each update with round-to-nearest,
-  so the copies stay identical.
+Modes (``CompressionConfig.mode``) are registered in aqsgd.compress.registry, one module
+each in aqsgd/compress/modes/ (``MODES`` lists them; the AQ-SGD paper's baselines and
+AQ-SGD itself are): ``none`` (the activation in the transport dtype: fp32, fp16 or bf16),
+``directq`` (quantize the activation itself), ``aqsgd`` (quantize the change since the
+sample's last visit against a per-sample cache held by both sides), ``aqsgd-lowbits``
+(the same with the cache stored quantized). A mode codes the rows a message does not
+send raw; this module frames every message the same way around them.
 
 Note on warm-up and first visits (the "layout"):
-- While ``epoch < warmup_epochs`` (training messages, every mode except ``none``), rows are
-  sent in the transport dtype and, for the aqsgd modes, written to both caches.
+- While ``epoch < warmup_epochs`` (training messages, every mode that codes rows), rows
+  are sent in the transport dtype and, for the modes with a cache, written to both caches.
 - After warm-up, a sample whose cache row was never written is sent raw by default
   (``first_visit="raw"``) and fills the cache, so its later visits are true deltas. With
   ``first_visit="zero"`` (what the AQ-SGD authors' code does) it is delta-coded against a
   zero row, which is in effect a direct quantization of its first activation.
 - A micro-batch may mix both kinds of rows. The rows of a message are split into raw rows
-  (in batch order) and quantized rows (in batch order); both sides derive the split from
+  (in batch order) and coded rows (in batch order); both sides derive the split from
   the sample ids and their own copy of the "initialised" flags, which stay equal because
   both sides apply the same updates. So ``wire_spec`` can size the receives in advance.
-- Evaluation messages (``training=False``) are sent raw and never touch the cache.
+- Evaluation messages (``training=False``) are sent raw in fp32 (``EVAL_DTYPE``), whatever
+  the transport dtype, and never touch the cache: the held-out loss measures the model a
+  run trained, not the rounding of its transport (bf16 and fp16 cells included).
 
 Wire format, in order (empty parts are left out; ``aqsgd.compress.wire.message_nbytes``
 counts everything):
   header  int64 (3 + B,) = [format, epoch, n_raw, sample ids...], checked by the receiver
-  raw     (n_raw, *S) transport dtype
-  codes   (packed_nbytes(n_q * prod(S), bits),) uint8
-  scales  scale_shape((n_q, *S)) fp16
-Delta rows go through quant.aqsgd_encode / aqsgd_decode (one fused pass on CUDA) with m in
-the cache's dtype: for ``aqsgd`` the receiver's stage input is the updated cache row m[i]
-itself (fp16 or fp32), as in the AQ-SGD authors' code; for ``aqsgd-lowbits`` it is
-m[i] + deQ(q) in fp32, before the cache re-quantizes it, so the cache's own coarse grid
-adds no error to the stage input.
+  raw     (n_raw, *S) transport dtype (fp32 in an evaluation message)
+  coded   the mode's ``coded_spec((n_q, *S))``: for directq and the aqsgd modes
+          codes (packed_nbytes(n_q * prod(S), bits),) uint8, then scales
+          scale_shape((n_q, *S)) fp16
+With a cache the compressor gathers the coded rows' entries m[i] (in the cache's dtype;
+fp32 on CPU), the mode updates them and the compressor writes them back; the receiver's
+stage input is the stored row when the cache stores values (``aqsgd``), the mode's
+decoded rows otherwise (``aqsgd-lowbits``).
 """
 
 from __future__ import annotations
@@ -52,23 +53,30 @@ import torch
 
 from aqsgd import quant
 from aqsgd.compress.cache import ActivationCache, CacheSpec, check_sample_ids
+from aqsgd.compress.modes.base import FMT_RAW, FMT_WARMUP, ActivationMode
+from aqsgd.compress.registry import ACTIVATION_MODES
+from aqsgd.compress.wire import WireSpec
 
 __all__ = [
     "MODES",
+    "GRADIENT_MODES",
     "TRANSPORT_DTYPES",
+    "EVAL_DTYPE",
     "CompressionConfig",
     "Compressor",
     "make_compressor",
     "message_spec",
+    "steady_raw_rows",
 ]
 
-MODES = ("none", "directq", "aqsgd", "aqsgd-lowbits")
+MODES = tuple(ACTIVATION_MODES)
+# the modes that may code activation gradients (the backward direction)
+GRADIENT_MODES = tuple(name for name, mode in ACTIVATION_MODES.items() if mode.codes_gradients)
 TRANSPORT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-_CACHE_MODES = ("aqsgd", "aqsgd-lowbits")
-_GRADIENT_MODES = ("none", "directq")
+# the dtype of an evaluation message's rows (module docstring, warm-up and first visits)
+EVAL_DTYPE = torch.float32
 
-# header[0]: how the rows of a message are coded.
-FMT_RAW, FMT_WARMUP, FMT_DIRECTQ, FMT_DELTA = 0, 1, 2, 3
+# header[0]: FMT_RAW, FMT_WARMUP (every row raw) or the mode's wire_format.
 HEADER_FIELDS = 3  # format, epoch, n_raw; then the B sample ids
 
 
@@ -128,8 +136,13 @@ class CompressionConfig:
         self.quant_config()  # validates granularity, group_size, rounding, grid, scale_method
 
     @property
+    def coding(self) -> type[ActivationMode]:
+        """The registered mode (aqsgd.compress.registry) that codes this config's rows."""
+        return ACTIVATION_MODES[self.mode]
+
+    @property
     def uses_cache(self) -> bool:
-        return self.mode in _CACHE_MODES
+        return self.coding.uses_cache
 
     def quant_config(self) -> quant.QuantConfig:
         """The quantizer applied to activations (directq) or deltas (aqsgd modes)."""
@@ -139,10 +152,10 @@ class CompressionConfig:
         )
 
     def cache_spec(self, sample_shape, num_samples: int) -> CacheSpec:
-        lowbits = self.mode == "aqsgd-lowbits"
         return CacheSpec(
             num_samples=num_samples, sample_shape=tuple(sample_shape),
-            dtype="quant" if lowbits else self.cache_dtype, bits=self.cache_bits,
+            dtype="quant" if self.coding.quantized_cache else self.cache_dtype,
+            bits=self.cache_bits,
             grid=self.grid, storage=self.cache_storage, directory=self.cache_dir,
         )
 
@@ -154,7 +167,7 @@ class _Layout:
     fmt: int
     ids: torch.Tensor  # (B,) int64 CPU
     raw_rows: torch.Tensor  # positions in the batch sent raw, (n_raw,)
-    q_rows: torch.Tensor  # positions sent quantized, (n_q,)
+    q_rows: torch.Tensor  # positions coded by the mode, (n_q,)
     cached: bool  # whether this message reads/writes the cache
 
     def header(self, epoch: int) -> torch.Tensor:
@@ -182,9 +195,9 @@ class Compressor:
             raise ValueError(
                 f"make_compressor: kind must be 'activation' or 'gradient', got {kind!r}"
             )
-        if kind == "gradient" and cfg.mode not in _GRADIENT_MODES:
+        if kind == "gradient" and cfg.mode not in GRADIENT_MODES:
             raise ValueError(
-                f"gradient compressors support modes {_GRADIENT_MODES}, got mode={cfg.mode!r} "
+                f"gradient compressors support modes {GRADIENT_MODES}, got mode={cfg.mode!r} "
                 "(AQ-SGD delta-codes activations only)"
             )
         self.cfg, self.role, self.kind = cfg, role, kind
@@ -192,9 +205,9 @@ class Compressor:
         self.device = torch.device(device)
         self.out_dtype = out_dtype
         self.epoch = 0
-        self._qcfg = cfg.quant_config()
+        self.coder = cfg.coding(cfg)  # the mode: codes the rows not sent raw
         self._transport = TRANSPORT_DTYPES[cfg.dtype]
-        if cfg.mode != "none" and cfg.granularity == "group":
+        if self.coder.codes_rows and cfg.granularity == "group":
             numel = math.prod(self.sample_shape)
             if numel % cfg.group_size:
                 raise ValueError(
@@ -225,8 +238,8 @@ class Compressor:
 
     @property
     def in_warmup(self) -> bool:
-        """Training messages of this epoch are sent raw to warm up (every mode but none
-        acts on it; the pipeline flags these steps in its metrics)."""
+        """Training messages of this epoch are sent raw to warm up (every mode that codes
+        rows acts on it; the pipeline flags these steps in its metrics)."""
         return self.epoch < self.cfg.warmup_epochs
 
     def _layout(self, batch_size: int | None, sample_ids, training: bool) -> _Layout:
@@ -241,25 +254,26 @@ class Compressor:
             )
         every = torch.arange(batch_size)
         none = every[:0]
-        if not training or self.cfg.mode == "none":
+        if not training or not self.coder.codes_rows:
             return _Layout(FMT_RAW, ids, every, none, False)
         if self.in_warmup:
             return _Layout(FMT_WARMUP, ids, every, none, cached)
-        if self.cfg.mode == "directq":
-            return _Layout(FMT_DIRECTQ, ids, none, every, False)
+        fmt = self.coder.wire_format
+        if self.cache is None:
+            return _Layout(fmt, ids, none, every, False)
         if self.cfg.first_visit == "zero":
-            return _Layout(FMT_DELTA, ids, none, every, True)
+            return _Layout(fmt, ids, none, every, True)
         fresh = ~self.cache.initialised[ids]  # (B,) rows never written: send raw
         if not bool(fresh.any()):  # the usual case after the first epoch: no masking
-            return _Layout(FMT_DELTA, ids, none, every, True)
-        return _Layout(FMT_DELTA, ids, every[fresh], every[~fresh], True)
+            return _Layout(fmt, ids, none, every, True)
+        return _Layout(fmt, ids, every[fresh], every[~fresh], True)
 
     def wire_spec(self, batch_shape, sample_ids, training: bool = True):
         """[(shape, dtype)] of the message for this micro-batch, in wire order."""
         batch_shape = tuple(int(n) for n in batch_shape)
         self._check_shape(batch_shape)
         lay = self._layout(batch_shape[0], sample_ids, training)
-        return message_spec(self.cfg, batch_shape, lay.raw_rows.numel())
+        return message_spec(self.cfg, batch_shape, lay.raw_rows.numel(), training)
 
     def _check_shape(self, batch_shape) -> None:
         if tuple(batch_shape[1:]) != self.sample_shape:
@@ -281,20 +295,20 @@ class Compressor:
         lay = self._layout(x.shape[0], sample_ids, training)
         out = [lay.header(self.epoch).to(x.device)]
         if lay.raw_rows.numel():
-            raw = _take(x, lay.raw_rows).to(self._transport).contiguous()  # (n_raw, *S)
+            dtype = self._transport if training else EVAL_DTYPE
+            raw = _take(x, lay.raw_rows).to(dtype).contiguous()  # (n_raw, *S)
             out.append(raw)
             if lay.cached:
                 self.cache.scatter_checked(_take(lay.ids, lay.raw_rows), raw.float())
         if lay.q_rows.numel():
             rows = _take(x, lay.q_rows).float()  # (n_q, *S); no copy when x is fp32 and whole
-            if lay.fmt == FMT_DELTA:
+            if lay.cached:
                 q_ids = _take(lay.ids, lay.q_rows)
                 m = self.cache.gather_checked(q_ids, self._m_dtype)  # fresh copy, updated in place
-                packed, scales = quant.aqsgd_encode(rows, m, self._qcfg, self._generator)
+                out += self.coder.encode(rows, self._generator, m)
                 self.cache.scatter_checked(q_ids, m)  # rounds to the stored dtype once
             else:
-                packed, scales = quant.quantize_packed(rows, self._qcfg, self._generator)
-            out += [packed.contiguous(), scales.contiguous()]
+                out += self.coder.encode(rows, self._generator)
         return out
 
     # --- receiver -------------------------------------------------------------------------
@@ -315,19 +329,19 @@ class Compressor:
             if lay.cached:
                 self.cache.scatter_checked(_take(lay.ids, lay.raw_rows), raw)
         if lay.q_rows.numel():
-            packed, scales = tensors[part].to(self.device), tensors[part + 1].to(self.device)
+            coded = [t.to(self.device) for t in tensors[part:]]
             q_shape = (lay.q_rows.numel(), *self.sample_shape)
-            if lay.fmt == FMT_DELTA:
+            if lay.cached:
                 q_ids = _take(lay.ids, lay.q_rows)
-                rows = self.cache.gather_checked(q_ids, self._m_dtype)  # (n_q, *S)
-                quant.aqsgd_decode(packed, scales, rows, self._qcfg)  # m += deQ, in place
+                m = self.cache.gather_checked(q_ids, self._m_dtype)  # (n_q, *S)
+                rows = self.coder.decode(coded, q_shape, m)  # m updated in place
                 stored = self.cache.stored_dtype
                 if stored is not None:  # aqsgd: the stage input is the stored row m[i]
                     rows = rows.to(stored)
                 self.cache.scatter_checked(q_ids, rows)
                 rows = rows.float()
             else:
-                rows = quant.dequantize_packed(packed, scales, q_shape, self._qcfg)
+                rows = self.coder.decode(coded, q_shape)
             parts.append((lay.q_rows, rows))
         if len(parts) == 1:  # every row coded the same way, already in batch order
             return parts[0][1].to(self.out_dtype)
@@ -358,24 +372,34 @@ class Compressor:
         self.close()
 
 
-def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int):
+def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int,
+                 training: bool = True) -> WireSpec:
     """[(shape, dtype)] in wire order of a (B, *S) micro-batch's message with `n_raw` rows
-    raw and B - n_raw quantized: the one size rule (`Compressor.wire_spec`, traffic
-    predictions; steady state: n_raw = 0, but B for mode none, warm-up and evaluation)."""
+    raw and B - n_raw coded by the mode: the one size rule (`Compressor.wire_spec`,
+    traffic predictions; steady state: `steady_raw_rows`). An evaluation message
+    (`training` False) sends every row raw in EVAL_DTYPE."""
     batch, *row_shape = (int(n) for n in batch_shape)
     if isinstance(n_raw, bool) or not isinstance(n_raw, int) or not 0 <= n_raw <= batch:
         raise ValueError(f"message_spec: n_raw must be an int in [0, {batch}], got {n_raw!r}")
-    if cfg.mode == "none" and n_raw != batch:
-        raise ValueError(f"message_spec: mode 'none' sends every row raw: n_raw must be "
+    if not cfg.coding.codes_rows and n_raw != batch:
+        raise ValueError(f"message_spec: mode {cfg.mode!r} sends every row raw: n_raw must be "
                          f"{batch}, got {n_raw}")
+    if not training and n_raw != batch:
+        raise ValueError(f"message_spec: an evaluation message sends every row raw: n_raw "
+                         f"must be {batch}, got {n_raw}")
     spec = [((HEADER_FIELDS + batch,), torch.int64)]
     if n_raw:
-        spec.append(((n_raw, *row_shape), TRANSPORT_DTYPES[cfg.dtype]))
+        raw_dtype = TRANSPORT_DTYPES[cfg.dtype] if training else EVAL_DTYPE
+        spec.append(((n_raw, *row_shape), raw_dtype))
     if batch - n_raw:
-        q_shape = (batch - n_raw, *row_shape)
-        spec.append(((quant.packed_nbytes(math.prod(q_shape), cfg.bits),), torch.uint8))
-        spec.append((tuple(quant.scale_shape(q_shape, cfg.quant_config())), torch.float16))
+        spec += cfg.coding.coded_spec(cfg, (batch - n_raw, *row_shape))
     return spec
+
+
+def steady_raw_rows(cfg: CompressionConfig, batch: int) -> int:
+    """Rows of a `batch`-row training message sent raw once warm-up is over and every
+    sample has been visited: 0, or every row for a mode that codes none (`none`)."""
+    return 0 if cfg.coding.codes_rows else batch
 
 
 def _take(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

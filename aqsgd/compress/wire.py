@@ -10,7 +10,10 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["message_nbytes", "spec_nbytes"]
+__all__ = ["WireSpec", "message_nbytes", "spec_nbytes"]
+
+# a message described before its tensors exist: [(shape, dtype)] in wire order
+WireSpec = list[tuple[tuple[int, ...], torch.dtype]]
 
 
 def message_nbytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -18,7 +21,7 @@ def message_nbytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def spec_nbytes(spec: Iterable[tuple[tuple[int, ...], torch.dtype]]) -> int:
+def spec_nbytes(spec: WireSpec) -> int:
     """Exact bytes of a message described as [(shape, dtype)] (a compressor's wire spec):
     what `message_nbytes` counts once the tensors exist, without allocating them."""
     total = 0

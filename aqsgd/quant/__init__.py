@@ -1,5 +1,6 @@
 """The activation quantizer: QuantConfig, the four fused calls, their argument checks and
-their dispatch to a backend. Imports only torch, and Triton lazily (through
+their dispatch to a backend. Imports only torch, aqsgd.filecache (where
+`aqsgd.quant.fused` caches its build) and Triton lazily (through
 `aqsgd.quant.triton_launch`, only when a call dispatches there); nothing else of aqsgd.
 
     cfg = QuantConfig(bits=4)                      # per-channel max-abs, reference grid
@@ -11,14 +12,17 @@ their dispatch to a backend. Imports only torch, and Triton lazily (through
 The contract (docs/ARCHITECTURE.md, "Quantizer") fixes every rounding step, so every
 backend gives the same bytes. Each public call checks its arguments, draws the
 stochastic-rounding seed once from the caller's generator (`draw_seed`), then runs a
-backend module; all three modules below have the same four functions
+backend module; all four modules below have the same four functions
 (`quantize_packed(x, cfg, seed)`, `dequantize_packed(packed, scales, shape, cfg, dtype)`,
 `aqsgd_encode(x, m, cfg, seed)`, `aqsgd_decode(packed, scales, m, cfg)`):
 
-- `aqsgd.quant.cpu`: chunked torch, fast on CPU (and what CUDA runs without Triton);
+- `aqsgd.quant.fused` (+ `fused_kernels.cpp`, `fused_*.h`): the fused C++ kernels for
+  CPU tensors, built on first use; what `backend="auto"` runs on CPU (where they cannot be built:
+  `aqsgd.quant.cpu`, with a RuntimeWarning saying why);
+- `aqsgd.quant.cpu`: chunked torch (`backend="torch"`; what CUDA runs without Triton);
 - `aqsgd.quant.triton_launch` (+ `triton_kernels`): the Triton kernels;
-- `aqsgd.quant.reference`: the contract in plain, readable torch, which the other two are
-  tested against and `python -m bench.micro.kernels` times as its naive baseline; no
+- `aqsgd.quant.reference`: the contract in plain, readable torch, which the other three
+  are tested against and `python -m bench.micro.kernels` times as its naive baseline; no
   `backend` picks it.
 
 `aqsgd.quant.config` holds QuantConfig, scale_shape, draw_seed and the contract's
@@ -32,7 +36,7 @@ from collections.abc import Sequence
 
 import torch
 
-from aqsgd.quant import cpu
+from aqsgd.quant import cpu, fused
 from aqsgd.quant.bitpack import packed_nbytes
 from aqsgd.quant.config import (
     CACHE_DTYPES,
@@ -126,13 +130,16 @@ def _check_packed(packed, n: int, bits: int, device=None, of: str = "") -> None:
 
 
 def _backend_for(backend: str, device: torch.device):
-    """The module that runs a call: aqsgd.quant.triton_launch when the Triton path should
-    run, else aqsgd.quant.cpu (the torch path)."""
+    """The module that runs a call: "auto" runs aqsgd.quant.fused on CPU when its kernels
+    build (else, warning once, aqsgd.quant.cpu) and aqsgd.quant.triton_launch on CUDA when
+    Triton imports; "torch" is aqsgd.quant.cpu, the torch path, on any device."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     if backend == "torch":
         return cpu
     if backend == "auto":
+        if device.type == "cpu":
+            return fused if fused.available() else cpu
         if device.type != "cuda":
             return cpu
         try:

@@ -1,6 +1,7 @@
 """The quantizer's torch path: chunked, in place, fast on CPU; bit for bit the reference.
 
-`aqsgd.quant` dispatches here on CPU, and on CUDA when Triton is not there; the four calls
+`aqsgd.quant` dispatches here under backend="torch", on CPU where the fused kernels
+(`aqsgd.quant.fused`) cannot be built, and on CUDA when Triton is not there; the four calls
 have the signatures of `aqsgd.quant.reference` and `aqsgd.quant.triton_launch`, with
 arguments already checked and the seed already drawn:
 

@@ -2,10 +2,11 @@
 
 Each step of docs/ARCHITECTURE.md ("Quantizer") is one torch op on fp32 values, in the
 order the contract writes it; every element looks its scale up by its flat index; bits
-are packed one by one. The CPU fast path (`aqsgd.quant.cpu`) and the Triton kernels
-(`aqsgd.quant.triton_launch`) give the same bytes as this module (l2 scales: within one
-fp16 ulp, the sum order being free): tests/test_quant.py and tests/test_kernels_triton.py
-check it, and `python -m bench.micro.kernels` times this module as its naive baseline.
+are packed one by one. The fused CPU kernels (`aqsgd.quant.fused`), the torch path
+(`aqsgd.quant.cpu`) and the Triton kernels (`aqsgd.quant.triton_launch`) give the same
+bytes as this module (l2 scales: within one fp16 ulp, the sum order being free):
+tests/aqsgd/quant/test_fused.py, test_quant.py and test_triton_kernels.py check it,
+and `python -m bench.micro.kernels` times this module as its naive baseline.
 
 The four calls have the signatures of the other backends; `seed` is the int that
 `aqsgd.quant.draw_seed` draws from the caller's generator (unused under round-to-nearest):

@@ -1,6 +1,7 @@
 """The run configuration: one frozen dataclass tree, loaded from YAML or JSON.
 
     python -m aqsgd.train.config examples/tiny-2stage.yaml     # validate and print resolved
+                                                               # (a bad file: one line, exit 2)
 
 Sections: `model` (aqsgd.model.config.ModelConfig; `preset: tiny` picks a preset and the
 other keys override it), `pipeline`, `forward` and `backward`
@@ -15,6 +16,7 @@ the run record.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import sys
@@ -24,7 +26,7 @@ from typing import Any, Literal
 
 import yaml
 
-from aqsgd.compress.activation import CompressionConfig
+from aqsgd.compress.activation import GRADIENT_MODES, CompressionConfig
 from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.data.sources import DATASETS
 from aqsgd.model.config import PRESETS, ModelConfig
@@ -183,10 +185,10 @@ class RunConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
 
     def __post_init__(self):
-        if self.backward.mode not in ("none", "directq"):
+        if self.backward.mode not in GRADIENT_MODES:
             raise ValueError(
-                f"backward.mode must be none or directq (gradients are not delta-coded), "
-                f"got {self.backward.mode!r}"
+                f"backward.mode must be {' or '.join(GRADIENT_MODES)} (gradients are not "
+                f"delta-coded), got {self.backward.mode!r}"
             )
         if self.pipeline.stages > self.model.n_layer:
             raise ValueError(
@@ -238,5 +240,23 @@ def load_config(path: str | Path) -> RunConfig:
         return validate(RunConfig, _with_preset(data or {}))
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Validate one run config and print it resolved; a bad file is one line and exit 2."""
+    parser = argparse.ArgumentParser(
+        prog="python -m aqsgd.train.config",
+        usage="%(prog)s FILE   (a run config, e.g. examples/tiny-2stage.yaml)",
+        description="Check a run config and print it with every default filled in.")
+    parser.add_argument("config", metavar="FILE",
+                        help="a run config, .yaml/.yml or .json (e.g. examples/tiny-2stage.yaml)")
+    args = parser.parse_args(argv)  # no FILE: usage and the missing argument, exit 2
+    try:
+        config = load_config(args.config)
+    except SpecError as e:  # ConfigError, naming the file, the key and the value
+        print(f"{parser.prog}: {e}", file=sys.stderr)
+        return 2
+    print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+    return 0
+
+
 if __name__ == "__main__":
-    print(yaml.safe_dump(load_config(sys.argv[1]).to_dict(), sort_keys=False), end="")
+    sys.exit(main())

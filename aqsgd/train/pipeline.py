@@ -278,7 +278,7 @@ class PipelineRunner:
             sq = torch.stack([p.grad.detach().float().pow(2).sum() for p in self.params]).sum()
             if self.topo.stages > 1:
                 dist.all_reduce(sq, group=self.pipe_group)
-            if self.topo.replicas > 1 and self.dp.cfg.mode == "qadam":
+            if self.topo.replicas > 1 and self.dp.exchanges_in_step:
                 # Note [clipping under QuantizedAdam]
                 dist.all_reduce(sq, group=self.dp_group)
                 sq /= self.topo.replicas
@@ -290,7 +290,7 @@ class PipelineRunner:
         opt = self.dp.optimizer
         lr = opt.param_groups[0]["lr"]
         # qadam exchanges Adam's first moment inside step(): that is data-parallel time
-        exchanges = self.topo.replicas > 1 and self.dp.cfg.mode == "qadam"
+        exchanges = self.topo.replicas > 1 and self.dp.exchanges_in_step
         with self.meter.span("dp_sync" if exchanges else "compute", "optimizer step"):
             opt.step()
             self.lr_scheduler.step()

@@ -4,8 +4,10 @@ workload and validated by construction (aqsgd.train.config).
     config = run_config(cell, cell_dir)              # RunConfig
     write_run_config(config, cell_dir / "config.yaml")  # what every rank loads
 
-The mode decides only the compression (`MODE_COMPRESSION`, keyed by ModeSpec.name);
-the workload decides everything else. `Workload.overrides` ("section.key" -> value)
+The mode decides only the compression (its aqsgd.compress.registry.COMPARISONS entry:
+the forward and backward activation modes, the transport dtype, whether the
+data-parallel gradients take the mode's gradient codec); the workload decides everything
+else. `Workload.overrides` ("section.key" -> value)
 are applied last, through aqsgd.train.config's loader, so a bad key or value fails
 with its key path (`unknown key train.lrr ...`); an override may not contradict the
 mode's gradient compressor (`grad.mode`: select it with the mode, `aqsgd+gc/ef21:2/4`).
@@ -21,13 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from aqsgd.compress.activation import CompressionConfig
 from aqsgd.compress.gradient import GradCompressionConfig
+from aqsgd.compress.registry import COMPARISONS
 from aqsgd.filecache import atomic_write_text
 from aqsgd.model.config import PRESETS
 from aqsgd.train.config import (
@@ -39,41 +41,22 @@ from aqsgd.train.config import (
     TrainConfig,
     config_from_dict,
 )
-from bench.harness.modes import MODE_NAMES, ModeSpec
+from bench.harness.modes import ModeSpec
 from bench.harness.sweep import CellSpec, Workload
 
-__all__ = ["ModeCompression", "MODE_COMPRESSION", "FREEZE_FRACTION", "compression",
-           "freeze_after_steps", "run_config", "write_run_config"]
+__all__ = ["FREEZE_FRACTION", "compression", "freeze_after_steps", "run_config",
+           "write_run_config"]
 
 
-@dataclass(frozen=True)
-class ModeCompression:
-    """What one mode of the comparison compresses: the CompressionConfig.mode of
-    activations (forward) and of their gradients (backward), and whether the
-    data-parallel gradients go through ModeSpec.grad_mode."""
-
-    forward: str
-    backward: str
-    data_parallel: bool
-
-
-MODE_COMPRESSION: dict[str, ModeCompression] = {
-    "fp32": ModeCompression("none", "none", data_parallel=False),
-    "directq": ModeCompression("directq", "directq", data_parallel=False),
-    "aqsgd": ModeCompression("aqsgd", "directq", data_parallel=False),
-    "aqsgd-lowbits": ModeCompression("aqsgd-lowbits", "directq", data_parallel=False),
-    "aqsgd+gc": ModeCompression("aqsgd", "directq", data_parallel=True),
-}
-assert set(MODE_COMPRESSION) == set(MODE_NAMES), "every mode needs its compression"
-
-
-def _direction(mode: str, bits: int | None, warmup_epochs: int) -> CompressionConfig:
-    # Mode none sends raw rows whatever the epoch, but it gets the workload's warm-up
-    # epochs too: the worker flags warm-up steps from them (aqsgd.train.pipeline,
-    # Note [warm-up flag]), so every mode's throughput counts the same steps.
-    if mode == "none":
-        return CompressionConfig(mode="none", dtype="fp32", warmup_epochs=warmup_epochs)
-    return CompressionConfig(mode=mode, bits=bits, warmup_epochs=warmup_epochs)
+def _direction(mode: str, dtype: str, bits: int | None, warmup_epochs: int
+               ) -> CompressionConfig:
+    # A mode that takes no bit widths (fp32: mode none) sends raw rows whatever the epoch,
+    # but it gets the workload's warm-up epochs too: the worker flags warm-up steps from
+    # them (aqsgd.train.pipeline, Note [warm-up flag]), so every mode's throughput counts
+    # the same steps.
+    if bits is None:
+        return CompressionConfig(mode=mode, dtype=dtype, warmup_epochs=warmup_epochs)
+    return CompressionConfig(mode=mode, dtype=dtype, bits=bits, warmup_epochs=warmup_epochs)
 
 
 # QuantizedAdam's exact phase lasts at least this share of the run (1-bit Adam's rule).
@@ -97,10 +80,10 @@ def compression(mode: ModeSpec, workload: Workload) -> tuple[CompressionConfig,
                                                              CompressionConfig,
                                                              GradCompressionConfig]:
     """(forward, backward, data-parallel gradient) compression of `mode`."""
-    table = MODE_COMPRESSION[mode.name]
-    forward = _direction(table.forward, mode.fw_bits, workload.warmup_epochs)
-    backward = _direction(table.backward, mode.bw_bits, workload.warmup_epochs)
-    if not table.data_parallel:
+    entry = COMPARISONS[mode.name]
+    forward = _direction(entry.forward, entry.dtype, mode.fw_bits, workload.warmup_epochs)
+    backward = _direction(entry.backward, entry.dtype, mode.bw_bits, workload.warmup_epochs)
+    if not entry.data_parallel:
         return forward, backward, GradCompressionConfig(mode="fp32")
     grad = GradCompressionConfig(mode=mode.grad_mode, bits=mode.grad_bits,
                                  freeze_after_steps=freeze_after_steps(workload),

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import REPO_ROOT
+from bench.harness.preflight import load_checked_sweep
 from bench.harness.run import CellOutcome, estimate_line, pending_cells, run_sweep
-from bench.harness.sweep import SweepSpec, load_sweep
+from bench.harness.sweep import SweepSpec
 from bench.launch.choice import LAUNCHERS
 from bench.results.files import find_cells
 
@@ -57,10 +58,10 @@ def plan(size: str, results: Path | None = None, throughput_results: Path | None
          with_throughput: bool = True) -> ConvergencePlan:
     """Load the size's sweep (and the throughput sweep it names, unless
     `with_throughput` is false); results default to results/<sweep name>/."""
-    spec = load_sweep(sweep_file(size))
+    spec = load_checked_sweep(sweep_file(size))
     tp = None
     if spec.throughput is not None and with_throughput:
-        tp = load_sweep(SWEEPS_DIR / f"{spec.throughput}.yaml")
+        tp = load_checked_sweep(SWEEPS_DIR / f"{spec.throughput}.yaml")
     tp_name = spec.throughput or "paper"
     return ConvergencePlan(spec, results or REPO_ROOT / "results" / spec.name, tp,
                            throughput_results or REPO_ROOT / "results" / tp_name)

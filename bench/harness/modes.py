@@ -4,25 +4,35 @@
     parse_mode("aqsgd+gc/ef21:2/4")    # aqsgd plus EF21 data-parallel gradients
     str(parse_mode("aqsgd+gc:2/4"))    # 'aqsgd+gc/qadam:2/4' (QuantizedAdam by default)
 
-bench.harness.cells maps each mode name to what the workers compress (MODE_COMPRESSION).
+The modes are the comparisons registered in aqsgd.compress.registry (`COMPARISONS`, one
+module per activation mode in aqsgd/compress/modes/): their names, their default bit
+widths, which of them take bit widths and which select a data-parallel gradient codec
+(the compressing codecs of `GRAD_CODECS`). bench.harness.cells builds what the workers
+compress from the same entries.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aqsgd.compress.registry import COMPARISONS, GRAD_CODECS
+
 __all__ = ["MODE_NAMES", "GRAD_COMPRESSORS", "DEFAULT_BITS", "DEFAULT_GRID", "BITS_RANGE",
            "ModeSpec", "check_int", "parse_mode"]
 
-MODE_NAMES = ("fp32", "directq", "aqsgd", "aqsgd-lowbits", "aqsgd+gc")
-# The data-parallel gradient compressors aqsgd+gc can select (aqsgd.compress.gradient).
-GRAD_COMPRESSORS = ("qadam", "ef21", "natural")
+MODE_NAMES = tuple(COMPARISONS)
+# The data-parallel gradient compressors a mode with a gradient codec can select.
+GRAD_COMPRESSORS = tuple(name for name, codec in GRAD_CODECS.items() if codec.compresses)
 # (forward bits, backward bits) used when a quantized mode is named bare.
-DEFAULT_BITS = {"directq": (4, 8), "aqsgd": (2, 4), "aqsgd-lowbits": (2, 4), "aqsgd+gc": (2, 4)}
+DEFAULT_BITS = {name: c.default_bits for name, c in COMPARISONS.items() if c.takes_bits}
+# The modes that select a gradient compressor (NAME/GRAD).
+_DP_MODES = ", ".join(name for name, c in COMPARISONS.items() if c.data_parallel)
 # The grid `python -m bench run` runs by default: every mode, AQ-SGD at three bit widths,
-# and DirectQ at AQ-SGD's most aggressive width beside it (the paper's quality contrast).
-DEFAULT_GRID = ("fp32", "directq:2/4", "directq:4/8", "aqsgd:2/4", "aqsgd:3/6", "aqsgd:4/8",
-                "aqsgd+gc/qadam:2/4")
+# DirectQ at AQ-SGD's most aggressive width beside it (the paper's quality contrast), and
+# bf16, the baseline a system of today sends (speed-ups are shown over it too). fp16 has
+# bf16's bytes, so its throughput adds nothing here; it is one name away (`--modes`).
+DEFAULT_GRID = ("fp32", "bf16", "directq:2/4", "directq:4/8", "aqsgd:2/4", "aqsgd:3/6",
+                "aqsgd:4/8", "aqsgd+gc/qadam:2/4")
 BITS_RANGE = (1, 8)
 
 
@@ -42,23 +52,25 @@ class ModeSpec:
     quantized directly. aqsgd: activation deltas against the per-sample cache
     forward, DirectQ backward. aqsgd-lowbits: aqsgd with the cache itself stored
     quantized. aqsgd+gc: aqsgd plus compressed data-parallel gradients (`grad_mode`
-    of GRAD_COMPRESSORS, QuantizedAdam by default) -- needs replicas >= 2.
+    of GRAD_COMPRESSORS, QuantizedAdam by default) -- needs replicas >= 2. bf16, fp16:
+    activations and their gradients cast to that half dtype on the wire, nothing coded.
+    (aqsgd.compress.registry.COMPARISONS has every mode and what it compresses.)
     """
 
     name: str
     fw_bits: int | None = None
     bw_bits: int | None = None
-    grad_mode: str = "qadam"  # only used by aqsgd+gc
+    grad_mode: str = "qadam"  # only used by the modes with a gradient codec (aqsgd+gc)
     grad_bits: int = 8
 
     def __post_init__(self):
         if self.name not in MODE_NAMES:
             raise ValueError(f"ModeSpec.name must be one of {', '.join(MODE_NAMES)}, "
                              f"got {self.name!r}")
-        if self.name == "fp32":
+        if not self.takes_bits:
             for f in ("fw_bits", "bw_bits"):
                 if getattr(self, f) is not None:
-                    raise ValueError(f"ModeSpec.{f} must be unset for mode fp32, "
+                    raise ValueError(f"ModeSpec.{f} must be unset for mode {self.name}, "
                                      f"got {getattr(self, f)}")
         else:
             for f in ("fw_bits", "bw_bits"):
@@ -68,50 +80,55 @@ class ModeSpec:
             raise ValueError(f"ModeSpec.grad_mode must be one of {', '.join(GRAD_COMPRESSORS)}, "
                              f"got {self.grad_mode!r}")
         if not self.compresses_dp and self.grad_mode != "qadam":
-            raise ValueError(f"ModeSpec.grad_mode selects the gradient compressor of aqsgd+gc "
-                             f"only; mode {self.name} got {self.grad_mode!r}")
+            raise ValueError(f"ModeSpec.grad_mode selects the gradient compressor of "
+                             f"{_DP_MODES} only; mode {self.name} got {self.grad_mode!r}")
+
+    @property
+    def takes_bits(self) -> bool:
+        return COMPARISONS[self.name].takes_bits
 
     @property
     def compresses_dp(self) -> bool:
-        return self.name == "aqsgd+gc"
+        return COMPARISONS[self.name].data_parallel
 
     @property
     def label(self) -> str:
         """File-name-safe label, e.g. 'aqsgd-fw2-bw4', 'aqsgd+gc-qadam-fw2-bw4' (aqsgd+gc
         always names its gradient compressor, so no table or figure hides it)."""
-        if self.name == "fp32":
-            return "fp32"
+        if not self.takes_bits:
+            return self.name
         grad = f"-{self.grad_mode}" if self.compresses_dp else ""
         return f"{self.name}{grad}-fw{self.fw_bits}-bw{self.bw_bits}"
 
     def __str__(self) -> str:
         """The form parse_mode reads back: 'aqsgd:2/4', 'aqsgd+gc/qadam:2/4'."""
-        if self.name == "fp32":
-            return "fp32"
+        if not self.takes_bits:
+            return self.name
         grad = f"/{self.grad_mode}" if self.compresses_dp else ""
         return f"{self.name}{grad}:{self.fw_bits}/{self.bw_bits}"
 
 
 def parse_mode(text: str) -> ModeSpec:
-    """'fp32', 'aqsgd', 'aqsgd:2/4', 'directq:4/8', 'aqsgd-lowbits:2/4', 'aqsgd+gc:2/4'
-    (QuantizedAdam), 'aqsgd+gc/ef21:2/4' -> ModeSpec."""
+    """'fp32', 'bf16', 'aqsgd', 'aqsgd:2/4', 'directq:4/8', 'aqsgd-lowbits:2/4',
+    'aqsgd+gc:2/4' (QuantizedAdam), 'aqsgd+gc/ef21:2/4' -> ModeSpec."""
     text = text.strip()
     head, sep, bits = text.partition(":")
     name, slash, grad = head.partition("/")
     if name not in MODE_NAMES:
         raise ValueError(f"mode must be one of {', '.join(MODE_NAMES)} "
                          f"(optionally NAME:FW/BW), got {text!r}")
-    if slash and name != "aqsgd+gc":
-        raise ValueError(f"only aqsgd+gc selects a gradient compressor (NAME/GRAD), "
+    mode = COMPARISONS[name]
+    if slash and not mode.data_parallel:
+        raise ValueError(f"only {_DP_MODES} selects a gradient compressor (NAME/GRAD), "
                          f"got {text!r}")
     if slash and grad not in GRAD_COMPRESSORS:
         raise ValueError(f"gradient compressor must be one of {', '.join(GRAD_COMPRESSORS)} "
-                         f"(aqsgd+gc/GRAD:FW/BW), got {text!r}")
+                         f"({name}/GRAD:FW/BW), got {text!r}")
     extra = {"grad_mode": grad} if slash else {}
-    if name == "fp32":
+    if not mode.takes_bits:
         if sep:
-            raise ValueError(f"mode fp32 takes no bit widths, got {text!r}")
-        return ModeSpec("fp32")
+            raise ValueError(f"mode {name} takes no bit widths, got {text!r}")
+        return ModeSpec(name)
     if not sep:
         fw, bw = DEFAULT_BITS[name]
         return ModeSpec(name, fw, bw, **extra)

@@ -10,11 +10,10 @@ training split fills one step, the starting-weights file it names exists, and it
 RunConfig builds (bench.harness.cells.run_config, `Workload.overrides` included). The
 first problem raises a SpecError whose field is the sweep's own field that decides it:
 'workload.stages', 'variants[0].workload.train_samples', 'workload.gc_stages' (the
-data-parallel cells), 'scenarios[1]', 'reference'. load_sweep puts the file's name in
-front; `python -m bench run` names its flags instead (bench.__main__).
+data-parallel cells), 'scenarios[1]', 'reference'. load_checked_sweep(path) puts the
+file's name in front; `python -m bench run` names its flags instead (bench.__main__).
 
-This module imports bench.harness.cells, which imports bench.harness.sweep: load_sweep
-imports it when it is called.
+    spec = load_checked_sweep("scenarios/sweeps/paper.yaml")   # parsed and checked
 """
 
 from __future__ import annotations
@@ -25,12 +24,13 @@ from pathlib import Path
 from aqsgd.model.config import PRESETS
 from bench import REPO_ROOT
 from bench.harness.cells import run_config
-from bench.harness.sweep import CellSpec, SweepSpec, Workload
+from bench.harness.sweep import CellSpec, SweepSpec, Workload, load_sweep
 from bench.net.placement import Placement, PlacementError, place
 from bench.net.scenario import NetworkScenario, load_scenario
-from specfile import SpecError
+from specfile import SpecError, raising
 
-__all__ = ["SWEEPS_DIR", "SweepPlan", "UnplacedCellError", "check_sweep", "place_cells"]
+__all__ = ["SWEEPS_DIR", "SweepPlan", "UnplacedCellError", "check_sweep",
+           "load_checked_sweep", "place_cells"]
 
 SWEEPS_DIR = REPO_ROOT / "scenarios" / "sweeps"
 
@@ -150,3 +150,12 @@ def check_sweep(spec: SweepSpec) -> SweepPlan:
     scenarios = _load_scenarios(spec, cells)
     placements = {c.name: _check_cell(spec, c, scenarios[c.scenario]) for c in cells}
     return SweepPlan(tuple(cells), scenarios, placements)
+
+
+def load_checked_sweep(path: str | Path) -> SweepSpec:
+    """The sweep file at `path` (bench.harness.sweep.load_sweep), every cell checked
+    (check_sweep); every error names the file and the field."""
+    spec = load_sweep(path)
+    with raising(source=str(path)):
+        check_sweep(spec)
+    return spec

@@ -214,8 +214,8 @@ def _check_inputs(args) -> None:
 
 
 def run_regress(args) -> int:
+    from bench.harness.preflight import load_checked_sweep
     from bench.harness.run import run_sweep
-    from bench.harness.sweep import load_sweep
 
     try:
         _check_inputs(args)
@@ -225,7 +225,7 @@ def run_regress(args) -> int:
     results_dir = args.compare_only
     if results_dir is None:
         results_dir = args.out
-        run_sweep(load_sweep(args.sweep_file), results_dir, launcher=args.launcher,
+        run_sweep(load_checked_sweep(args.sweep_file), results_dir, launcher=args.launcher,
                   fresh=True, quiet=args.quiet)
     new = baseline_rows(summarize([results_dir]))
     if args.update_baseline:

@@ -14,7 +14,7 @@ A sweep file (YAML, checked against SweepFile: unknown keys and wrong types reje
                                               # crossed with bare quantized modes
     workload: {steps: 8, preset: tiny, stages: 2}   # any Workload field
     reference: loopback               # optional: fp32 on an unshaped link too
-    gc_reference: true                # fp32 with aqsgd+gc's replicas too (default)
+    gc_reference: true                # fp32 (bf16) with aqsgd+gc's replicas too (default)
     seeds: [1, 2, 3]                  # optional: every cell once per seed, `__s<seed>` in names
     variants:                         # optional: some modes again with other workload values
       - {name: dropout0, modes: [fp32, "aqsgd:2/4"], workload: {dropout: 0.0}}
@@ -23,7 +23,9 @@ A sweep file (YAML, checked against SweepFile: unknown keys and wrong types reje
 
 Modes read `NAME[/GRAD][:FW/BW]`: fp32, directq, aqsgd, aqsgd-lowbits (AQ-SGD with its
 cache stored quantized) and aqsgd+gc, whose `/GRAD` names the data-parallel gradient
-compressor (qadam, the default; ef21; natural): `aqsgd+gc/ef21:2/4`.
+compressor (qadam, the default; ef21; natural): `aqsgd+gc/ef21:2/4`; bf16 and fp16
+(activations and gradients cast to that half dtype on the wire, the baseline a system of
+today sends).
 
 (The file is longer than most: a sweep file's schema, what it expands to and the
 Workload every cell runs are one surface, read together.)
@@ -42,6 +44,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aqsgd.compress.registry import SPEEDUP_REFERENCES
 from aqsgd.model.config import PRESETS
 from aqsgd.model.dropout import DROPOUT_MASKS
 from bench.harness.modes import DEFAULT_BITS, ModeSpec, check_int, parse_mode
@@ -287,7 +290,8 @@ class SweepSpec:
     # reference for "speed-up over fp32 on an unshaped link".
     reference_scenario: str | None = None
     # when aqsgd+gc runs with more replicas than the sweep's workload, also run
-    # fp32 with those replicas: the reference for its speed-up.
+    # fp32 (and bf16, when the sweep runs it: every SPEEDUP_REFERENCES mode it runs) with
+    # those replicas: the references for its speed-ups.
     gc_reference: bool = True
     # () = the workload's one seed; else every cell once per seed, the seed in its name
     seeds: tuple[int, ...] = ()
@@ -325,7 +329,8 @@ class SweepSpec:
         compress."""
         cells: list[CellSpec] = []
         seen: set[str] = set()
-        has_fp32 = any(m.name == "fp32" for m in self.modes)
+        references = [ModeSpec(name) for name in SPEEDUP_REFERENCES
+                      if any(m.name == name for m in self.modes)]
         runs = [(m, self.workload) for m in self.modes]
         runs += [(m, v.workload) for v in self.variants for m in v.modes]
         for scenario in self.scenarios:
@@ -335,10 +340,10 @@ class SweepSpec:
                     named = seed is not None
                     cell = CellSpec(scenario, mode, _with_replicas(workload, mode), named)
                     group = [cell]
-                    if (self.gc_reference and has_fp32 and not base.variant
+                    if (self.gc_reference and not base.variant
                             and cell.workload.replicas != workload.replicas):
-                        group.insert(0, CellSpec(scenario, ModeSpec("fp32"), cell.workload,
-                                                 named))
+                        group[:0] = [CellSpec(scenario, ref, cell.workload, named)
+                                     for ref in references]
                     for c in group:
                         if c.name not in seen:
                             seen.add(c.name)
@@ -443,13 +448,9 @@ def _sweep(file: SweepFile) -> SweepSpec:
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
-    """Parse and validate a sweep file, then check every cell as it would run
-    (bench.harness.preflight: scenarios, hosts, the preset's blocks, ...); errors
-    (SpecError, a ValueError) name the file and the field."""
-    from bench.harness.preflight import check_sweep  # it imports this module
-
+    """Parse and validate a sweep file; errors (SpecError, a ValueError) name the file
+    and the field. bench.harness.preflight.load_checked_sweep also checks every cell as
+    it would run."""
     raw = read_file(path, what="sweep file")
     with raising(source=str(path)):
-        spec = _sweep(validate(SweepFile, raw))
-        check_sweep(spec)
-    return spec
+        return _sweep(validate(SweepFile, raw))

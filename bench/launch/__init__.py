@@ -1,4 +1,14 @@
-"""Launchers: one Launcher protocol (base.py) that the netns and local launchers implement,
-the shared spawn/supervise/kill code (process.py), launcher choice and the multi-host
-planner. May import bench.net and aqsgd.filecache; never bench.harness or bench.report.
+"""Launchers: the hosts a run's workers start on. The core here is launcher-neutral:
+the Launcher protocol and what every launcher fills the same way (base.py), launcher
+choice and the table of where each launcher lives (choice.py), bring-up and signal-safe
+teardown (lifecycle.py), state files and cleanup of killed runs (state.py), process
+groups (process.py), the link probe (probing.py), the command line (__main__.py). One
+folder or module per launcher: netns/ (network namespaces), docker/ (containers, and
+their compose file), local.py (local processes, unshaped); export/ writes what runs a
+scenario elsewhere (the multi-host commands). The core imports no launcher (choice.py
+finds one by module path when a run asks for it), and no launcher imports another: the
+import contracts in pyproject.toml check both.
+
+May import bench.net, bench (REPO_ROOT) and aqsgd.filecache; never bench.harness or
+bench.report.
 """

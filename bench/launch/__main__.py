@@ -4,12 +4,15 @@
     python -m bench.launch up wan --hosts 4            # bring up and hold until Ctrl-C
     python -m bench.launch cleanup --all-recorded      # remove what killed runs left behind
     python -m bench.launch cleanup --all-recorded --state-dir results/100mbps/.launcher
-    python -m bench.launch cleanup --state /run/aqsgd-bench/netns/aq1b2c3.json
+    python -m bench.launch cleanup --state /run/aqsgd-bench/state/aq1b2c3.json
     python -m bench.launch calibrate --repeats 3      # accuracy table of this machine's emulation
 
-Cleanup removes only the names written in state files (never by pattern), and only
-those of killed runs: a run whose launcher still runs is listed and left alone.
-`--all-recorded` reads every state dir a launcher has used (bench/launch/state.py).
+probe, up and calibrate bring up network namespaces (the netns launcher, which
+bench.launch.choice finds by name: this core module imports no launcher). Cleanup, of
+every launcher's runs, removes only the names written in state files (never by
+pattern), and only those of killed runs: a run whose launcher still runs is listed and
+left alone. `--all-recorded` reads every state dir a launcher has used
+(bench/launch/state.py).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import time
 from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text
-from bench.launch.netns import NetnsLauncher
+from bench.launch.base import Launcher
+from bench.launch.choice import launcher_factory
 from bench.launch.state import (
     DEFAULT_STATE_DIR,
+    StateFileError,
     all_recorded_state_files,
     cleanup,
     recorded_state_files,
@@ -36,12 +41,12 @@ from bench.net.scenario import load_scenario, with_link
 __all__ = ["calibrate", "main"]
 
 
-def _launcher(args) -> NetnsLauncher:
+def _launcher(args) -> Launcher:
     scenario = load_scenario(args.scenario)
     n_hosts = scenario.n_hosts if args.hosts is None else args.hosts
-    return NetnsLauncher(scenario, n_hosts, state_dir=args.state_dir,
-                         allow_drop=args.allow_drop,
-                         payload_correction=not args.no_payload_correction)
+    return launcher_factory("netns")(scenario, n_hosts, state_dir=args.state_dir,
+                                     allow_drop=args.allow_drop,
+                                     payload_correction=not args.no_payload_correction)
 
 
 def _probe(args) -> int:
@@ -87,12 +92,13 @@ def calibrate(repeats: int, state_dir: Path, rates_mbit=(10, 100, 1000),
     rate, one-way delay (median RTT / 2) at each delay, the delay mechanism's ceiling
     (unshaped link through it) and bring-up/tear-down time of 4 hosts. Each figure is
     measured `repeats` times in both directions of a 2-host topology."""
+    netns = launcher_factory("netns")
     base = load_scenario("100mbps")
     table: dict[str, list[float]] = {}
 
     def run(scenario, key, value, n_hosts=2, duration_s=1.0):
         for _ in range(repeats):
-            with NetnsLauncher(scenario, n_hosts, state_dir=state_dir) as hosts:
+            with netns(scenario, n_hosts, state_dir=state_dir) as hosts:
                 results = hosts.probe(links=[(0, 1), (1, 0)], check=False,
                                       duration_s=duration_s)
             table.setdefault(key, []).extend(value(r) for r in results)
@@ -107,7 +113,7 @@ def calibrate(repeats: int, state_dir: Path, rates_mbit=(10, 100, 1000),
     run(with_link(base, rate_mbit=None, delay_ms=1.0), "delay mechanism ceiling Mbit/s",
         lambda r: r.rate_mbit_achieved)
     for _ in range(repeats):
-        with NetnsLauncher(load_scenario("wan"), 4, state_dir=state_dir) as hosts:
+        with netns(load_scenario("wan"), 4, state_dir=state_dir) as hosts:
             pass
         for key in ("up_s", "down_s"):
             table.setdefault(f"4 hosts (wan): {key}", []).append(hosts.record()["timing"][key])
@@ -140,7 +146,12 @@ def _cleanup(args) -> int:
         except FileNotFoundError:
             continue  # its run finished and removed it since the listing
     live = [f for f, state in states.items() if run_is_live(state)]
-    for line in cleanup(list(states)):
+    try:
+        removed = cleanup(list(states))
+    except StateFileError as err:
+        print(err, file=sys.stderr)
+        return 2
+    for line in removed:
         print(f"removed {line}")
     for f in live:
         print(f"left alone {f}: its launcher (pid {states[f]['launcher_pid']}) is running")

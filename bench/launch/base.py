@@ -1,5 +1,5 @@
-"""The launcher contract: what every launcher (netns, local, and later docker) offers
-the harness.
+"""The launcher contract: what every launcher (netns, Docker, local) offers the harness,
+and the parts of it every launcher fills the same way.
 
     factory = choose_launcher("auto").factory   # NetnsLauncher or LocalLauncher (a class)
     with factory(scenario, n_hosts, run_id=rid, state_dir=d) as hosts:
@@ -8,12 +8,17 @@ the harness.
         proc = hosts.spawn(0, argv, env, log_path)  # host 0 runs rank 0
 
 A launcher class is built as `factory(scenario, n_hosts=None, *, run_id=None,
-state_dir=None)` (n_hosts None: the scenario's layout); options only one launcher
-has (netns: allow_drop, payload_correction, executor, python; local: warn) are
-keywords the harness never passes. It builds `n_hosts` hosts on `__enter__` and
-removes exactly what it built on `__exit__` (also after a crash, Ctrl-C or
-SIGTERM). The harness never asks which launcher it holds: the class attributes
-`name` and `shaped` say it, `record()` gives meta.json its `launcher` block.
+state_dir=None)` (n_hosts None: the scenario's layout); options only one launcher has
+(netns: allow_drop, payload_correction, executor, python; Docker: image, gpus,
+results_dir, allow_drop, payload_correction, python, client; local: warn) are keywords
+the harness never passes. It builds `n_hosts` hosts on `__enter__` and removes exactly
+what it built on `__exit__` (also after a crash, Ctrl-C or SIGTERM). The harness never
+asks which launcher it holds: the class attributes `name` and `shaped` say it,
+`record()` gives meta.json its `launcher` block.
+
+Shared by every launcher: `new_run_id()` (the run id when the harness passes none) and
+`links_record()` (the `links` block of `record()`); the probe loop and, for the shaped
+launchers, the `probe()` method itself are bench/launch/probing.py's.
 
 The probe record (`bench.net.probe.ProbeRecord`) lives with the probe in
 bench/net, the lower layer, so that the link checks there read the same type
@@ -22,19 +27,35 @@ the launchers return.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from bench.net.probe import ProbeRecord
+from bench.net.scenario import NetworkScenario
 
-__all__ = ["Launcher"]
+__all__ = ["Launcher", "links_record", "new_run_id"]
+
+
+def new_run_id() -> str:
+    """A launcher's run id when the harness gives none: the time and this process's pid."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+def links_record(scenario: NetworkScenario, n_hosts: int) -> list[dict[str, Any]]:
+    """`record()`'s `links`: every directed link between the n_hosts hosts up, with its
+    spec (bench.net.scenario.LinkSpec) and the payload rate the caps leave it."""
+    return [{"src": a, "dst": b, **scenario.link_spec(a, b).to_dict(),
+             "payload_rate_mbit": scenario.payload_rate_mbit(a, b)}
+            for a in range(n_hosts) for b in range(n_hosts) if a != b]
 
 
 class Launcher(Protocol):
     """What the harness may call on a launcher; nothing else."""
 
-    name: ClassVar[str]  # "netns" | "local" | ...: recorded in meta.json
+    name: ClassVar[str]  # "netns" | "docker" | "local": recorded in meta.json
     shaped: ClassVar[bool]  # True when links carry the scenario's rates and delays
     n_hosts: int
 

@@ -5,7 +5,8 @@ delays are not applied, and the run record says so (`"shaped": false`).
     with LocalLauncher(load_scenario("100mbps"), n_hosts=2) as hosts:
         p = hosts.spawn(0, [sys.executable, "-m", "aqsgd.train.worker", ...], env, log)
 
-The same contract as the netns launcher (bench/launch/base.py's Launcher).
+The same contract as the netns and Docker launchers (bench/launch/base.py's Launcher).
+Imports the core of bench/launch and bench.net; no other launcher.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
+from bench.launch.base import new_run_id
 from bench.launch.process import TEARDOWN_GRACE_S, free_port, spawn_group, stop_all
 from bench.net.probe import ProbeRecord, measure, plan_probe, serve
 from bench.net.scenario import NetworkScenario
@@ -49,7 +50,7 @@ class LocalLauncher:
         self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
         if self.n_hosts < 1:
             raise ValueError(f"n_hosts: expected >= 1, got {self.n_hosts}")
-        self.run_id = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        self.run_id = run_id or new_run_id()
         self._warn = warn
         self._procs: list[subprocess.Popen] = []
         self._probe_records: list[ProbeRecord] = []

@@ -1,13 +1,18 @@
-"""The netns launcher's link probe: bench.net.probe's server in the destination
-host's namespace, its client in the source's, one link after the other.
+"""The link probe of the shaped launchers (netns, Docker): bench.net.probe's server on
+the destination host, its client on the source, one link after the other.
 
-A link that falls short of its rate is measured again with every rate limit on
-its path lifted (the shaping plan's `rate_limit_argvs`), which gives the host's
-ceiling for that path; the limits are put back afterwards. bench.net.probe's
-`rate_verdict` then tells a host-limited link from a wrongly shaped one. The loop
-over links (`probe_each`) is every launcher's and plans each link's probe
-(bench.net.probe.plan_probe: bytes, steady window, timeouts); the Docker launcher gives
-it its own `measure` and `lift_limits` (bench/launch/dockerprobe.py).
+    class MyLauncher(HostsLifecycle, LinkProbing):
+        def _measure_link(self, src, dst, plan): ...   # one exchange: its JSON reply
+        def _lift_limits(self, src, dst, lifted): ...  # the path's rate limits off / on
+        def _payload_ratio(self): ...                  # payload per Mbit/s of the scenario
+
+`LinkProbing.probe` is the Launcher.probe of every such launcher. Each link's probe is
+planned by bench.net.probe.plan_probe (bytes, steady window, timeouts). A link that
+falls short of its rate is measured again with every rate limit on its path lifted (the
+shaping plan's `rate_limit_argvs`, bench.net.shaping), which gives the host's ceiling
+for that path; the limits are put back afterwards. bench.net.probe's `rate_verdict`
+then tells a host-limited link from a wrongly shaped one. `exchange` runs one client
+against a started server, whatever runs them (`ip netns exec`, `docker exec`).
 """
 
 from __future__ import annotations
@@ -16,19 +21,13 @@ import dataclasses
 import json
 import subprocess
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from bench.launch.names import MTU
-from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, read_ready_line, stop_group
+from bench.launch.process import TEARDOWN_GRACE_S, read_ready_line, stop_group
 from bench.net.placement import place
-from bench.net.probe import ProbePlan, ProbeRecord, plan_probe, rate_verdict
+from bench.net.probe import ProbePlan, ProbeRecord, check_links, plan_probe, rate_verdict
 from bench.net.scenario import NetworkScenario
-from bench.net.tc import payload_factor
 
-if TYPE_CHECKING:
-    from bench.launch.netns import NetnsLauncher
-
-__all__ = ["PROBE_PORT", "default_probe_links", "exchange", "probe_each", "probe_links"]
+__all__ = ["PROBE_PORT", "LinkProbing", "default_probe_links", "exchange", "probe_each"]
 
 PROBE_PORT = 5201
 
@@ -88,37 +87,12 @@ def probe_each(scenario: NetworkScenario, links: list[tuple[int, int]], *,
     return records
 
 
-def probe_links(hosts: NetnsLauncher, links: list[tuple[int, int]], tolerance: float,
-                duration_s: float) -> list[ProbeRecord]:
-    """The netns hosts' links through `probe_each`."""
-
-    def lift_limits(src: int, dst: int, lifted: bool) -> None:
-        hosts.executor.run_all(hosts.shaping.rate_limit_argvs(src, dst, lifted=lifted))
-
-    return probe_each(
-        hosts.scenario, links, measure=lambda s, d, n: _measure(hosts, s, d, n),
-        lift_limits=lift_limits,
-        payload_ratio=1.0 if hosts.payload_correction else 1.0 / payload_factor(MTU),
-        delay_dropped=hosts.mechanisms.get("delay", "none").startswith("dropped"),
-        tolerance=tolerance, duration_s=duration_s)
-
-
-def _measure(hosts: NetnsLauncher, src: int, dst: int, plan: ProbePlan) -> dict:
-    """One bench.net.probe client/server exchange from host src to host dst."""
-    server = hosts.spawn_quiet(dst, ["-m", "bench.net.probe", "serve", "--addr",
-                                     hosts.addr(dst), "--port", str(PROBE_PORT)])
-    client = ["ip", "netns", "exec", hosts.netns(src), hosts.python, "-m", "bench.net.probe",
-              "measure", "--addr", hosts.addr(dst), "--port", str(PROBE_PORT),
-              *plan.client_args()]
-    return exchange(server, client, plan, env_with_repo(), src, dst, f"host {dst}")
-
-
 def exchange(server: subprocess.Popen, client: list[str], plan: ProbePlan,
              env: dict[str, str], src: int, dst: int, where: str) -> dict:
     """Wait for the probe `server` (started by the caller) to listen, run the `client`
     command (given `plan.client_args()`) to completion within the plan's
     `process_timeout_s` and return its JSON result; the server is stopped whatever
-    happens. Both launchers' probes go through here."""
+    happens. Every shaped launcher's probe goes through here."""
     try:
         read_ready_line(server, "listening", f"probe server on {where}")
         out = subprocess.run(client, capture_output=True, text=True, env=env,
@@ -129,3 +103,53 @@ def exchange(server: subprocess.Popen, client: list[str], plan: ProbePlan,
         return json.loads(out.stdout)
     finally:
         stop_group(server, TEARDOWN_GRACE_S)
+
+
+class LinkProbing:
+    """Launcher.probe for a launcher whose links are shaped; the launcher gives how one
+    exchange runs (`_measure_link`), how a path's limits are lifted (`_lift_limits`), the
+    payload rate per Mbit/s it configured (`_payload_ratio`) and, where a delay line
+    carries the packets, the check that it still runs (`check_delay_line`)."""
+
+    scenario: NetworkScenario
+    n_hosts: int
+    mechanisms: dict[str, str]
+    _probe_records: list[ProbeRecord]
+
+    def _measure_link(self, src: int, dst: int, plan: ProbePlan) -> dict:
+        """One bench.net.probe client/server exchange from host src to host dst (its
+        JSON reply)."""
+        raise NotImplementedError
+
+    def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
+        """Lift every rate limit on the path src -> dst, or put it back."""
+        raise NotImplementedError
+
+    def _payload_ratio(self) -> float:
+        """The payload rate a link carries per Mbit/s of the scenario (see probe_each)."""
+        raise NotImplementedError
+
+    def check_delay_line(self) -> None:
+        """Raise if a delay line carrying the run's packets has died (none: nothing)."""
+
+    def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
+              tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
+        """Measure each directed link (default: those the placement of the scenario's
+        layout uses, default_probe_links) one after the other, each as
+        bench.net.probe.plan_probe plans it from its rate, round trip and `duration_s`;
+        raise LinkProbeError if one is off by more than `tolerance` (rate, or round trip).
+
+        A link that falls short is measured again with its rate limits lifted (the
+        host's ceiling for that path, `rate_mbit_ceiling`); if that ceiling is below
+        the configured rate too, the link is recorded as `host_limited` and does not
+        stop the run (bench.net.probe.rate_verdict)."""
+        self.check_delay_line()
+        links = links or default_probe_links(self.scenario, self.n_hosts)
+        self._probe_records = probe_each(
+            self.scenario, links, measure=self._measure_link, lift_limits=self._lift_limits,
+            payload_ratio=self._payload_ratio(),
+            delay_dropped=self.mechanisms.get("delay", "none").startswith("dropped"),
+            tolerance=tolerance, duration_s=duration_s)
+        if check:
+            check_links(self._probe_records, tolerance)
+        return self._probe_records

@@ -46,7 +46,7 @@ def spawn_group(argv: Sequence[str], env: dict[str, str] | None = None,
     """Start argv in a new session (its own process group) with stdin on /dev/null, or
     with `stdin_pipe` on a pipe this process holds open and never writes (it closes
     when this process exits: `docker exec -i` children watch it, see
-    bench/launch/docker.py). env None: this process's environment. Output: stderr,
+    bench/launch/docker/launcher.py). env None: this process's environment. Output: stderr,
     and stdout unless `pipe_stdout`, appended to `log_path`; `pipe_stdout` puts
     stdout (and stderr, when there is no log) on a pipe for the caller to read; else
     both are inherited."""

@@ -1,32 +1,36 @@
-"""Every launcher's state file (netns and Docker), where cleanup finds them, and teardown
-by the names they record.
+"""Every launcher's state file: where they are, what each starts with, whether its run
+is live, and cleanup of a killed run through the teardown of the launcher it names.
 
-Before a run creates anything it writes STATE_DIR/P.json (P = its prefix, see
-bench/launch/names.py): run id, the launcher process (pid, start time and boot, see
-bench.launch.process.ProcessIdentity), every namespace and device name it may create (a
-Docker run: its containers, network and volume) and the processes it started (rewritten
-after each start). Teardown, in the launcher's `finally` or later by
-`python -m bench.launch cleanup`, removes exactly those names; nothing is ever matched
-by pattern.
+Before a launcher creates anything it writes STATE_DIR/P.json (P = its run's prefix):
+`launcher_fields` (the launcher's name, run id, prefix, and the launcher process: pid,
+start time and boot, see bench.launch.process.ProcessIdentity), then what that launcher
+may create (netns: namespaces and devices, bench/launch/netns/state.py; Docker:
+containers, network, volume and the daemon, bench/launch/docker/state.py) and the
+processes it started (`processes`: identities, killed here). Teardown, in the launcher's
+`finally` or later by `python -m bench.launch cleanup`, removes exactly those names;
+nothing is ever matched by pattern.
 
 Where the state files are. A run keeps its state file in its own STATE_DIR (a sweep:
 RESULTS/.launcher, beside its results, so that a rerun of the sweep finds what its
 killed predecessor left by looking in its own directory, and a Docker run mounts the
-directory above it), and every STATE_DIR a launcher has used is named in one registry,
-REGISTRY_DIR (one small file per directory, written before the directory can hold a
-state file). `cleanup --all-recorded` reads the registry, so it finds every run whatever
-directory a sweep passed (`--out` anywhere), and needs no list of result folders. The
-registry is on tmpfs (/run) like the namespaces and processes it leads to: a reboot
-clears both together.
+directory above it; else DEFAULT_STATE_DIR), and every STATE_DIR a launcher has used is
+named in one registry, REGISTRY_DIR (one small file per directory, written before the
+directory can hold a state file). `cleanup --all-recorded` reads the registry, so it
+finds every run whatever directory a sweep passed (`--out` anywhere), and needs no list
+of result folders. The registry is on tmpfs (/run) like the namespaces and processes it
+leads to: a reboot clears both together.
 
 Live or killed. A state file whose launcher process is still running belongs to a live
 run: cleanup leaves it alone (so `make net-cleanup` during a sweep breaks nothing). Once
-that process is gone (killed, crashed), everything the file names is removed: the
-processes it started (only those whose identity still matches: a pid reused by another
-process is never signalled), every process inside its namespaces, its devices (with
-their qdiscs), its namespaces, then the file itself. A launcher entering removes the
-killed runs of its own kind recorded in its own STATE_DIR first
-(bench.launch.lifecycle), so a sweep rerun after a kill starts clean.
+that process is gone (killed, crashed), the processes the file lists are killed (only
+those whose identity still matches: a pid reused by another process is never
+signalled), then the teardown of the launcher the file names removes the rest
+(bench.launch.choice.state_teardown finds it by that name, importing the launcher's
+module only then), then the file itself goes. A launcher entering removes the killed
+runs of its own kind recorded in its own STATE_DIR first (bench.launch.lifecycle), so a
+sweep rerun after a kill starts clean.
+
+Imports no launcher: bench.launch.choice maps a state file's `launcher` to its teardown.
 """
 
 from __future__ import annotations
@@ -34,43 +38,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text
-from bench.launch.names import TopologyNames
+from bench.launch.choice import state_teardown
 from bench.launch.process import ProcessIdentity, kill_identified
-from bench.net.executor import CommandError, Executor
+from bench.net.executor import Executor
 
-__all__ = ["DEFAULT_STATE_DIR", "REGISTRY_DIR", "StateFiles", "all_recorded_state_files",
-           "cleanup", "existing_namespaces", "launcher_fields", "recorded_state_files",
-           "register_state_dir", "registered_state_dirs", "remove_killed_runs", "run_is_live",
-           "teardown_recorded", "write_state"]
+__all__ = ["DEFAULT_STATE_DIR", "REGISTRY_DIR", "StateFileError", "all_recorded_state_files",
+           "cleanup", "launcher_fields", "recorded_state_files", "register_state_dir",
+           "registered_state_dirs", "remove_killed_runs", "run_is_live"]
 
-DEFAULT_STATE_DIR = Path("/run/aqsgd-bench/netns")  # tmpfs: cleared at reboot, as netns are
+# Every launcher's, when the caller names none (tmpfs: cleared at reboot, as what it
+# names is: namespaces, processes, the suite daemon's containers)
+DEFAULT_STATE_DIR = Path("/run/aqsgd-bench/state")
 REGISTRY_DIR = Path("/run/aqsgd-bench/state-dirs")  # one file per STATE_DIR ever used
 
 
-@dataclass(frozen=True)
-class StateFiles:
-    """The files one run keeps in the state dir, named by its prefix."""
-
-    state_dir: Path
-    prefix: str
-
-    @property
-    def state(self) -> Path:
-        return self.state_dir / f"{self.prefix}.json"
-
-    @property
-    def delay_line_config(self) -> Path:
-        return self.state_dir / f"{self.prefix}-delayline.json"
-
-    @property
-    def delay_line_log(self) -> Path:
-        return self.state_dir / f"{self.prefix}-delayline.log"
+class StateFileError(ValueError):
+    """A state file cleanup cannot act on (it names no launcher cleanup knows)."""
 
 
 # -- the registry of state dirs ------------------------------------------------------
@@ -118,17 +105,6 @@ def launcher_fields(launcher: str, run_id: str, prefix: str) -> dict:
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def write_state(files: StateFiles, names: TopologyNames, run_id: str,
-                processes: list[ProcessIdentity]) -> None:
-    """(Re)write a netns run's state file atomically: a kill at any moment leaves a whole
-    one. `processes`: what the run started (delay line, workers)."""
-    state = {**launcher_fields("netns", run_id, names.prefix),
-             "namespaces": names.namespaces(),
-             "devices": [list(d) for d in names.devices()],
-             "processes": [p.to_dict() for p in processes]}
-    atomic_write_text(files.state, json.dumps(state, indent=1))
-
-
 def run_is_live(state: dict) -> bool:
     """Whether the launcher that wrote `state` is still running. Every launcher writes
     launcher_fields; a file from an earlier version of the suite records only the pid
@@ -140,83 +116,39 @@ def run_is_live(state: dict) -> bool:
     return pid is not None and ProcessIdentity.of(pid) is not None
 
 
-# -- teardown ------------------------------------------------------------------------
-def existing_namespaces(ex: Executor) -> set[str]:
-    out = ex.run(("ip", "netns", "list")).stdout
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
-
-
-def _existing_devices(ex: Executor, netns: str) -> set[str]:
-    out = ex.run(("ip", "-n", netns, "-o", "link", "show")).stdout
-    # lines look like "3: aq1h0@if2: <BROADCAST,...": the name ends at '@' or ':'
-    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line}
-
-
-def teardown_recorded(namespaces: list[str], devices: list[tuple[str, str]],
-                      ex: Executor | None = None) -> list[str]:
-    """Remove recorded names: kill the processes inside the namespaces, delete the
-    devices (namespace, device; their qdiscs go with them), delete the namespaces.
-    Names not present are skipped. Returns what was removed."""
-    ex = ex or Executor()
-    removed = []
-    present = existing_namespaces(ex)
-    namespaces = [ns for ns in namespaces if ns in present]
-    for ns in namespaces:
-        for pid in ex.run(("ip", "netns", "pids", ns)).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-                removed.append(f"process {pid} in {ns}")
-            except ProcessLookupError:
-                pass
-    found = {ns: _existing_devices(ex, ns) for ns in namespaces}
-    for ns, dev in devices:
-        if ns in namespaces and dev in found[ns]:
-            try:
-                ex.run(("ip", "-n", ns, "link", "del", dev))
-                removed.append(f"device {dev} in {ns}")
-            except CommandError:
-                # a veth's peer or a TUN whose process just died vanishes on its own
-                if dev in _existing_devices(ex, ns):
-                    raise
-    for ns in reversed(namespaces):
-        ex.run(("ip", "netns", "del", ns))
-        removed.append(f"namespace {ns}")
-    return removed
-
-
+# -- cleanup -------------------------------------------------------------------------
 def cleanup(state_files: list[Path], ex: Executor | None = None) -> list[str]:
-    """Tear down what each state file of a killed run records, then delete the file and
-    its delay line's files; a live run's file is left alone (run_is_live). A Docker run's
-    file names containers, networks and volumes instead (bench.launch.docker.
-    teardown_docker). Returns what was removed."""
+    """Tear down what each state file of a killed run records, then delete the file; a
+    live run's file is left alone (run_is_live). The processes it lists are killed here,
+    the rest by the teardown of the launcher it names (`teardown(state, path, ex)`, found
+    by bench.launch.choice.state_teardown; `ex` runs ip/tc commands). A killed run's file
+    that names no launcher with a teardown raises StateFileError before anything is
+    removed. Returns what was removed."""
     ex = ex or Executor()
-    removed = []
+    killed = []
     for path in state_files:
         try:
             state = json.loads(path.read_text())
         except FileNotFoundError:
             continue  # its run (or another cleanup) removed it since it was listed
-        if run_is_live(state):
-            continue
+        if not run_is_live(state):
+            try:
+                killed.append((path, state, state_teardown(state.get("launcher"))))
+            except ValueError as err:
+                raise StateFileError(f"state file {path}: launcher: {err}") from None
+    removed = []
+    for path, state, teardown in killed:
         removed += kill_identified([ProcessIdentity.from_dict(p)
                                     for p in state.get("processes", [])])
-        if state["launcher"] == "docker":
-            from bench.launch.docker import teardown_docker
-
-            removed += teardown_docker(state)
-        else:
-            removed += teardown_recorded(state["namespaces"],
-                                         [tuple(d) for d in state["devices"]], ex)
-            files = StateFiles(path.parent, state["prefix"])
-            for helper in (files.delay_line_config, files.delay_line_log):
-                helper.unlink(missing_ok=True)
+        removed += teardown(state, path, ex)
         path.unlink(missing_ok=True)
     return removed
 
 
 def remove_killed_runs(state_dir: Path, launcher: str, ex: Executor | None = None) -> list[str]:
-    """What killed runs of `launcher` ("netns", "docker") recorded in state_dir left
-    behind, removed (a launcher calls this before it builds: a rerun starts clean)."""
+    """What killed runs of `launcher` (its `name`: "netns", "docker") recorded in
+    state_dir left behind, removed (a launcher calls this before it builds: a rerun
+    starts clean)."""
     mine = []
     for path in recorded_state_files(state_dir):
         try:

@@ -24,6 +24,7 @@ import torch
 
 from aqsgd.compress.activation import CompressionConfig, make_compressor
 from aqsgd.compress.cache import ActivationCache, CacheSpec
+from aqsgd.compress.registry import ACTIVATION_MODES
 from aqsgd.compress.wire import message_nbytes
 from bench.micro.console import new_table, print_table
 from bench.micro.timing import Timer
@@ -32,14 +33,10 @@ __all__ = ["main", "bench_compressor", "bench_cache", "default_shapes"]
 
 LINK_BIT_PER_S = 1e9  # the comparison link: 1 Gbit/s, a slow network of the kind AQ-SGD targets
 
-FULL_CASES = (
-    [("none", "fp32", 32), ("none", "fp16", 16)]
-    + [("directq", "fp32", b) for b in (2, 3, 4, 8)]
-    + [("aqsgd", "fp32", b) for b in (2, 3, 4, 8)]
-    + [("aqsgd-lowbits", "fp32", b) for b in (2, 4, 8)]
-)
-SMOKE_CASES = [("none", "fp32", 32), ("directq", "fp32", 4), ("aqsgd", "fp32", 2),
-               ("aqsgd-lowbits", "fp32", 3)]  # fmt: skip
+# (mode, transport dtype, bits): every registered activation mode's cases
+FULL_CASES = [(name, dtype, bits) for name, mode in ACTIVATION_MODES.items()
+              for dtype, bits in mode.bench_cases]
+SMOKE_CASES = [(name, *mode.smoke_case) for name, mode in ACTIVATION_MODES.items()]
 
 
 def default_shapes(smoke: bool) -> dict[str, tuple[int, int, int]]:
@@ -78,7 +75,7 @@ def bench_compressor(mode: str, dtype: str, bits: int, shape, repeats: int) -> d
     med, p10, p90 = times.median_s, times.quantile_s(0.1), times.quantile_s(0.9)
     fp32_link_s = b * shape[1] * shape[2] * 4 * 8 / LINK_BIT_PER_S
     return {
-        "mode": mode, "dtype": dtype, "bits": bits if mode != "none" else None,
+        "mode": mode, "dtype": dtype, "bits": bits if ACTIVATION_MODES[mode].codes_rows else None,
         "shape": list(shape), "wire_bytes": nbytes,
         "wire_bytes_fp32": b * shape[1] * shape[2] * 4,
         "encode_decode_ms": 1e3 * med, "p10_ms": 1e3 * p10, "p90_ms": 1e3 * p90,
@@ -112,7 +109,8 @@ def _print_tables(rows: list[dict], cache_rows: list[dict], threads: int) -> Non
                       "p10-p90 ms", "/1Gbit fp32", numeric=("shape", "mode", "bits",
                       "wire bytes", "x fp32", "enc+dec ms", "/1Gbit fp32"))  # fmt: skip
     for r in rows:
-        name = r["mode"] if r["mode"] != "none" else f"none-{r['dtype']}"
+        # a mode that codes no rows is named by its transport dtype: none-fp16
+        name = r["mode"] if r["bits"] is not None else f"{r['mode']}-{r['dtype']}"
         table.add_row(
             "x".join(map(str, r["shape"])), name, "-" if r["bits"] is None else str(r["bits"]),
             str(r["wire_bytes"]), f"{r['wire_bytes'] / r['wire_bytes_fp32']:.4f}",

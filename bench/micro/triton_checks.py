@@ -3,7 +3,8 @@
 - `check_case`: Triton against torch on one device (and torch there against torch on
   CPU): quantize_packed, dequantize_packed in two dtypes and three fused AQ-SGD
   encode/decode steps, every byte equal (l2 scales: at most one fp16 ulp apart).
-  CPU_CASES also run on CPU through the Triton interpreter (tests/test_kernels_triton.py).
+  CPU_CASES also run on CPU through the Triton interpreter
+  (tests/bench/micro/test_gpu_check.py).
 - `bandwidth`: GB/s of ideal traffic of each Triton op, beside a device-to-device copy.
 - `pipeline_check`: aqsgd.compress.activation sender and receiver on the device against
   the same pair on CPU.
@@ -56,7 +57,8 @@ SMOKE_CASES = [
                                               grid="symmetric", rounding="stochastic")),
 ]
 # Irregular shapes, every bit width: these also run on CPU under the Triton interpreter
-# (tests/test_kernels_triton.py), so the script's own checks are exercised without a GPU.
+# (tests/bench/micro/test_gpu_check.py), so the script's own checks are exercised without a
+# GPU.
 CPU_CASES = SMOKE_CASES + [
     Case((3, 37, 50), "fp16", "fp16", dict(bits=1, grid="symmetric")),
     Case((3, 37, 50), "fp32", "fp16", dict(bits=5, granularity="group", group_size=111)),

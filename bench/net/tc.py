@@ -1,20 +1,13 @@
-"""tc and ip commands as pure data (tuples of argv), and the choice of which
-mechanism emulates each property of a link.
+"""tc and ip commands as pure data (tuples of argv), one command per builder, and the
+choice of which mechanism emulates each property of a link.
 
 Nothing here runs a command except `probe_capabilities`; bench/net/executor.py
-runs the lists. Shaping layout on one device (egress of the sending host):
-
-    root htb 1:  -- class 1:1 (the host's uplink cap, or unlimited)
-                      +-- class 1:10+k  rate of the link to destination k
-                      |     leaf: netem (delay/jitter/loss, where the kernel has it)
-                      |           or pfifo/bfifo (the link's queue)
-                      +-- u32 filter: ip dst == address of k -> 1:10+k
+runs the lists. The host shaping plan that puts these commands together (an htb tree
+per host, its leaves and downlink cap) is bench/net/shaping.py.
 
 The builders of rate-limiting commands (`htb_class_argv`, `tbf_argv`) take a
-`verb`: "add" creates the class or qdisc, "change" resets its rate in place.
-`egress_path_argvs` builds the "change" commands of one path from the same
-links as `egress_argvs`, e.g. to lift its limits (rate UNLIMITED_BIT) and put
-them back.
+`verb`: "add" creates the class or qdisc, "change" resets its rate in place (the
+probe lifts a path's limits that way and puts them back).
 
 Note on payload rates: tc counts whole frames, so a TCP bulk transfer through a
 shaper set to R carries about R * 1448/1514 of payload (MSS 1448 with
@@ -24,7 +17,6 @@ which the tc rate is raised so that the payload rate equals the scenario's rate.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,23 +26,20 @@ from bench.net.scenario import LinkSpec, NetworkScenario
 
 __all__ = [
     "Capabilities",
-    "EgressLink",
     "ShapingError",
     "UNLIMITED_BIT",
-    "UPLINK_CLASSID",
     "burst_bytes",
     "choose_mechanisms",
-    "egress_argvs",
-    "egress_path_argvs",
     "fifo_argv",
     "htb_class_argv",
     "htb_root_argv",
     "ifb_redirect_argvs",
-    "link_classid",
+    "link_del_argv",
     "mechanisms_for",
     "netem_argv",
     "payload_factor",
     "probe_capabilities",
+    "qdisc_del_argv",
     "tbf_argv",
     "u32_dst_filter_argv",
 ]
@@ -58,7 +47,6 @@ __all__ = [
 UNLIMITED_BIT = 100_000_000_000  # htb needs a rate on every class: 100 Gbit/s = "unlimited"
 TCP_IP_HEADER_BYTES = 52  # IPv4 20 + TCP 20 + timestamp option 12
 ETHERNET_HEADER_BYTES = 14
-UPLINK_CLASSID = "1:1"  # the htb class every destination's class hangs under
 VERBS = ("add", "change")
 
 
@@ -160,12 +148,16 @@ def ifb_redirect_argvs(dev: str, ifb: str, netns: str | None = None) -> list[Arg
     ]
 
 
-@dataclass(frozen=True)
-class EgressLink:
-    """One directed link as seen from the sender's device."""
+def qdisc_del_argv(dev: str, parent: str = "root", netns: str | None = None) -> Argv:
+    """Delete the qdisc at `parent` ("root" or "ingress") of dev, and everything under it."""
+    if parent not in ("root", "ingress"):
+        raise ValueError(f"parent: expected 'root' or 'ingress', got {parent!r}")
+    return (*_tc(netns), "qdisc", "del", "dev", dev, parent)
 
-    dst_ip: str
-    spec: LinkSpec
+
+def link_del_argv(dev: str, netns: str | None = None) -> Argv:
+    """Delete a device (an ifb, a veth pair) with its qdiscs."""
+    return (*_ip(netns), "link", "del", dev)
 
 
 @dataclass(frozen=True)
@@ -228,7 +220,7 @@ def choose_mechanisms(specs: Iterable[LinkSpec], caps: Capabilities, allow_drop:
                 f"the scenario asks for {prop} but this host has no netem qdisc and no TUN "
                 f"device for the delay line; to run without emulating {prop}, pass "
                 f"allow_drop=True (NetnsLauncher, plan_hosts), or --allow-drop to "
-                f"`python -m bench.launch probe|up` or `python -m bench.launch.multihost`")
+                f"`python -m bench.launch probe|up` or `python -m bench.launch.export.multihost`")
     return chosen
 
 
@@ -241,81 +233,3 @@ def mechanisms_for(scenario: NetworkScenario, n_hosts: int, caps: Capabilities,
                     for h in range(n_hosts))
     return choose_mechanisms([scenario.link_spec(a, b) for a, b in pairs], caps, allow_drop,
                              uses_caps)
-
-
-def link_classid(k: int) -> str:
-    """The htb class of the k-th destination on a device (k counts the device's links)."""
-    return f"1:{10 + k}"
-
-
-def _impaired(link: EgressLink, netem: bool) -> bool:
-    """Whether the link's delay, jitter or loss go into its netem leaf."""
-    s = link.spec
-    return netem and (s.delay_ms > 0 or s.jitter_ms > 0 or s.loss_pct > 0)
-
-
-def _class_rates_bit(links: list[EgressLink], uplink_mbit: float | None,
-                     factor: float) -> tuple[int, list[int]]:
-    """tc rates (bit/s) of the uplink class and of each destination's class, from
-    payload rates (Mbit/s) times `factor`."""
-
-    def bits(mbit: float | None) -> int:
-        return UNLIMITED_BIT if mbit is None else math.ceil(mbit * 1e6 * factor)
-
-    top = bits(uplink_mbit)
-    return top, [min(bits(lk.spec.rate_mbit), top) for lk in links]
-
-
-def _shapes(links: list[EgressLink], uplink_mbit: float | None, netem: bool) -> bool:
-    """Whether the device needs an htb tree: a rate, a cap or a netem leaf."""
-    return (uplink_mbit is not None or any(_impaired(lk, netem) for lk in links)
-            or any(lk.spec.rate_mbit is not None for lk in links))
-
-
-def _rate_class_argv(dev: str, parent: str, classid: str, rate_bit: int, netns: str | None,
-                     verb: str) -> Argv:
-    # rate = ceil: a class never borrows beyond its link's rate
-    return htb_class_argv(dev, parent, classid, rate_bit, rate_bit, burst_bytes(rate_bit),
-                          netns, verb)
-
-
-def egress_argvs(dev: str, links: list[EgressLink], uplink_mbit: float | None,
-                 factor: float, netem: bool, netns: str | None = None) -> list[Argv]:
-    """htb tree on `dev` giving each destination its rate (and, with `netem`, its
-    delay, jitter and loss); `uplink_mbit` caps their sum. Rates are payload rates,
-    multiplied by `factor` (see `payload_factor`; 1.0 = configure tc literally)."""
-    if not _shapes(links, uplink_mbit, netem):
-        return []
-    top, rates = _class_rates_bit(links, uplink_mbit, factor)
-    argvs = [htb_root_argv(dev, netns),
-             _rate_class_argv(dev, "1:", UPLINK_CLASSID, top, netns, "add")]
-    for k, (lk, rate) in enumerate(zip(links, rates, strict=True)):
-        classid, handle = link_classid(k), f"{10 + k}:"
-        argvs.append(_rate_class_argv(dev, UPLINK_CLASSID, classid, rate, netns, "add"))
-        if _impaired(lk, netem):
-            limit = lk.spec.queue_packets or max(1, lk.spec.queue_bytes // 1514)
-            argvs.append(netem_argv(dev, classid, handle, lk.spec.delay_ms,
-                                    lk.spec.jitter_ms, lk.spec.loss_pct, limit, netns))
-        else:
-            argvs.append(fifo_argv(dev, classid, handle, lk.spec.queue_packets,
-                                   lk.spec.queue_bytes, netns))
-        argvs.append(u32_dst_filter_argv(dev, "1:", lk.dst_ip, classid, netns=netns))
-    return argvs
-
-
-def egress_path_argvs(dev: str, links: list[EgressLink], uplink_mbit: float | None,
-                      factor: float, netem: bool, k: int, rate_bit: int | None = None,
-                      netns: str | None = None) -> list[Argv]:
-    """`tc class change` commands for the htb classes a packet to links[k] passes on
-    `dev` (the uplink class, then the link's), built from the same arguments as
-    `egress_argvs`: at `rate_bit` (bit/s; UNLIMITED_BIT lifts the limits), or with
-    rate_bit None at the rates egress_argvs configured. [] when it built no tree."""
-    if not 0 <= k < len(links):
-        raise IndexError(f"k: expected a link index in [0, {len(links)}), got {k}")
-    if not _shapes(links, uplink_mbit, netem):
-        return []
-    top, rates = _class_rates_bit(links, uplink_mbit, factor)
-    if rate_bit is not None:
-        top, rates = rate_bit, [rate_bit] * len(links)
-    return [_rate_class_argv(dev, "1:", UPLINK_CLASSID, top, netns, "change"),
-            _rate_class_argv(dev, UPLINK_CLASSID, link_classid(k), rates[k], netns, "change")]

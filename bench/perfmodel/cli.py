@@ -35,8 +35,9 @@ __all__ = ["WHATIF_MODES", "add_model_arguments", "add_profile_arguments",
            "add_validate_arguments", "available_profiles", "find_profile", "run_model",
            "run_profile", "run_validate"]
 
-# The paper's GPT-2 bits (fw 4 / bw 8) and the suite's default aqsgd bits (2 / 4).
-WHATIF_MODES = ("fp32", "directq:4/8", "aqsgd:4/8", "aqsgd:2/4")
+# The paper's GPT-2 bits (fw 4 / bw 8) and the suite's default aqsgd bits (2 / 4), beside
+# fp32 and bf16 (the half-precision baseline).
+WHATIF_MODES = ("fp32", "bf16", "directq:4/8", "aqsgd:4/8", "aqsgd:2/4")
 ConfigsFor = Callable[..., dict[str, RunConfig]]
 Layout = tuple[int, int]  # (stages, replicas)
 

@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 import torch
 
-from aqsgd import quant
 from aqsgd.compress.activation import CompressionConfig, make_compressor
-from aqsgd.compress.gradient import natural_compress, natural_decompress, topk_compress
+from aqsgd.compress.gradient import GradCompressionConfig
+from aqsgd.compress.registry import ACTIVATION_MODES, GRAD_CODECS
 from aqsgd.model.config import PRESETS, TINY_FAMILY, TINY_PIPELINE
 from aqsgd.model.gpt2 import init_stage, lm_loss
 from bench.micro.timing import Timer, time_call
@@ -69,13 +69,13 @@ def time_stage(preset: str, stages: int, stage: int, micro_batch_size: int,
 def time_compressors(shape: tuple[int, int, int], repeats: int
                      ) -> tuple[dict[str, float], dict[str, float]]:
     """Encode and decode seconds per element of a steady-state message (after the warm-up
-    epoch, every sample cached) of each activation mode at its default bits."""
+    epoch, every sample cached) of each registered activation mode at its `profile_bits`."""
     enc, dec = {}, {}
     elements = shape[0] * shape[1] * shape[2]
     ids = torch.arange(shape[0])
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-    for mode, bits in (("none", 4), ("directq", 4), ("aqsgd", 2), ("aqsgd-lowbits", 2)):
-        cfg = CompressionConfig(mode=mode, bits=bits, warmup_epochs=0)
+    for mode, coding in ACTIVATION_MODES.items():
+        cfg = CompressionConfig(mode=mode, bits=coding.profile_bits, warmup_epochs=0)
         send = make_compressor(cfg, "send", shape[1:], shape[0])
         recv = make_compressor(cfg, "recv", shape[1:], shape[0])
         recv.decode(send.encode(x, ids), ids)  # first visit: fills both caches
@@ -91,25 +91,15 @@ def time_compressors(shape: tuple[int, int, int], repeats: int
 def time_grad_codecs(numel: int, repeats: int) -> dict[str, float]:
     """Seconds per parameter and step of each data-parallel codec's compute: one encode
     and one decode of every parameter (the sharded exchange codes each parameter about
-    once on the way out and once on the way back, split over the shards)."""
+    once on the way out and once on the way back, split over the shards), each codec
+    at GradCompressionConfig's defaults (`round_trip`); 0 for the exact average."""
     g = torch.randn(numel, generator=torch.Generator().manual_seed(0))
-    qcfg = quant.QuantConfig(bits=8, granularity="group", group_size=512)
     gen = torch.Generator().manual_seed(0)
-
-    def qadam() -> None:
-        packed, scales = quant.quantize_packed(g, qcfg)
-        quant.dequantize_packed(packed, scales, (numel,), qcfg)
-
-    def natural() -> None:
-        codes, top = natural_compress(g, gen)
-        natural_decompress(codes, top)
-
-    def ef21() -> None:
-        topk_compress(g, max(1, numel // 100))
-
-    out = {"fp32": 0.0}
-    for name, fn in (("qadam", qadam), ("natural", natural), ("ef21", ef21)):
-        out[name] = _median_s(fn, repeats) / numel
+    out = {}
+    for name, codec in GRAD_CODECS.items():
+        cfg = GradCompressionConfig(mode=name)
+        out[name] = (_median_s(lambda c=codec, k=cfg: c.round_trip(k, g, gen), repeats) / numel
+                     if codec.compresses else 0.0)
     return out
 
 

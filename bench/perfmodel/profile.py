@@ -17,9 +17,10 @@ unknown keys are refused, errors name the file, the field and the value):
       stages: [{preset, stages, stage, micro_batch_size, forward_s, backward_s,
                 optimizer_s}]          measured per micro-batch (optimizer: per step)
     compress:                          seconds per element of a message, per mode
-      encode_s_per_element: {directq, aqsgd, aqsgd-lowbits, none}
-      decode_s_per_element: {...}
-      grad_s_per_element: {fp32, qadam, natural, ef21}   the data-parallel codec, per step
+      encode_s_per_element: {none, directq, aqsgd, aqsgd-lowbits}   one per activation mode
+      decode_s_per_element: {...}                                    of aqsgd.compress.registry
+      grad_s_per_element: {fp32, qadam, ef21, natural}   one per data-parallel gradient
+                                                         codec, per parameter and step
     comm:
       message_overhead_s               fixed cost of one message (software, per hop)
       overlap                          share of the runtime's compute/communication overlap
@@ -38,6 +39,7 @@ from typing import Literal
 
 import yaml
 
+from aqsgd.compress import registry
 from aqsgd.filecache import atomic_write_text
 from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
@@ -45,8 +47,9 @@ __all__ = ["ProfileError", "StageCost", "ComputeProfile", "CompressProfile", "Co
            "Profile", "load_profile", "write_profile", "PROFILE_DIR"]
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"
-ACTIVATION_MODES = ("none", "directq", "aqsgd", "aqsgd-lowbits")
-GRAD_MODES = ("fp32", "qadam", "natural", "ef21")
+# the keys of the compress tables: every registered activation mode and gradient codec
+ACTIVATION_MODES = tuple(registry.ACTIVATION_MODES)
+GRAD_MODES = tuple(registry.GRAD_CODECS)
 
 
 class ProfileError(SpecError):

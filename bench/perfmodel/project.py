@@ -6,7 +6,9 @@ hardware a profile describes, and the paper's published claims judged on it.
 
 Every link of the base scenario (placed for the configs' stages and replicas) is set to
 each rate of RATES_MBIT in turn, delays unchanged. Speed-up: throughput over fp32's at the
-same rate and replicas; `rel_fp32_fastest`: over fp32's at the fastest rate.
+same rate and replicas (`speedup_vs_fp32`), and over bf16's (`speedup_vs_bf16`, NaN
+without a bf16 config: every SPEEDUP_REFERENCES mode); `rel_fp32_fastest`: over fp32's
+at the fastest rate.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 
 import pandas as pd
 
+from aqsgd.compress.registry import SPEEDUP_REFERENCES
 from aqsgd.train.config import RunConfig
 from bench.net.scenario import NetworkScenario
 from bench.perfmodel.predict import predict, with_rate
@@ -29,7 +32,8 @@ CLAIM_TOLERANCE = 0.20
 
 
 def family(label: str) -> str:
-    """'aqsgd' for 'aqsgd:4/8', 'fp32' for 'fp32-dp2', 'aqsgd+gc' for 'aqsgd+gc/ef21:2/4'."""
+    """'aqsgd' for 'aqsgd:4/8', 'fp32' for 'fp32-dp2', 'bf16' for 'bf16-dp2', 'aqsgd+gc'
+    for 'aqsgd+gc/ef21:2/4'."""
     return re.sub(r"-dp\d+$", "", label.split(":")[0].split("/")[0])
 
 
@@ -46,11 +50,14 @@ def project(configs: dict[str, RunConfig], profile: Profile, base: NetworkScenar
                          "throughput_samples_s": pred.throughput_samples_s,
                          "bytes_per_step": pred.bytes_per_step})
     table = pd.DataFrame(rows)
-    fp32 = table[table["family"] == "fp32"].set_index(["replicas", "rate_mbit"])
-    base_tp = fp32["throughput_samples_s"]
     key = pd.MultiIndex.from_frame(table[["replicas", "rate_mbit"]])
-    table["speedup_vs_fp32"] = table["throughput_samples_s"].to_numpy() / base_tp.reindex(
-        key).to_numpy()
+    for reference in SPEEDUP_REFERENCES:
+        tp = table[table["family"] == reference].set_index(
+            ["replicas", "rate_mbit"])["throughput_samples_s"]
+        table[f"speedup_vs_{reference}"] = (table["throughput_samples_s"].to_numpy()
+                                            / tp.reindex(key).to_numpy())
+    base_tp = table[table["family"] == "fp32"].set_index(
+        ["replicas", "rate_mbit"])["throughput_samples_s"]
     fastest = max(rates_mbit)
     ref = {r: base_tp.loc[(r, fastest)] for r in table["replicas"].unique()
            if (r, fastest) in base_tp.index}

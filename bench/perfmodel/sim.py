@@ -9,9 +9,10 @@
 - each directed link is a FIFO: a message starts when the link is free, takes
   bytes * 8 / rate, and arrives `delay + message_overhead` later;
 - OPT_STEP: wait for this rank's sends, the data-parallel exchange (a barrier of the
-  stage's replicas, then two rounds of shards, one for EF21), the clipping all-reduce of
-  the pipeline (a barrier of its stages, 2 (S - 1) small messages), under QuantizedAdam
-  its data-parallel all-reduce and the exchange inside the step, then the update;
+  stage's replicas, then the codec's `rounds`: two rounds of shards, one for EF21), the
+  clipping all-reduce of the pipeline (a barrier of its stages, 2 (S - 1) small
+  messages), for a codec that exchanges inside the optimizer step (QuantizedAdam) its
+  data-parallel all-reduce and the exchange there, then the update;
 - compute shares `cores` slots (processor sharing: n ranks computing at once each run at
   min(1, cores / n)); cores None gives every rank its own device;
 - `wake_s`: a rank that blocked (a receive, its sends, a barrier) runs again that much
@@ -27,6 +28,7 @@ import functools
 from collections import deque
 from dataclasses import dataclass
 
+from aqsgd.compress.registry import GRAD_CODECS
 from aqsgd.train.schedule import Op, make_schedule
 from bench.perfmodel.workload import StepWorkload
 
@@ -97,11 +99,12 @@ class _Step:
         if R > 1:
             exchange = [("work", w.dp_codec_s[s]),
                         ("barrier", ("dp", s), R, self._exchange_s(s))]
-        if w.grad_mode != "qadam":
+        in_step = GRAD_CODECS[w.grad_mode].exchanges_in_step
+        if not in_step:
             out += exchange
         if S > 1:
             out.append(("barrier", ("norm", r), S, self._allreduce_s(r)))
-        if w.grad_mode == "qadam" and R > 1:
+        if in_step and R > 1:
             out.append(("barrier", ("dpnorm", s), R, self._dp_allreduce_s(s)))
             out += exchange
         out.append(("work", w.stage[s].optimizer_s))
@@ -120,11 +123,11 @@ class _Step:
         return [(a * S + s, b * S + s) for a in range(R) for b in range(R) if a != b]
 
     def _exchange_s(self, s: int) -> float:
-        """Each rank sends its share to every peer at once; EF21 in one round, the
-        sharded exchange in two (to the shard's owner, then back)."""
+        """Each rank sends its share to every peer at once, in the codec's rounds: EF21 in
+        one, the sharded exchange in two (to the shard's owner, then back)."""
         if s in self.exchange:
             return self.exchange[s]
-        rounds = 1 if self.w.grad_mode == "ef21" else 2
+        rounds = GRAD_CODECS[self.w.grad_mode].rounds
         per_peer = self.w.dp_bytes[s] / (self.w.replicas - 1) / rounds
         pairs = self._dp_pairs(s)
         one = max(transfer_s(per_peer, self._rate(a, b)) + self._hop_s(a, b) for a, b in pairs)

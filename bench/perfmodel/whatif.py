@@ -58,9 +58,10 @@ class WhatIfRow:
 
 
 def is_fp32(config: RunConfig) -> bool:
-    """Nothing compressed: the reference every mode of its layout is compared with."""
-    return (config.forward.mode == "none" and config.backward.mode == "none"
-            and config.grad.mode == "fp32")
+    """Nothing compressed, fp32 on the wire: the reference every mode of its layout is
+    compared with."""
+    return all(d.mode == "none" and d.dtype == "fp32"
+               for d in (config.forward, config.backward)) and config.grad.mode == "fp32"
 
 
 def scenario_for(scenario: NetworkScenario, stages: int, replicas: int,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from aqsgd.compress.activation import message_spec
+from aqsgd.compress.activation import message_spec, steady_raw_rows
 from aqsgd.compress.gradient import exchange_nbytes
 from aqsgd.compress.wire import spec_nbytes
 from aqsgd.model.config import PRESETS, ModelConfig, layer_split
@@ -161,7 +161,7 @@ def step_workload(config: RunConfig, placement: Placement | dict,
     elements = p.micro_batch_size * model.seq_len * model.n_embd
 
     def nbytes(cfg) -> int:
-        return spec_nbytes(message_spec(cfg, shape, shape[0] if cfg.mode == "none" else 0))
+        return spec_nbytes(message_spec(cfg, shape, steady_raw_rows(cfg, shape[0])))
 
     enc, dec = profile.compress.encode_s_per_element, profile.compress.decode_s_per_element
     stage = _stage_work(config, profile)

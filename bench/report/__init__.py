@@ -1,8 +1,12 @@
-"""Reports made from result files only: summary numbers (summary), tables (tables),
-figures (plots), the paper figures with the published claims (paper, claims), and the
-convergence report (convergence: quality over seeds in quality, time to quality in
-timetoquality, its figures in convergence_plots).
+"""Reports made from files, never from live objects: summary numbers (summary), tables
+and report.md (tables), link bounds (linkbound), figures (plots), the paper figures with
+the published claims and the model report (paper, claims), and the convergence report
+(convergence: quality over seeds in quality, time to quality in timetoquality, its
+figures in convergence_plots). The files are the result files (bench.results) and, for
+the model report, the model's result files bench.harness.paper wrote, judged with
+bench.perfmodel's functions.
 
-May import bench.results and aqsgd; imports no launcher (bench.launch) and nothing
-of bench.harness.
+May import bench.results, bench.perfmodel, specfile (the claims file) and aqsgd; imports
+no launcher (bench.launch) and nothing of bench.harness (pyproject.toml's
+report-no-launch and bench-layers contracts).
 """

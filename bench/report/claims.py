@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from bench import REPO_ROOT
+from specfile import read_file
 
 __all__ = ["CLAIMS_FILE", "load_claims", "find_claim"]
 
@@ -22,7 +21,7 @@ CLAIMS_FILE = REPO_ROOT / "results" / "reference" / "claims.yaml"
 def load_claims(path: str | Path = CLAIMS_FILE) -> list[dict]:
     """The `claims` entries of a claims file (each with an `id`); ValueError naming the
     file when it holds none."""
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    data = read_file(path, error=ValueError, what="claims file")
     claims = data.get("claims") if isinstance(data, dict) else None
     if not isinstance(claims, list) or not all(isinstance(c, dict) and "id" in c
                                                for c in claims):

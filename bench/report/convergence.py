@@ -42,6 +42,7 @@ from bench.report.quality import (
     quality_table,
     seed_bands,
 )
+from bench.report.summary import SPEEDUP_REFERENCES
 from bench.report.tables import markdown_table
 from bench.report.timetoquality import (
     format_seconds,
@@ -267,7 +268,8 @@ def write_convergence_report(conv_dir: Path, throughput_dir: Path, out_dir: Path
         tables = _tables(conv)
         figures = (plot_loss_epoch(conv.bands, conv.order, out_dir)
                    + plot_loss_time(conv.timed, conv.order, scenario, out_dir)
-                   + plot_time_to_quality(conv.ttq, conv.order, out_dir)
+                   + [p for ref in SPEEDUP_REFERENCES
+                      for p in plot_time_to_quality(conv.ttq, conv.order, out_dir, ref)]
                    + plot_dropout(conv.bands, out_dir))
         lines += [*_setting(conv), ""]
         if conv.times.empty:

@@ -7,6 +7,8 @@ bench.report.timetoquality (result files only). Each is written as PNG and SVG.
   series' time axis from its own throughput cell, named in the legend);
 - time_to_quality: heatmap of the time to reach fp32's final held-out loss within 1%,
   series x link, coloured by the ratio to fp32's time on that link;
+  time_to_quality_vs_bf16: the same coloured by the ratio to bf16's (when the cells have
+  a bf16 series: every SPEEDUP_REFERENCES mode);
 - convergence_dropout: per mode with variants, its curves under each variant.
 `draw_epoch_curves` and `draw_relative_final` draw on a given axis (the paper figure
 uses them too).
@@ -115,24 +117,28 @@ def plot_loss_time(timed: pd.DataFrame, order: list[str], scenario: str,
     return save(fig, out_dir, f"convergence_loss_time_{scenario}")
 
 
-def plot_time_to_quality(ttq: pd.DataFrame, order: list[str], out_dir: Path) -> list[Path]:
-    """Heatmap: colour = time over fp32's time on the same link and layout (log scale,
-    green faster, red slower), text = seconds, or why there is none."""
-    if ttq.empty or not (ttq["status"] == "reached").any():
+def plot_time_to_quality(ttq: pd.DataFrame, order: list[str], out_dir: Path,
+                         reference: str = "fp32") -> list[Path]:
+    """Heatmap: colour = time over `reference`'s time on the same link and layout (log
+    scale, green faster, red slower), text = seconds, or why there is none. The target is
+    fp32's final loss whatever the reference; none without a series of the reference."""
+    if ttq.empty or not (ttq["status"] == "reached").any() or not (
+            ttq["mode"] == reference).any():
         return []
+    reached = ttq[ttq["status"] == "reached"]
     series = [s for s in order if s in set(ttq["series"])]
     links = list(dict.fromkeys(ttq["scenario"]))
     grid = ttq.set_index(["series", "scenario"])
     ratio = np.full((len(series), len(links)), np.nan)
     fig, ax = plt.subplots(figsize=(1.6 * len(links) + 3.5, 0.45 * len(series) + 1.8))
-    fp32 = ttq[(ttq["mode"] == "fp32") & (ttq["status"] == "reached")].set_index(
+    ref = reached[reached["mode"] == reference].set_index(
         ["stages", "replicas", "scenario"])["time_s"]
     for i, s in enumerate(series):
         for j, link in enumerate(links):
             cell = grid.loc[(s, link)]
             key = (cell["stages"], cell["replicas"], link)
             if cell["status"] == "reached":
-                ratio[i, j] = cell["time_s"] / fp32[key] if key in fp32.index else np.nan
+                ratio[i, j] = cell["time_s"] / ref[key] if key in ref.index else np.nan
                 text = format_seconds(cell["time_s"])
             else:
                 text = cell["status"]
@@ -143,15 +149,17 @@ def plot_time_to_quality(ttq: pd.DataFrame, order: list[str], out_dir: Path) -> 
                       norm=TwoSlopeNorm(vcenter=0.0, vmin=-span, vmax=span))
     ax.set_facecolor("lightgrey")
     bar = fig.colorbar(image, ax=ax)
-    bar.set_label("log10(time / fp32's time, same link and layout)")
+    bar.set_label(f"log10(time / {reference}'s time, same link and layout)")
     limited = set(ttq.loc[ttq["host_limited"], "scenario"])
     ax.set_xticks(range(len(links)), [f"{x}\n(host-limited)" if x in limited else x
                                       for x in links])
     ax.set_yticks(range(len(series)), series)
     ax.set_xlabel("link (paper sweep)")
+    against = "" if reference == "fp32" else f"colour: against {reference}; "
     ax.set_title(f"Time to reach fp32's final held-out loss within {TOLERANCE_PCT:g}% "
-                 f"(grey: not reached or no cell)")
-    return save(fig, out_dir, "time_to_quality")
+                 f"({against}grey: not reached or no cell)")
+    return save(fig, out_dir, "time_to_quality" if reference == "fp32"
+                else f"time_to_quality_vs_{reference}")
 
 
 def plot_dropout(bands: pd.DataFrame, out_dir: Path) -> list[Path]:

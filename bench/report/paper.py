@@ -10,7 +10,9 @@ files only (bench.harness.paper runs the sweep first).
   bandwidth (decreasing to the right, as in the paper), with the published
   "AQ-SGD at 500 Mbps is about 31% slower than fp32 at 10 Gbps" as a band;
 - paper_speedup: speed-up over fp32 at the same bandwidth, with the published
-  "up to 4.3x" (aqsgd) and "up to 4.9x" (aqsgd+gc) as lines;
+  "up to 4.3x" (aqsgd) and "up to 4.9x" (aqsgd+gc) as lines; paper_speedup_vs_bf16:
+  the same over bf16 (when the sweep ran it), the baseline of today, which the paper's
+  claims do not speak of;
 - paper_loss: from the convergence cells (bench.report.convergence): held-out loss
   against epochs per mode (mean over seeds, band min..max), and final held-out loss
   relative to fp32 of the same stages and replicas, with "2-4 bits without loss of
@@ -36,7 +38,7 @@ from bench.report.claims import CLAIMS_FILE, find_claim, load_claims
 from bench.report.convergence import Convergence, analyse
 from bench.report.convergence_plots import BAND, draw_epoch_curves, draw_relative_final
 from bench.report.plots import plot_rate_lines, plt, save, series_labels
-from bench.report.summary import summarize
+from bench.report.summary import SPEEDUP_REFERENCES, summarize
 from bench.report.tables import markdown_table
 
 __all__ = ["relative_throughput", "claims_table", "draw_paper_figures", "write_model_report"]
@@ -94,22 +96,30 @@ def _rate_axes(ax, ylabel: str, title: str) -> None:
     ax.set_title(title)
 
 
-def _fig_speedup(summary: pd.DataFrame, claims: list[dict], out: Path) -> list[Path]:
+def _fig_speedup(summary: pd.DataFrame, claims: list[dict], out: Path,
+                 reference: str = "fp32") -> list[Path]:
+    """Speed-up over `reference` against bandwidth; the published claims (over fp32)
+    drawn on the fp32 figure only."""
+    column = f"speedup_vs_{reference}"
     ok = _shaped_ok(summary)
-    ok = ok[ok["mode"] != "fp32"]
+    ok = ok[(ok["mode"] != reference) & ok[column].notna()]
     if ok.empty:
         return []
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    plot_rate_lines(ax, ok, "speedup_vs_fp32")
+    plot_rate_lines(ax, ok, column)
     for claim_id, style in (("max_speedup", "--"), ("max_speedup_gc", ":")):
         claim = find_claim(claims, claim_id)
-        if claim:
+        if claim and reference == "fp32":
             ax.axhline(claim["value"], color="black", linestyle=style, linewidth=1,
                        label=f"paper: up to {claim['value']}x ({claim['mode']}, GPT2-XL)")
     ax.axhline(1.0, color="grey", linewidth=0.8)
-    _rate_axes(ax, "speed-up over fp32 at the same link (x)",
-               "Speed-up over uncompressed training")
-    return save(fig, out, "paper_speedup")
+    if reference == "fp32":
+        _rate_axes(ax, "speed-up over fp32 at the same link (x)",
+                   "Speed-up over uncompressed training")
+        return save(fig, out, "paper_speedup")
+    _rate_axes(ax, f"speed-up over {reference} at the same link (x)",
+               f"Speed-up over {reference} on the wire (the half-precision baseline)")
+    return save(fig, out, f"paper_speedup_vs_{reference}")
 
 
 def _fig_loss(conv: Convergence, claims: list[dict], out: Path) -> list[Path]:
@@ -151,6 +161,8 @@ def claims_table(summary: pd.DataFrame, claims: list[dict],
             best = mine.loc[mine["speedup_vs_fp32"].idxmax()]
             measured = (f"{best['speedup_vs_fp32']:.2f}x steady state ({best['label']} @ "
                         f"{best['scenario']})")
+            if not math.isnan(best["speedup_vs_bf16"]):  # the same cell over bf16
+                measured += f"; {best['speedup_vs_bf16']:.2f}x over bf16 there"
             paper = f"up to {claim['value']}x"
         elif claim["metric"] == "speedup_vs_fp32":
             paper = f"up to {claim['value']}x"
@@ -175,8 +187,10 @@ def draw_paper_figures(results: Path, out: Path, *, conv_dir: Path,
     claims = load_claims(claims_path)
     summary = summarize([results])
     conv = analyse(Path(conv_dir), Path(results), claims)
-    figures = (_fig_throughput(summary, claims, out) + _fig_speedup(summary, claims, out)
-               + _fig_loss(conv, claims, out))
+    figures = _fig_throughput(summary, claims, out)
+    for reference in SPEEDUP_REFERENCES:
+        figures += _fig_speedup(summary, claims, out, reference)
+    figures += _fig_loss(conv, claims, out)
     headers, rows = claims_table(summary, claims, conv)
     quality = (f"Quality claims: the convergence cells under `{conv_dir}` (held-out loss, "
                f"uncompressed, over seeds; rules in docs/convergence.md)." if conv.has_cells
@@ -223,20 +237,30 @@ def _fig_validation(table: pd.DataFrame, out: Path, target: float) -> list[Path]
     return save(fig, out, "model_validation")
 
 
+def _references(proj: pd.DataFrame) -> list[str]:
+    """The SPEEDUP_REFERENCES modes the projection has speed-ups over (fp32, bf16)."""
+    return [r for r in SPEEDUP_REFERENCES
+            if f"speedup_vs_{r}" in proj and proj[f"speedup_vs_{r}"].notna().any()]
+
+
 def _fig_projection(proj: pd.DataFrame, claims: list[dict], out: Path) -> list[Path]:
-    """Throughput and speed-up over fp32 against bandwidth, per projected model."""
+    """Throughput and speed-up over fp32 (and bf16) against bandwidth, per projected
+    model."""
     models = list(dict.fromkeys(proj["model"]))
-    fig, axes = plt.subplots(2, len(models), figsize=(6.5 * len(models), 9), squeeze=False,
-                             layout="constrained")
+    refs = _references(proj)
+    fig, axes = plt.subplots(1 + len(refs), len(models),
+                             figsize=(6.5 * len(models), 4.5 * (1 + len(refs))),
+                             squeeze=False, layout="constrained")
     for col, name in enumerate(models):
         mine = proj[proj["model"] == name]
         for mode, rows in mine.groupby("mode", sort=False):
             rows = rows.sort_values("rate_mbit")
             axes[0][col].plot(rows["rate_mbit"], rows["throughput_samples_s"], marker="o",
                               label=mode)
-            if not mode.startswith("fp32"):
-                axes[1][col].plot(rows["rate_mbit"], rows["speedup_vs_fp32"], marker="o",
-                                  label=mode)
+            for row, ref in enumerate(refs, start=1):
+                if rows["family"].iloc[0] != ref:
+                    axes[row][col].plot(rows["rate_mbit"], rows[f"speedup_vs_{ref}"],
+                                        marker="o", label=mode)
         for claim_id, style in (("max_speedup", "--"), ("max_speedup_gc", ":")):
             claim = find_claim(claims, claim_id)
             if claim:
@@ -244,18 +268,22 @@ def _fig_projection(proj: pd.DataFrame, claims: list[dict], out: Path) -> list[P
                                      linewidth=1, label=f"paper: up to {claim['value']}x "
                                                         f"({claim['mode']})")
         _rate_axes(axes[0][col], "samples/s (predicted)", f"{name}: throughput")
-        _rate_axes(axes[1][col], "speed-up over fp32 at the same link (x)",
-                   f"{name}: speed-up")
+        for row, ref in enumerate(refs, start=1):
+            _rate_axes(axes[row][col], f"speed-up over {ref} at the same link (x)",
+                       f"{name}: speed-up over {ref}")
     return save(fig, out, "model_projection")
 
 
-def _speedup_table(proj: pd.DataFrame, model: str) -> tuple[list[str], list[list]]:
-    mine = proj[(proj["model"] == model) & (proj["family"] != "fp32")]
+def _speedup_table(proj: pd.DataFrame, model: str, reference: str = "fp32"
+                   ) -> tuple[list[str], list[list]]:
+    """Rates x modes: the speed-up over `reference` ("-" where it has none)."""
+    mine = proj[(proj["model"] == model) & (proj["family"] != reference)]
     modes = list(dict.fromkeys(mine["mode"]))
     rows = []
     for rate, at in mine.groupby("rate_mbit", sort=False):
-        by_mode = at.set_index("mode")["speedup_vs_fp32"]
-        rows.append([f"{rate:g}"] + [f"{by_mode[m]:.2f}x" for m in modes])
+        by_mode = at.set_index("mode")[f"speedup_vs_{reference}"]
+        rows.append([f"{rate:g}"] + ["-" if math.isnan(by_mode[m]) else f"{by_mode[m]:.2f}x"
+                                     for m in modes])
     return ["Mbit/s", *modes], rows
 
 
@@ -290,10 +318,11 @@ def write_model_report(out: Path, claims_path: Path = CLAIMS_FILE,
     figures += _fig_projection(proj, claims, out)
     lines += ["## Projection", ""]
     for model in dict.fromkeys(proj["model"]):
-        headers, rows = _speedup_table(proj, model)
-        lines += [f"Speed-up over fp32 at the same link, {model}, 8 stages, micro-batch 1, "
-                  f"batch 32 (aqsgd+gc: 2 replicas, over fp32 with 2 replicas):", "",
-                  markdown_table(headers, rows), ""]
+        for ref in _references(proj):
+            headers, rows = _speedup_table(proj, model, ref)
+            lines += [f"Speed-up over {ref} at the same link, {model}, 8 stages, micro-batch "
+                      f"1, batch 32 (aqsgd+gc: 2 replicas, over {ref} with 2 replicas):", "",
+                      markdown_table(headers, rows), ""]
     verdicts = judge_claims(proj[proj["model"] == "gpt2-xl"], claims)
     lines += ["## Published claims against the projection (GPT2-XL)", "",
               markdown_table(["claim", "paper", "model", "where", "reproduced"],

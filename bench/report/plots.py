@@ -6,6 +6,7 @@
 Every figure is written as PNG and SVG with units on its axes:
 - throughput_vs_bandwidth: samples/s against link rate (log x), one line per mode;
 - speedup: throughput over fp32 at the same scenario, grouped by scenario;
+  speedup_vs_bf16: the same over bf16 (when the cells have a bf16 reference);
 - loss_<scenario>: training loss against step and against wall-clock time;
 - bytes_per_step: bytes on the wire per optimizer step, stacked by kind.
 
@@ -28,7 +29,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from aqsgd.filecache import atomic_write  # noqa: E402
-from bench.report.summary import MODE_RANK, host_limited_flags, summarize  # noqa: E402
+from bench.report.summary import (  # noqa: E402
+    MODE_RANK,
+    SPEEDUP_REFERENCES,
+    UNKNOWN_RANK,
+    host_limited_flags,
+    summarize,
+)
 from bench.results.files import BYTE_KINDS, load_results  # noqa: E402
 
 __all__ = [
@@ -51,11 +58,20 @@ __all__ = [
 FORMATS = ("png", "svg")
 
 
+def _mode_of(label: str) -> str | None:
+    """The registered mode a label or series starts with: 'aqsgd+gc' for
+    'aqsgd+gc-qadam-fw2-bw4 x2 dp' and 'aqsgd+gc/ef21 2/4', the longest name that fits
+    ('aqsgd-lowbits', not 'aqsgd'); None for a mode no longer registered."""
+    fits = [name for name in MODE_RANK if label == name
+            or any(label.startswith(name + sep) for sep in ("-", " ", "/"))]
+    return max(fits, key=len, default=None)
+
+
 def mode_order(labels: Iterable[str]) -> list[str]:
-    """Mode labels in a stable reading order: fp32, directq, aqsgd..., aqsgd+gc."""
+    """Mode labels in a stable reading order: by rank (fp32, directq, aqsgd...,
+    aqsgd+gc, bf16, fp16), then by label."""
     def key(label: str):
-        name = label.split("-fw")[0].split(" ")[0]
-        return (MODE_RANK.get(name, 9), label)
+        return (MODE_RANK.get(_mode_of(label), UNKNOWN_RANK), label)
     return sorted(set(labels), key=key)
 
 
@@ -142,8 +158,12 @@ def plot_throughput_vs_bandwidth(summary: pd.DataFrame, out_dir: Path) -> list[P
     return save(fig, out_dir, "throughput_vs_bandwidth")
 
 
-def plot_speedup(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
-    ok = summary[(summary["status"] == "ok") & summary["speedup_vs_fp32"].notna()].copy()
+def plot_speedup(summary: pd.DataFrame, out_dir: Path, reference: str = "fp32"
+                 ) -> list[Path]:
+    """Bars of the speed-up over `reference` (one of SPEEDUP_REFERENCES) per scenario and
+    mode: figure `speedup` over fp32, `speedup_vs_bf16` over bf16; none without one."""
+    column = f"speedup_vs_{reference}"
+    ok = summary[(summary["status"] == "ok") & summary[column].notna()].copy()
     if ok.empty:
         return []
     ok["series"] = series_labels(ok)
@@ -156,7 +176,7 @@ def plot_speedup(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
     x = np.arange(len(scenarios))
     for i, label in enumerate(labels):
         rows = ok[ok["series"] == label].set_index("scenario").reindex(scenarios)
-        ax.bar(x + (i - (len(labels) - 1) / 2) * width, rows["speedup_vs_fp32"], width,
+        ax.bar(x + (i - (len(labels) - 1) / 2) * width, rows[column], width,
                label=label, color=colors[label])
     ax.axhline(1.0, color="black", linewidth=0.8)
     limited = set(ok.loc[host_limited_flags(ok), "scenario"])
@@ -165,11 +185,12 @@ def plot_speedup(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
         if "HOST-LIMITED" in tick.get_text():
             tick.set_color("red")
     ax.set_xlabel("scenario")
-    ax.set_ylabel("speed-up over fp32 (x, same link)")
-    ax.set_title("Throughput relative to uncompressed fp32")
+    ax.set_ylabel(f"speed-up over {reference} (x, same link)")
+    ax.set_title("Throughput relative to uncompressed fp32" if reference == "fp32" else
+                 f"Throughput relative to {reference} on the wire (activations and gradients)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    return save(fig, out_dir, "speedup")
+    return save(fig, out_dir, "speedup" if reference == "fp32" else f"speedup_vs_{reference}")
 
 
 def plot_loss(metrics: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -245,7 +266,8 @@ def make_figures(paths: Iterable[str | Path], out_dir: str | Path) -> list[Path]
     metrics = load_results(paths)
     figures: list[Path] = []
     figures += plot_throughput_vs_bandwidth(summary, out_dir)
-    figures += plot_speedup(summary, out_dir)
+    for reference in SPEEDUP_REFERENCES:
+        figures += plot_speedup(summary, out_dir, reference)
     figures += plot_loss(metrics, out_dir)
     figures += plot_bytes_per_step(summary, out_dir)
     return figures

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report.claims import find_claim
-from bench.report.summary import MODE_RANK
+from bench.report.summary import MODE_RANK, UNKNOWN_RANK
 from bench.report.tables import mode_text
 
 __all__ = ["TOLERANCE_PCT", "NOISE_SPREADS", "RULES", "Verdict", "series_name",
@@ -142,7 +142,7 @@ def relative_final(quality: pd.DataFrame) -> pd.DataFrame:
 
 def _ordered(table: pd.DataFrame) -> pd.DataFrame:
     """Default variant first, then by replicas, mode, bits, gradient compressor."""
-    key = table.assign(_m=table["mode"].map(MODE_RANK).fillna(9),
+    key = table.assign(_m=table["mode"].map(MODE_RANK).fillna(UNKNOWN_RANK),
                        _fw=table["fw_bits"].fillna(0), _v=table["variant"] != "")
     key = key.sort_values(["_v", "variant", "replicas", "_m", "_fw", "grad_mode"],
                           kind="stable")

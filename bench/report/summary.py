@@ -28,7 +28,11 @@ Definitions (docs/results-schema.md, "Summary"):
 - speed-up: steady-state throughput over that of the fp32 cell of the same sweep,
   scenario, stages, replicas, variant and seed; `speedup_e2e_vs_fp32` the same with
   end-to-end throughputs; `speedup_vs_unshaped_fp32` over the fp32 cell of the
-  sweep's unshaped reference scenario when one was run.
+  sweep's unshaped reference scenario when one was run. `speedup_vs_bf16` and
+  `speedup_e2e_vs_bf16` are the same over the bf16 cell (activations and gradients in
+  bf16 on the wire, what a system of today sends: fp32's speed-up overstates what
+  compression buys it); NaN where the sweep has no such cell. The references are the
+  registry's SPEEDUP_REFERENCES (Comparison.speedup_reference).
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES
 from bench.results.files import BYTE_KINDS, load_metas, load_results
 
-__all__ = ["MODE_RANK", "SUMMARY_COLUMNS", "host_limited_flags", "summarize_cell",
-           "summarize"]
+__all__ = ["MODE_RANK", "UNKNOWN_RANK", "SPEEDUP_REFERENCES", "SUMMARY_COLUMNS",
+           "host_limited_flags", "summarize_cell", "summarize"]
 
 SUMMARY_COLUMNS = (
     "sweep", "cell", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
@@ -52,7 +57,7 @@ SUMMARY_COLUMNS = (
     "host_limited", "delay_ms", "status",
     "measured_steps", "step_time_s", "step_time_spread_s", "throughput_samples_s",
     "throughput_tokens_s", "throughput_mean_samples_s", "throughput_e2e_samples_s",
-    "speedup_vs_fp32", "speedup_e2e_vs_fp32",
+    *(f"speedup{kind}_vs_{ref}" for ref in SPEEDUP_REFERENCES for kind in ("", "_e2e")),
     "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
     "final_loss", "final_eval_loss", "comm_compute_ratio", "wall_s",
 )
@@ -116,11 +121,11 @@ def summarize_cell(frame: pd.DataFrame) -> dict:
     return out
 
 
-def _over_fp32(table: pd.DataFrame, fp32: pd.DataFrame, keys: list[str],
-               column: str) -> np.ndarray:
-    """`column` of each row over that of the fp32 row with the same `keys` (NaN when
+def _over(table: pd.DataFrame, ref: pd.DataFrame, keys: list[str],
+          column: str) -> np.ndarray:
+    """`column` of each row over that of the `ref` row with the same `keys` (NaN when
     there is none)."""
-    base = fp32.set_index(keys)[column]
+    base = ref.set_index(keys)[column]
     base = base[~base.index.duplicated(keep="last")]
     idx = pd.MultiIndex.from_frame(table[keys])
     return table[column].to_numpy(dtype=float) / base.reindex(idx).to_numpy(dtype=float)
@@ -129,20 +134,23 @@ def _over_fp32(table: pd.DataFrame, fp32: pd.DataFrame, keys: list[str],
 def _add_speedups(table: pd.DataFrame) -> pd.DataFrame:
     # like against like: the same layout, and the same seed and variant of a sweep
     same = ["sweep", "stages", "replicas", "variant", "seed"]
-    fp32 = table[(table["mode"] == "fp32") & (table["status"] == "ok")]
-    table["speedup_vs_fp32"] = _over_fp32(table, fp32, ["scenario", *same],
-                                          "throughput_samples_s")
-    table["speedup_e2e_vs_fp32"] = _over_fp32(table, fp32, ["scenario", *same],
-                                              "throughput_e2e_samples_s")
+    for name in SPEEDUP_REFERENCES:
+        ref = table[(table["mode"] == name) & (table["status"] == "ok")]
+        table[f"speedup_vs_{name}"] = _over(table, ref, ["scenario", *same],
+                                            "throughput_samples_s")
+        table[f"speedup_e2e_vs_{name}"] = _over(table, ref, ["scenario", *same],
+                                                "throughput_e2e_samples_s")
     # against fp32 on an unshaped link (the suite's headline target)
+    fp32 = table[(table["mode"] == "fp32") & (table["status"] == "ok")]
     unshaped = fp32[~fp32["shaped"].astype(bool)]
-    table["speedup_vs_unshaped_fp32"] = _over_fp32(table, unshaped, same,
-                                                   "throughput_samples_s")
+    table["speedup_vs_unshaped_fp32"] = _over(table, unshaped, same, "throughput_samples_s")
     return table
 
 
-# reading order of modes
-MODE_RANK = {"fp32": 0, "directq": 1, "aqsgd": 2, "aqsgd-lowbits": 3, "aqsgd+gc": 4}
+# reading order of modes: each registered mode's rank (aqsgd.compress.registry); a mode
+# no longer registered (an old result file) reads last
+MODE_RANK = {name: c.rank for name, c in COMPARISONS.items()}
+UNKNOWN_RANK = np.inf
 
 
 def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
@@ -150,7 +158,7 @@ def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
     replicas, variant (the default first), seed."""
     order = table.assign(
         _rate=table["rate_mbit"].fillna(np.inf),
-        _mode=table["mode"].map(MODE_RANK).fillna(9),
+        _mode=table["mode"].map(MODE_RANK).fillna(UNKNOWN_RANK),
         _fw=table["fw_bits"].fillna(0))
     keys = ["sweep", "_rate", "scenario", "_mode", "_fw", "grad_mode", "replicas",
             "variant", "seed"]

@@ -24,9 +24,10 @@ from pathlib import Path
 import pandas as pd
 from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
+from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES
 from aqsgd.filecache import atomic_write_text
 from bench.report.linkbound import bound_lines
 from bench.results.files import load_metas
@@ -34,8 +35,14 @@ from bench.results.files import load_metas
 __all__ = ["TABLE_COLUMNS", "format_table", "held_out_header", "host_limited_notes",
            "markdown_table", "mode_text", "print_table", "text_table", "write_report"]
 
+
+def _times(v) -> str:
+    return f"{v:.2f}x"
+
+
 # (summary column, header, formatter); the held-out loss header names its windows
-# (held_out_header)
+# (held_out_header). The speed-ups are over every SPEEDUP_REFERENCES mode (fp32, bf16):
+# "-" in a sweep without its cell.
 TABLE_COLUMNS = (
     ("scenario_label", "scenario", str),
     ("mode_text", "mode", str),
@@ -43,9 +50,10 @@ TABLE_COLUMNS = (
     ("seed", "seed", lambda v: f"{int(v)}"),
     ("throughput_samples_s", "samples/s", lambda v: f"{v:.2f}"),
     ("throughput_tokens_s", "tokens/s", lambda v: f"{v:.0f}"),
-    ("speedup_vs_fp32", "speed-up vs fp32 (steady state)", lambda v: f"{v:.2f}x"),
-    ("speedup_e2e_vs_fp32", "end-to-end vs fp32 (warm-up incl.)", lambda v: f"{v:.2f}x"),
-    ("speedup_vs_unshaped_fp32", "vs fp32 unshaped", lambda v: f"{v:.2f}x"),
+    *(column for ref in SPEEDUP_REFERENCES for column in (
+        (f"speedup_vs_{ref}", f"speed-up vs {ref} (steady state)", _times),
+        (f"speedup_e2e_vs_{ref}", f"end-to-end vs {ref} (warm-up incl.)", _times))),
+    ("speedup_vs_unshaped_fp32", "vs fp32 unshaped", _times),
     ("bytes_per_step", "MB/step", lambda v: f"{v / 1e6:.3f}"),
     ("final_eval_loss", "held-out loss", lambda v: f"{v:.4f}"),
     ("comm_compute_ratio", "comm/compute", lambda v: f"{v:.2f}"),
@@ -61,9 +69,10 @@ def mode_text(row) -> str:
     """How a table names a cell's mode: 'fp32', 'aqsgd 2/4', 'aqsgd+gc/ef21 2/4' (the
     gradient compressor always shown), with ' [VARIANT]' for a non-default variant."""
     name = row["mode"]
-    if name == "aqsgd+gc":
+    mode = COMPARISONS.get(name)  # None: a mode no longer registered (an old result file)
+    if mode is not None and mode.data_parallel:
         name = f"{name}/{row['grad_mode']}"
-    if row["mode"] != "fp32":
+    if mode is None or mode.takes_bits:
         name = f"{name} {int(row['fw_bits'])}/{int(row['bw_bits'])}"
     return f"{name} [{row['variant']}]" if row["variant"] else name
 
@@ -134,17 +143,24 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+# the console table's least width: every header word of the speed-up columns over fp32
+# and bf16 whole (narrower, rich cuts them short)
+CONSOLE_WIDTH = 190
+
+
 def print_table(summary: pd.DataFrame) -> None:
     """The summary table on the console: a rich table, titled, host-limited notes as its
-    caption, at least 160 columns wide (wider on a wider terminal)."""
+    caption, at least CONSOLE_WIDTH columns wide (wider on a wider terminal); scenario and
+    mode never wrap."""
     headers, rows = _rows(summary)
     notes = host_limited_notes(summary)
-    table = Table(*headers, title="AQ-SGD benchmark summary",
+    columns = [Column(h, no_wrap=i < 2) for i, h in enumerate(headers)]
+    table = Table(*columns, title="AQ-SGD benchmark summary",
                   caption="\n".join(notes) or None, caption_style="bold red")
     for r in rows:  # Text: a variant's '[dropout0]' is not rich markup
         table.add_row(*(Text(c) for c in r))
-    console = Console(width=max(160, os.get_terminal_size().columns
-                                if os.isatty(1) else 160))
+    console = Console(width=max(CONSOLE_WIDTH, os.get_terminal_size().columns
+                                if os.isatty(1) else CONSOLE_WIDTH))
     console.print(table)
 
 
@@ -263,7 +279,9 @@ def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
              *[line for note in host_limited_notes(summary) for line in (f"**{note}**", "")],
              "The steady-state speed-up counts measured steps only (after the "
              "uncompressed warm-up epoch); the end-to-end one counts every step, the "
-             "warm-up epoch's at their measured time. The held-out loss is the last "
+             "warm-up epoch's at their measured time. Both are shown over fp32 and over "
+             "bf16 (activations and gradients in bf16 on the wire, the default of today's "
+             "systems; \"-\" without a bf16 cell). The held-out loss is the last "
              "evaluation's, uncompressed, on windows training never sees. Definitions in "
              "docs/results-schema.md.", ""]
     if pngs:

@@ -1,0 +1,268 @@
+"""Network-namespace launcher: one namespace per emulated host, shaped links,
+removal by exact recorded names.
+
+    with NetnsLauncher(load_scenario("100mbps"), n_hosts=2) as hosts:
+        print(format_table(hosts.probe()))             # achieved link table
+        p = hosts.spawn(0, [sys.executable, "-m", "aqsgd.train.worker", ...], env, log)
+
+NetnsLauncher composes one module per concern, in this folder:
+  names.py     every name and address of the run, from a per-run prefix
+  state.py     the state file, written before anything exists, and teardown by name
+  topology.py  namespaces, switch, veths; the userspace delay line and its TUNs
+  shaping.py   the host shaping plan (bench.net.shaping) rendered on the veths or TUNs
+               (lifted and restored by the probe)
+and, from the core of bench/launch:
+  probing.py   the link probe and the host-ceiling measurement (LinkProbing.probe)
+  process.py   starting and stopping process groups
+  lifecycle.py bring-up and signal-safe teardown
+  state.py     the state dirs, and cleanup of killed runs (which calls state.py here)
+
+Without netem, delay, jitter and loss come from the userspace delay line
+(bench/net/delayline.py): the workers then talk over the TUN devices.
+
+Every name is written to a state file before it is created; teardown deletes
+exactly those names, in a `finally`, on success, worker crash, Ctrl-C or
+SIGTERM. `python -m bench.launch cleanup` does the same for a run that was killed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.launch.base import links_record, new_run_id
+from bench.launch.lifecycle import HostsLifecycle
+from bench.launch.netns.names import MTU, TopologyNames, host_addr, new_prefix
+from bench.launch.netns.shaping import NetnsShaping, plan_shaping
+from bench.launch.netns.state import (
+    StateFiles,
+    existing_namespaces,
+    teardown_recorded,
+    write_state,
+)
+from bench.launch.netns.topology import (
+    create_namespaces,
+    delay_line_config,
+    start_delay_line,
+    switch_argvs,
+    tun_argvs,
+)
+from bench.launch.probing import PROBE_PORT, LinkProbing, exchange
+from bench.launch.process import (
+    TEARDOWN_GRACE_S,
+    ProcessIdentity,
+    env_with_repo,
+    spawn_group,
+    stop_all,
+)
+from bench.launch.state import DEFAULT_STATE_DIR
+from bench.net.executor import Executor
+from bench.net.probe import ProbePlan, ProbeRecord
+from bench.net.scenario import NetworkScenario
+from bench.net.tc import Capabilities, mechanisms_for, payload_factor, probe_capabilities
+
+__all__ = ["NetnsLauncher", "require_netns"]
+
+MAX_HOSTS = 200  # host addresses are 198.18.0.1 .. 198.18.0.200 in one /24
+
+
+def require_netns() -> None:
+    """Raise PermissionError unless this process may create network namespaces."""
+    if os.geteuid() != 0:
+        raise PermissionError("the netns launcher needs root (CAP_NET_ADMIN); use "
+                              "LocalLauncher (bench/launch/local.py) for an unshaped run")
+
+
+class NetnsLauncher(HostsLifecycle, LinkProbing):
+    """Context manager building `n_hosts` emulated hosts for one run (see module doc).
+
+    `state_dir`: where the state file goes (default DEFAULT_STATE_DIR). `allow_drop`:
+    run even if the host cannot emulate a property (it is then recorded as dropped).
+    `payload_correction`: raise tc rates by the frame overhead so that the TCP payload
+    rate equals the scenario's rate_mbit. `executor`: runs the ip/tc commands (a
+    RecordingExecutor records them instead). `python`: the interpreter of the helper
+    processes (delay line, probe)."""
+
+    name = "netns"
+    shaped = True
+
+    def __init__(self, scenario: NetworkScenario, n_hosts: int | None = None, *,
+                 run_id: str | None = None, state_dir: Path | str | None = None,
+                 allow_drop: bool = False, payload_correction: bool = True,
+                 executor: Executor | None = None, python: str = sys.executable):
+        self.scenario = scenario
+        self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
+        if not 1 <= self.n_hosts <= MAX_HOSTS:
+            raise ValueError(f"n_hosts: expected 1..{MAX_HOSTS}, got {self.n_hosts}")
+        self.run_id = run_id or new_run_id()
+        self.names = TopologyNames(new_prefix(self.run_id), self.n_hosts)
+        self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
+        self.files = StateFiles(self.state_dir, self.names.prefix)
+        self.allow_drop = allow_drop
+        self.payload_correction = payload_correction
+        self.executor = executor or Executor()
+        self.python = python
+        self.capabilities: Capabilities | None = None
+        self.mechanisms: dict[str, str] = {}
+        self.use_delay_line = False
+        self.shaping: NetnsShaping | None = None
+        self.delay_line: subprocess.Popen | None = None
+        self.delay_line_scheduling: str | None = None
+        self._procs: list[subprocess.Popen] = []
+        self._started: list[ProcessIdentity] = []  # delay line and workers, for cleanup
+        self._created_namespaces: list[str] = []
+        self._probe_records: list[ProbeRecord] = []
+        self._timing: dict[str, float] = {}
+
+    # -- names and addresses -------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.files.state
+
+    def addr(self, i: int) -> str:
+        self._check_host(i)
+        return host_addr(i, tun=self.use_delay_line)
+
+    def device(self, i: int) -> str:
+        """The interface carrying host i's traffic (inside its namespace)."""
+        self._check_host(i)
+        return self.names.tun(i) if self.use_delay_line else self.names.host_veth(i)
+
+    def netns(self, i: int) -> str:
+        self._check_host(i)
+        return self.names.host_ns(i)
+
+    def worker_env(self, i: int) -> dict[str, str]:
+        dev = self.device(i)
+        # NCCL would bypass the shaped link through P2P/shared memory: force sockets
+        return {"GLOO_SOCKET_IFNAME": dev, "NCCL_SOCKET_IFNAME": dev, "TP_SOCKET_IFNAME": dev,
+                "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
+                "NCCL_HOSTID": f"{self.names.prefix}-host{i}"}
+
+    def _check_host(self, i: int) -> None:
+        if not 0 <= i < self.n_hosts:
+            raise IndexError(f"host index {i} out of range [0, {self.n_hosts})")
+
+    def _write_state(self) -> None:
+        write_state(self.files, self.names, self.run_id, self._started)
+
+    def _started_process(self, proc: subprocess.Popen) -> None:
+        """Record a process this run started (before anything else can happen to it)."""
+        ident = ProcessIdentity.of(proc.pid)
+        if ident is not None:  # None: it has exited already, nothing to clean up
+            self._started.append(ident)
+        self._write_state()
+
+    # -- lifecycle -----------------------------------------------------------------
+    def _prepare(self) -> None:
+        require_netns()
+        while set(self.names.namespaces()) & existing_namespaces(self.executor):
+            self.names = TopologyNames(new_prefix(self.run_id), self.n_hosts)  # name clash
+        self.files = StateFiles(self.state_dir, self.names.prefix)
+
+    def _build(self) -> None:
+        self._write_state()  # before anything exists: a kill at any point is cleanable
+        ex, nm = self.executor, self.names
+        self._created_namespaces.append(nm.scratch_ns)  # probe_capabilities removes it
+        self.capabilities = probe_capabilities(ex, nm.scratch_ns)
+        self._created_namespaces.remove(nm.scratch_ns)
+        self.mechanisms = mechanisms_for(self.scenario, self.n_hosts, self.capabilities,
+                                         self.allow_drop)
+        self.use_delay_line = "delayline" in self.mechanisms.values()
+        create_namespaces(ex, nm, self._created_namespaces)
+        ex.run_all(switch_argvs(nm))
+        if self.use_delay_line:
+            cfg = delay_line_config(self.scenario, nm, self.mechanisms)
+            self.delay_line, self.delay_line_scheduling = start_delay_line(
+                cfg, nm, self.files, self.python)
+            self._started_process(self.delay_line)
+            ex.run_all(tun_argvs(nm))
+        self.shaping = plan_shaping(self.scenario, nm, tun=self.use_delay_line,
+                                    netem="netem" in self.mechanisms.values(),
+                                    payload_correction=self.payload_correction)
+        ex.run_all(self.shaping.setup_argvs())
+
+    def _remove(self) -> None:
+        stop_all([*self._procs, self.delay_line], TEARDOWN_GRACE_S)
+        # only what this launcher created: a name it failed to create may be another's
+        teardown_recorded(self._created_namespaces, self.names.devices(), self.executor)
+        for path in (self.files.state, self.files.delay_line_config,
+                     self.files.delay_line_log):
+            path.unlink(missing_ok=True)
+
+    # -- processes -----------------------------------------------------------------
+    def check_delay_line(self) -> None:
+        """Raise if the delay line, which carries every packet, has died."""
+        if self.delay_line is not None and self.delay_line.poll() is not None:
+            raise RuntimeError(f"the delay line exited with {self.delay_line.returncode}; "
+                               f"its log ({self.files.delay_line_log}):\n"
+                               f"{self.files.delay_line_log.read_text()}")
+
+    def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
+              log_path: Path | str | None = None) -> subprocess.Popen:
+        """Run argv inside host i's namespace, in its own process group (so teardown can
+        kill it and its children). Environment: `env` (default: this process's) with
+        worker_env(i) on top; stdout and stderr go to log_path (appended)."""
+        full_env = dict(os.environ if env is None else env)
+        full_env.update(self.worker_env(i))
+        proc = spawn_group(["ip", "netns", "exec", self.netns(i), *argv], full_env, log_path)
+        self._procs.append(proc)
+        self._started_process(proc)
+        return proc
+
+    def spawn_quiet(self, i: int, python_args: list[str]) -> subprocess.Popen:
+        """A helper Python process in host i's namespace, stdout and stderr on pipes.
+        Not stopped by teardown: removing the namespaces kills what runs inside."""
+        return spawn_group(["ip", "netns", "exec", self.netns(i), self.python, *python_args],
+                           env_with_repo(), pipe_stdout=True)
+
+    # -- link probe (LinkProbing.probe) and record -----------------------------------
+    def _measure_link(self, src: int, dst: int, plan: ProbePlan) -> dict:
+        """One bench.net.probe client/server exchange from host src to host dst."""
+        server = self.spawn_quiet(dst, ["-m", "bench.net.probe", "serve", "--addr",
+                                        self.addr(dst), "--port", str(PROBE_PORT)])
+        client = ["ip", "netns", "exec", self.netns(src), self.python, "-m",
+                  "bench.net.probe", "measure", "--addr", self.addr(dst), "--port",
+                  str(PROBE_PORT), *plan.client_args()]
+        return exchange(server, client, plan, env_with_repo(), src, dst, f"host {dst}")
+
+    def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
+        self.executor.run_all(self.shaping.rate_limit_argvs(src, dst, lifted=lifted))
+
+    def _payload_ratio(self) -> float:
+        # configured literally, a link carries rate x 1448/1514 of TCP payload
+        return 1.0 if self.payload_correction else 1.0 / payload_factor(MTU)
+
+    def record(self) -> dict:
+        """What meta.json needs: launcher, which mechanism delivered each property,
+        names, link settings, probe results, bring-up and tear-down times."""
+        delay_mech = {"netem": "netem qdisc (kernel)",
+                      "delayline": "userspace TUN delay line (bench/net/delayline.py)"}
+        return {
+            "launcher": self.name,
+            "shaped": self.shaped,
+            "run_id": self.run_id,
+            "prefix": self.names.prefix,
+            "n_hosts": self.n_hosts,
+            "scenario": self.scenario.to_dict(),
+            "capabilities": self.capabilities.to_dict() if self.capabilities else None,
+            "shaping": {p: delay_mech.get(m, m) if p != "rate" else
+                        ("htb qdisc (kernel)" if m == "htb" else m)
+                        for p, m in self.mechanisms.items()},
+            "allow_drop": self.allow_drop,
+            "data_plane": "TUN via delay line" if self.use_delay_line else "veth + bridge",
+            "delay_line_scheduling": self.delay_line_scheduling,
+            "delay_line_alive": None if self.delay_line is None
+            else self.delay_line.poll() is None,
+            "payload_correction_factor": None if self.shaping is None else self.shaping.factor,
+            "hosts": [{"host": i, "netns": self.names.host_ns(i), "device": self.device(i),
+                       "addr": self.addr(i)} for i in range(self.n_hosts)],
+            "namespaces": self.names.namespaces(),
+            "removed_before_start": list(self.removed_before_start),
+            "links": links_record(self.scenario, self.n_hosts),
+            "probe": [r.to_dict() for r in self._probe_records],
+            "timing": dict(self._timing),
+            "commands": [" ".join(c) for c in self.executor.history],
+        }

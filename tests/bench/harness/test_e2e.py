@@ -1,0 +1,84 @@
+"""End to end with the real worker (`python -m aqsgd.train.worker`): one smoke cell on
+the local launcher, one through network namespaces, and a real worker failure."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from bench.__main__ import finish_sweep
+from bench.harness.run import run_sweep
+from bench.harness.sweep import SweepSpec, Workload, parse_mode
+
+pytestmark = pytest.mark.workers
+
+# 2 stages of the tiny preset; one warm-up step (64 samples), then 2 measured steps.
+# Random init: a fresh clone has no cached starting checkpoint (minutes to build).
+SMOKE = Workload(steps=2, train_samples=64, timeout_s=150, dist_timeout_s=60, init_from=None)
+
+
+def _smoke(tmp_path, launcher: str, workload: Workload = SMOKE, scenario="100mbps"):
+    spec = SweepSpec("smoke", (scenario,), (parse_mode("aqsgd:2/4"),), workload)
+    out = tmp_path / "results"
+    outcomes = run_sweep(spec, out, launcher=launcher, quiet=True, echo=lambda s: None)
+    return out, outcomes
+
+
+def _check_smoke_cell(out, launcher: str):
+    cell = out / "100mbps__aqsgd-fw2-bw4"
+    meta = json.loads((cell / "meta.json").read_text())
+    assert meta["status"] == "ok", meta.get("failure")
+    assert meta["cell"]["launcher"] == launcher
+    assert meta["provenance"]["git"]["commit"] and meta["probe"]
+    assert meta["run_config"]["forward"]["bits"] == 2
+    frame = pd.read_csv(cell / "metrics.csv")
+    train = frame[frame["kind"] == "train"]
+    assert sorted(train["rank"].unique()) == [0, 1] and len(train) == 2 * 3
+    # warm-up sends fp32; the measured steps send 2-bit deltas forward, 4-bit gradients back
+    stage0 = train[train["stage"] == 0].set_index("step")["bytes_sent_activation"]
+    assert stage0.loc[0] > 8 * stage0.loc[2] > 0
+    assert train["warmup"].tolist().count(True) == 2
+    return meta
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_real_worker_smoke_cell_local(tmp_path):
+    out, outcomes = _smoke(tmp_path, "local")
+    assert [o.status for o in outcomes] == ["ok"]
+    meta = _check_smoke_cell(out, "local")
+    assert meta["cell"]["shaped"] is False
+    assert finish_sweep(out) == 0
+    assert (out / "figures" / "loss_100mbps.png").is_file()
+    assert "aqsgd 2/4" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+@pytest.mark.timeout(200)
+def test_real_worker_smoke_cell_netns(tmp_path):
+    out, outcomes = _smoke(tmp_path, "netns")
+    assert [o.status for o in outcomes] == ["ok"]
+    meta = _check_smoke_cell(out, "netns")
+    assert meta["cell"]["shaped"] is True and meta["cell"]["rate_mbit"] == 100
+    assert meta["launcher"]["shaping"]["rate"].startswith("htb")
+    achieved = [link["rate_mbit_achieved"] for link in meta["probe"]]
+    assert all(85 < r < 110 for r in achieved)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_real_worker_failure_marks_the_cell_failed_with_the_log_tail(tmp_path):
+    failing = Workload(steps=2, train_samples=64, timeout_s=150, dist_timeout_s=20,
+                       init_from=None,
+                       overrides={"train.fail_at_step": 1, "train.fail_rank": 1})
+    out, outcomes = _smoke(tmp_path, "local", failing)
+    assert [o.status for o in outcomes] == ["failed"]
+    meta = json.loads((out / "100mbps__aqsgd-fw2-bw4" / "meta.json").read_text())
+    failure = meta["failure"]
+    assert failure["rank"] in (0, 1) and failure["returncode"] != 0
+    tails = {failure["rank"]: failure["log_tail"],
+             **{int(r): v["log_tail"] for r, v in failure["other_ranks"].items()}}
+    assert "InjectedFailure" in tails[1]  # the root cause, in rank 1's own log

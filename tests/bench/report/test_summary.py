@@ -1,0 +1,70 @@
+"""Summary numbers (bench.report.summary) from written result cells: held-out loss,
+speedups of the same replicas and variant, failed cells."""
+
+from __future__ import annotations
+
+import pytest
+from report_fixtures import write_fixture_cell
+
+from bench.report.summary import summarize
+from bench.report.tables import format_table, mode_text
+from bench.results.files import load_results
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_load_results_and_summary_from_written_cells(tmp_path):
+    # 2 warm-up steps (one epoch of 2) at 0.8 s, then 4 measured steps
+    fp32 = write_fixture_cell(tmp_path, act_bytes=4_000_000, step_time_s=0.8)
+    aq = write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, act_bytes=250_000,
+                            step_time_s=0.2, warmup_step_time_s=0.8, train_loss0=5.01)
+    frame = load_results([tmp_path])
+    assert set(frame["cell"]) == {fp32.name, aq.name}
+    assert {"scenario", "mode", "fw_bits", "launcher", "rate_mbit", "seed", "variant",
+            "dropout", "eval_windows"} <= set(frame.columns)
+    assert len(frame) == 2 * 2 * 6  # cells x ranks x (2 warm-up + 4 measured steps)
+
+    table = summarize([tmp_path]).set_index("cell")
+    assert table.loc[fp32.name, "measured_steps"] == 4
+    assert table.loc[fp32.name, "throughput_samples_s"] == pytest.approx(64 / 0.8)
+    assert table.loc[aq.name, "speedup_vs_fp32"] == pytest.approx(4.0)
+    # end to end, the warm-up steps count at their own time: 6 steps in 2 * 0.8 + 4 * 0.2 s
+    assert table.loc[aq.name, "throughput_e2e_samples_s"] == pytest.approx(6 * 64 / 2.4)
+    assert table.loc[aq.name, "speedup_e2e_vs_fp32"] == pytest.approx(4.8 / 2.4)
+    # both ranks send: activations forward from stage 0, gradients back from stage 1
+    assert table.loc[aq.name, "bytes_per_step"] == 2 * 250_000
+    assert table.loc[aq.name, "final_loss"] == pytest.approx(5.01 - 0.5)
+    assert table.loc[fp32.name, "comm_compute_ratio"] == pytest.approx(0.7 / 0.1)
+
+
+def test_summary_held_out_loss_is_the_last_evaluation(tmp_path):
+    write_fixture_cell(tmp_path, eval_losses=[4.0, 3.5, 3.25, 3.125], eval_windows=256)
+    row = summarize([tmp_path]).iloc[0]
+    assert row["final_eval_loss"] == pytest.approx(3.125) and row["eval_windows"] == 256
+    text = format_table(summarize([tmp_path]))
+    assert "held-out loss (256 windows)" in text and "3.1250" in text
+    assert "speed-up vs fp32 (steady state)" in text
+    assert "end-to-end vs fp32 (warm-up incl.)" in text
+
+
+def test_speedups_compare_the_same_replicas_and_variant(tmp_path):
+    write_fixture_cell(tmp_path, step_time_s=1.0)
+    write_fixture_cell(tmp_path, replicas=2, step_time_s=2.0)
+    write_fixture_cell(tmp_path, step_time_s=0.5, variant="dropout0", dropout=0.0)
+    write_fixture_cell(tmp_path, mode="aqsgd+gc", fw=2, bw=4, grad_mode="ef21", replicas=2,
+                       step_time_s=1.0)
+    write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, step_time_s=0.25,
+                       variant="dropout0", dropout=0.0)
+    table = summarize([tmp_path])
+    table["mode_text"] = table.apply(mode_text, axis=1)
+    speedup = table.set_index(["mode_text", "replicas"])["speedup_vs_fp32"]
+    # dp2 against fp32 dp2 (2 s per step of 128 samples), a variant against its own fp32
+    assert speedup[("aqsgd+gc/ef21 2/4", 2)] == pytest.approx(2.0)
+    assert speedup[("aqsgd 2/4 [dropout0]", 1)] == pytest.approx(2.0)
+
+
+def test_failed_cells_are_left_out_unless_asked(tmp_path):
+    write_fixture_cell(tmp_path, status="failed")
+    assert load_results([tmp_path]).empty
+    assert len(load_results([tmp_path], include_failed=True)) == 12
+    assert summarize([tmp_path])["status"].tolist() == ["failed"]

@@ -1,0 +1,130 @@
+"""Result files (bench.results.files): the tidy loader and schema, finished cells,
+provenance, a sweep directory's cells."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from harness_helpers import rank_records
+from report_fixtures import write_fixture_cell
+
+from bench.report.summary import summarize
+from bench.results import files as results
+from bench.results.files import (
+    METRIC_COLUMNS,
+    SCHEMA_VERSION,
+    SchemaError,
+    find_cells,
+    is_finished,
+    load_metas,
+    load_results,
+    metrics_frame,
+    provenance,
+    read_rank_jsonl,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _write_jsonl(path, records, tail=""):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
+
+
+def test_metrics_frame_is_tidy_one_row_per_rank_per_step(tmp_path):
+    d = tmp_path / "metrics"
+    _write_jsonl(d / "rank0.jsonl", rank_records(0, 0, 2, 5, 2, 1000, 0.5))
+    # rank 1 was killed while writing its last line: that line is dropped
+    _write_jsonl(d / "rank1.jsonl", rank_records(1, 1, 2, 5, 2, 1000, 0.5) +
+                 [{"kind": "eval", "step": 5, "epoch": 2, "warmup": False, "rank": 1,
+                   "stage": 1, "replica": 0, "eval_loss": 4.2, "perplexity": 66.7}],
+                 tail='{"kind": "train", "st')
+    frame, peers = metrics_frame(sorted(d.glob("*.jsonl")), "c")
+    assert list(frame.columns[:len(METRIC_COLUMNS)]) == list(METRIC_COLUMNS)
+    train = frame[frame["kind"] == "train"]
+    assert len(train) == 10 and not train.duplicated(["rank", "step"]).any()
+    assert train["warmup"].tolist() == [True, True, False, False, False] * 2
+    assert (train["bytes_sent_total"] == 1000).all()
+    assert frame.loc[frame["kind"] == "eval", "eval_loss"].tolist() == [4.2]
+    # cumulative wall clock per rank, from step times
+    assert train[train["rank"] == 0]["wall_s"].tolist() == pytest.approx([0.5, 1, 1.5, 2, 2.5])
+    assert set(peers.columns) >= {"rank", "step", "peer", "bytes_sent", "bytes_recv"}
+    assert len(peers) == 10
+
+
+def test_corrupt_line_in_the_middle_names_file_and_line(tmp_path):
+    path = tmp_path / "rank0.jsonl"
+    path.write_text('{"step": 0}\nnot json\n{"step": 2}\n')
+    with pytest.raises(ValueError, match=r"rank0.jsonl:2"):
+        read_rank_jsonl(path)
+
+
+def test_metrics_file_name_must_carry_the_rank(tmp_path):
+    path = tmp_path / "worker.jsonl"
+    path.write_text('{"step": 0}\n')
+    with pytest.raises(ValueError, match="rank<R>.jsonl"):
+        metrics_frame([path], "c")
+
+
+def test_finished_means_meta_ok_and_same_spec(tmp_path):
+    cell_dir = write_fixture_cell(tmp_path, spec_key="k1")
+    assert is_finished(cell_dir, "k1")
+    assert not is_finished(cell_dir, "k2")
+    assert not is_finished(tmp_path / "missing")
+    # a cell measured by another commit of the suite is not reused
+    assert is_finished(cell_dir, "k1", git_commit="abc")
+    assert not is_finished(cell_dir, "k1", git_commit="def")
+
+
+def _rewrite_meta(cell_dir, change) -> None:
+    meta = json.loads((cell_dir / "meta.json").read_text())
+    change(meta)
+    (cell_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def test_a_cell_of_schema_1_is_refused_by_name_and_version(tmp_path):
+    cell_dir = write_fixture_cell(tmp_path, spec_key="k1")
+    _rewrite_meta(cell_dir, lambda m: m.update(schema_version=1))
+    with pytest.raises(SchemaError, match=rf"{cell_dir / 'meta.json'}: schema_version 1, "
+                                          rf"this suite reads schema {SCHEMA_VERSION} only"):
+        load_results([tmp_path])
+    with pytest.raises(SchemaError, match="schema_version 1"):
+        summarize([tmp_path])
+    assert not is_finished(cell_dir, "k1")  # measured again, never reused
+
+
+def test_a_cell_block_without_a_schema_2_key_is_refused(tmp_path):
+    cell_dir = write_fixture_cell(tmp_path)
+    _rewrite_meta(cell_dir, lambda m: m["cell"].pop("eval_windows"))
+    with pytest.raises(SchemaError, match="the `cell` block lacks eval_windows"):
+        load_results([tmp_path])
+
+
+def test_provenance_records_git_versions_and_hardware():
+    prov = provenance(results.__file__.rsplit("/bench/", 1)[0])
+    assert len(prov["git"]["commit"]) == 40 and isinstance(prov["git"]["dirty"], bool)
+    assert prov["versions"]["torch"] and prov["versions"]["python"]
+    assert prov["hardware"]["cpu_cores"] >= 1 and prov["hardware"]["memory_gib"] > 0
+
+
+def test_load_results_of_a_missing_path_says_which(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_results([tmp_path / "nowhere"])
+    assert isinstance(load_results([tmp_path]), pd.DataFrame)
+
+
+def test_a_sweep_directory_reads_only_the_cells_its_sweep_json_lists(tmp_path):
+    # A cell left from an earlier version of the sweep (here: renamed, of schema 1) must
+    # neither be read nor stop the reader; outside a sweep directory every cell counts.
+    sweep_dir = tmp_path / "results" / "regress"
+    kept = write_fixture_cell(sweep_dir, spec_key="k1")
+    stale = write_fixture_cell(sweep_dir, mode="aqsgd", fw=2, bw=4, spec_key="k2")
+    _rewrite_meta(stale, lambda m: m.update(schema_version=1))
+    with pytest.raises(SchemaError):
+        load_metas([sweep_dir])
+    (sweep_dir / "sweep.json").write_text(json.dumps({"cells": [kept.name, "never-ran"]}))
+    assert find_cells([sweep_dir]) == [kept]
+    assert [m["cell_dir"] for m in load_metas([sweep_dir])] == [str(kept)]
+    assert find_cells([tmp_path / "results"]) == [kept]

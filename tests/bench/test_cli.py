@@ -1,0 +1,35 @@
+"""The bench command line (bench.__main__): an unknown scenario, a bad bit width, the
+launchers it offers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench.__main__ import main
+from bench.net.scenario import ScenarioError, load_scenario
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_unknown_scenario_lists_the_available_ones(capsys):
+    with pytest.raises(ScenarioError, match=r"available: .*100mbps"):
+        load_scenario("100mbit")
+    assert main(["run", "--scenario", "100mbit", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "no scenario '100mbit'" in err and "1gbps" in err and "loopback" in err
+
+
+def test_cli_bad_bit_width_exits_2_naming_the_field(capsys):
+    assert main(["run", "--scenario", "100mbps", "--modes", "aqsgd:2/12"]) == 2
+    assert "bw_bits must be in 1..8, got 12" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["run", "--scenario", "100mbps"], ["paper"]])
+def test_cli_offers_only_launchers_that_exist(capsys, command):
+    with pytest.raises(SystemExit):
+        main([*command, "--launcher", "kubernetes"])
+    # argparse quotes the choices from Python 3.12.8 on
+    assert re.search(r"invalid choice: 'kubernetes' \(choose from '?auto'?, '?netns'?, "
+                     r"'?docker'?, '?local'?\)", capsys.readouterr().err)
