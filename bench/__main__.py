@@ -14,7 +14,8 @@
     python -m bench validate --profile cpu-2core results/paper   # predicted vs measured
 
 Launchers (--launcher, bench.launch.choice.LAUNCHERS): auto (netns when root and
-`ip netns` works, else local), netns, docker (containers, docs/docker.md), local.
+`ip netns` works, else local), netns, docker (containers, docs/docker.md), local, ssh
+(real hosts: --hostfile FILE, and --no-shaping to measure the real links unshaped).
 
 Exit codes: 0 all cells ok (regress: no regression), 1 a cell failed or a
 regression was found, 2 bad input (unknown scenario, bad mode, bad file, a cell that
@@ -36,7 +37,7 @@ from bench.harness.preflight import load_checked_sweep
 from bench.harness.sweep import SweepSpec, Workload
 from specfile import SpecError
 
-__all__ = ["main", "build_parser", "finish_sweep"]
+__all__ = ["main", "build_parser", "finish_sweep", "launcher_options"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -73,12 +74,28 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
                    help="default auto: netns when root and `ip netns` works, else local "
                         "(unshaped)")
+    p.add_argument("--hostfile", type=Path, default=None,
+                   help="--launcher ssh: the hosts, `HOST slots=N interface=DEV ...` a line, "
+                        "or YAML (bench/launch/ssh/hostfile.py)")
+    p.add_argument("--no-shaping", action="store_true",
+                   help="--launcher ssh: shape nothing; probe and record the real links")
     p.add_argument("--fresh", action="store_true",
                    help="rerun every cell, even those finished earlier")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--dry-run", action="store_true",
                    help="check every cell, print the cells, their placement and the time "
                         "estimate; bring nothing up, write nothing")
+
+
+def launcher_options(args) -> dict:
+    """The options of the launcher `--launcher` names (bench.launch.choice.choose_launcher):
+    only those given, so that another launcher is not handed the ssh launcher's."""
+    options = {}
+    if args.hostfile is not None:
+        options["hostfile"] = args.hostfile
+    if args.no_shaping:
+        options["shaping"] = False
+    return options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,10 +227,12 @@ def _run_and_finish(spec: SweepSpec, out: Path | None, args, title: str) -> int:
 
     out = _results_dir(out or REPO_ROOT / "results" / spec.name, "--out")
     if args.dry_run:
-        dry_run(spec, out, launcher=args.launcher, fresh=args.fresh)
+        dry_run(spec, out, launcher=args.launcher, fresh=args.fresh,
+                launcher_options=launcher_options(args))
         return EXIT_OK
     started = time.monotonic()
-    run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh, quiet=args.quiet)
+    run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh, quiet=args.quiet,
+              launcher_options=launcher_options(args))
     code = finish_sweep(out, title=title)
     print(f"wall time: {time.monotonic() - started:.1f} s")
     return code

@@ -26,7 +26,9 @@ backend module; all four modules below have the same four functions
   `backend` picks it.
 
 `aqsgd.quant.config` holds QuantConfig, scale_shape, draw_seed and the contract's
-constants; `aqsgd.quant.bitpack` the dense bit packing.
+constants; `aqsgd.quant.bitpack` the dense bit packing. TAH-Quant (tile-wise adaptive
+Hadamard quantization, no cache) has its own calls, `tah_quantize` / `tah_dequantize`
+with `TahConfig`, in `aqsgd.quant.tah` (contract in `aqsgd.quant.tah_reference`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ from aqsgd.quant.config import (
     draw_seed,
     scale_shape,
 )
+from aqsgd.quant.tah import (
+    TahConfig,
+    TahPacked,
+    tah_dequantize,
+    tah_quantize,
+    tah_wire_nbytes,
+    tah_wire_spec,
+)
 
 __all__ = [
     "BACKENDS",
@@ -58,6 +68,8 @@ __all__ = [
     "QuantConfig",
     "ROUNDINGS",
     "SCALE_METHODS",
+    "TahConfig",
+    "TahPacked",
     "aqsgd_decode",
     "aqsgd_encode",
     "dequantize_packed",
@@ -65,6 +77,10 @@ __all__ = [
     "packed_nbytes",
     "quantize_packed",
     "scale_shape",
+    "tah_dequantize",
+    "tah_quantize",
+    "tah_wire_nbytes",
+    "tah_wire_spec",
 ]
 
 BACKENDS = ("auto", "torch", "triton")

@@ -14,6 +14,12 @@ The launcher is whichever `--launcher` names (bench.launch.choice.LAUNCHERS). Ev
 cell is checked before anything is brought up (bench.harness.preflight.check_sweep);
 `dry_run` prints the cells, their placements and the time estimate, and does nothing.
 
+A scenario whose links have schedules (bench.net.schedule) has them started with each
+cell's workers and stopped, every link back to its own values, when they have exited
+(the launcher's start_schedule / stop_schedule): meta.json's launcher block keeps each
+change and when it was applied, its `schedule` block the outages, the process-group
+timeout that survives them and the time lost (bench.harness.outages).
+
 A link that the probe finds host-limited (bench.net.probe.rate_verdict: the machine
 carries less than twice the scenario's rate even unshaped) does not stop the scenario; a loud
 warning is printed and every cell of it records `host_limited` and the lowest
@@ -40,12 +46,15 @@ from bench import REPO_ROOT
 from bench.harness.cells import run_config, write_run_config
 from bench.harness.checkpoint import prepare_checkpoints
 from bench.harness.meta import meta_head
+from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
+from bench.harness.outages import survivable as survivable_config
 from bench.harness.preflight import SweepPlan, check_sweep
 from bench.harness.progress import Progress
 from bench.harness.sweep import CellSpec, SweepSpec
 from bench.launch.base import Launcher
 from bench.launch.choice import LauncherChoice, choose_launcher
 from bench.launch.process import free_port, stop_all, wait_for_workers
+from bench.launch.schedules import ScheduleFailed
 from bench.net.placement import Placement
 from bench.net.probe import ProbeRecord, format_table, host_limited_warning
 from bench.net.scenario import NetworkScenario
@@ -98,25 +107,35 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
     }
     failure = None
     procs: list[subprocess.Popen] = []
+    config = None
     try:
-        config = run_config(cell, cell_dir)
+        # a scenario with outages: a process-group timeout that survives them
+        config = survivable_config(run_config(cell, cell_dir), scenario, hosts.n_hosts)
         meta["run_config"] = config.to_dict()
         config_path = write_run_config(config, cell_dir / "config.yaml")
         port = free_port()
+        hosts.start_schedule()  # t = 0 of every link's schedule: the workers start now
         for rank in range(cell.world_size):
             argv = [*worker_cmd, "--config", str(config_path),
                     "--rank", str(rank), "--world-size", str(cell.world_size),
                     "--master-addr", str(hosts.addr(0)), "--master-port", str(port)]
-            env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **hosts.worker_env(rank)}
+            env = {**os.environ, "PYTHONPATH": str(REPO_ROOT),
+                   "WORLD_SIZE": str(cell.world_size), **hosts.worker_env(rank)}
             procs.append(hosts.spawn(rank, argv, env, cell_dir / "logs" / f"rank{rank}.log"))
-        failure = wait_for_workers(procs, cell.workload.timeout_s)
+        failure = wait_for_workers(procs, cell_timeout_s(cell.workload.timeout_s, scenario,
+                                                         hosts.n_hosts))
     except Exception as err:  # recorded in meta.json; the sweep goes on
         failure = {"rank": None, "returncode": None,
                    "reason": f"{type(err).__name__}: {err}"}
     finally:
         stop_all(procs)
+        schedule_run, schedule_failed = _stop_schedule(hosts)
+    if failure is None and schedule_failed:
+        failure = {"rank": None, "returncode": None, "reason": schedule_failed}
     if failure is None:
         failure = collect_metrics(cell, cell_dir)
+    if failure is not None and config is not None:
+        failure["reason"] += outage_note(outages_applied(schedule_run), config.dist.timeout_s)
     if failure is not None and failure["rank"] is not None:
         failure["log_tail"] = log_tail(cell_dir / "logs" / f"rank{failure['rank']}.log",
                                        LOG_TAIL_LINES)
@@ -126,11 +145,27 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
                      "log_tail": log_tail(cell_dir / "logs" / f"rank{r}.log", 20)}
             for r, p in enumerate(procs) if r != failure["rank"] and p.returncode != 0}
     wall_s = time.time() - started
+    # again: the launcher's record now holds this cell's schedule run
+    meta["launcher"] = {"choice": choice.name, "reason": choice.reason, **hosts.record()}
+    if config is not None:
+        block = schedule_block(config, scenario, hosts.n_hosts, schedule_run,
+                               [cell_dir / "metrics" / f"rank{r}.jsonl"
+                                for r in range(cell.world_size)])
+        if block is not None:
+            meta["schedule"] = block
     meta.update(status="ok" if failure is None else "failed", failure=failure,
                 wall_s=round(wall_s, 3), finished_at=_now())
     write_json(cell_dir / "meta.json", meta)
     return CellOutcome(cell.name, meta["status"], wall_s,
                        "" if failure is None else failure["reason"])
+
+
+def _stop_schedule(hosts: Launcher) -> tuple[dict | None, str]:
+    """Stop the links' schedule: (its run record, '' or why a change failed)."""
+    try:
+        return hosts.stop_schedule(), ""
+    except ScheduleFailed as err:
+        return hosts.record().get("schedule", {}).get("run"), f"link schedule: {err}"
 
 
 def collect_metrics(cell: CellSpec, cell_dir: Path) -> dict | None:
@@ -225,13 +260,14 @@ def _cell_rows(spec: SweepSpec, cells: tuple[CellSpec, ...], todo: list[CellSpec
 
 
 def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: bool = False,
-            echo: Callable[[str], None] = print) -> SweepPlan:
+            echo: Callable[[str], None] = print,
+            launcher_options: dict | None = None) -> SweepPlan:
     """What run_sweep would do, with nothing done: the launcher it would choose, every
     cell (to run, or finished earlier), each placement the cells use and the time
     estimate. Checks what run_sweep checks (bad input raises the same); brings up no
     host, builds no checkpoint and writes no file (`sweep_dir` only read)."""
     plan = check_sweep(spec)
-    choice = choose_launcher(launcher)
+    choice = choose_launcher(launcher, **(launcher_options or {}))
     todo = pending_cells(spec, sweep_dir, fresh=fresh)
     echo(f"dry run of sweep {spec.name} into {sweep_dir}: nothing is brought up, "
          f"nothing is written")
@@ -251,16 +287,18 @@ def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: 
 def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
               fresh: bool = False, quiet: bool = False,
               echo: Callable[[str], None] = print,
-              worker_cmd: tuple[str, ...] = WORKER_CMD) -> list[CellOutcome]:
+              worker_cmd: tuple[str, ...] = WORKER_CMD,
+              launcher_options: dict | None = None) -> list[CellOutcome]:
     """Run every unfinished cell of `spec` into `sweep_dir`; returns one
     outcome per cell (skipped ones included). Never raises for a cell that
     fails; raises for bad input (bench.harness.preflight.check_sweep: an unknown
     scenario, a cell that does not fit its hosts or its preset, ...) before anything
     runs. States the estimated time (estimate_line) before the first cell; the progress
-    bar counts estimated seconds."""
+    bar counts estimated seconds. `launcher_options`: the launcher's own (ssh: hostfile,
+    shaping), for choose_launcher."""
     plan = check_sweep(spec)
     cells, scenarios, placements = list(plan.cells), plan.scenarios, plan.placements
-    choice = choose_launcher(launcher)
+    choice = choose_launcher(launcher, **(launcher_options or {}))
     tone = "" if choice.shaped else "WARNING: "
     echo(f"{tone}launcher {choice.name}: {choice.reason}")
     sweep_dir.mkdir(parents=True, exist_ok=True)

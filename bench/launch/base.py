@@ -1,4 +1,4 @@
-"""The launcher contract: what every launcher (netns, Docker, local) offers the harness,
+"""The launcher contract: what every launcher (netns, Docker, local, SSH) offers the harness,
 and the parts of it every launcher fills the same way.
 
     factory = choose_launcher("auto").factory   # NetnsLauncher or LocalLauncher (a class)
@@ -10,11 +10,14 @@ and the parts of it every launcher fills the same way.
 A launcher class is built as `factory(scenario, n_hosts=None, *, run_id=None,
 state_dir=None)` (n_hosts None: the scenario's layout); options only one launcher has
 (netns: allow_drop, payload_correction, executor, python; Docker: image, gpus,
-results_dir, allow_drop, payload_correction, python, client; local: warn) are keywords
-the harness never passes. It builds `n_hosts` hosts on `__enter__` and removes exactly
-what it built on `__exit__` (also after a crash, Ctrl-C or SIGTERM). The harness never
-asks which launcher it holds: the class attributes `name` and `shaped` say it,
-`record()` gives meta.json its `launcher` block.
+results_dir, allow_drop, payload_correction, python, client; local: warn; SSH: hostfile,
+shaping, results_dir, gpus, allow_drop, payload_correction, python) are keywords the
+harness never passes; the options a user gives on the command line (SSH: --hostfile,
+--no-shaping) are bound to the factory by bench.launch.choice.choose_launcher, so the
+harness still builds it with the arguments above only. It builds `n_hosts` hosts on
+`__enter__` and removes exactly what it built on `__exit__` (also after a crash, Ctrl-C
+or SIGTERM). The harness never asks which launcher it holds: the class attributes
+`name` and `shaped` say it, `record()` gives meta.json its `launcher` block.
 
 Shared by every launcher: `new_run_id()` (the run id when the harness passes none) and
 `links_record()` (the `links` block of `record()`); the probe loop and, for the shaped
@@ -55,7 +58,7 @@ def links_record(scenario: NetworkScenario, n_hosts: int) -> list[dict[str, Any]
 class Launcher(Protocol):
     """What the harness may call on a launcher; nothing else."""
 
-    name: ClassVar[str]  # "netns" | "docker" | "local": recorded in meta.json
+    name: ClassVar[str]  # "netns" | "docker" | "local" | "ssh": recorded in meta.json
     shaped: ClassVar[bool]  # True when links carry the scenario's rates and delays
     n_hosts: int
 
@@ -73,7 +76,9 @@ class Launcher(Protocol):
               log_path: Path | str | None = None) -> subprocess.Popen:
         """Run argv on host i in its own process group (bench.launch.process.spawn_group);
         env (None: os.environ) with worker_env(i) on top; stdout and stderr appended to
-        log_path. The launcher stops it on exit if it is still running."""
+        log_path. The launcher stops it on exit if it is still running. The harness puts
+        the job's rank count in env as WORLD_SIZE: a launcher that starts one agent per
+        host (SSH: torchrun's --nnodes) needs it; the others pass it on unread."""
 
     def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
@@ -82,7 +87,19 @@ class Launcher(Protocol):
         `duration_s` (bench.net.probe.plan_probe); with `check`, raise
         bench.net.probe.LinkProbeError when one is off by more than tolerance."""
 
+    def start_schedule(self) -> None:
+        """Start every link's schedule (bench.net.schedule) now, on one clock for all
+        hosts (bench.launch.schedules.ScheduledLinks; nothing when no link has one, or
+        on a launcher that shapes nothing)."""
+
+    def stop_schedule(self) -> dict | None:
+        """Stop the schedule, every link back to its own values; the record of that run
+        (None when none ran). Raises bench.launch.schedules.ScheduleFailed when a change
+        could not be applied."""
+
     def record(self) -> dict[str, Any]:
         """meta.json's `launcher` block: `launcher` (= name), `shaped`, `run_id`,
         `n_hosts`, `scenario`, `shaping`, `hosts`, `probe` ([r.to_dict() ...] of the
-        last probe, [] before one), and what else that launcher knows."""
+        last probe, [] before one), the shaped launchers' `schedule` (the links'
+        schedules and the last run's changes, None without), and what else that
+        launcher knows."""

@@ -1,8 +1,9 @@
-"""Which launcher builds a run's hosts (`--launcher auto|netns|docker|local`), and where
+"""Which launcher builds a run's hosts (`--launcher auto|netns|docker|local|ssh`), and where
 each launcher lives.
 
     choice = choose_launcher("auto")   # netns when root and `ip netns` works, else local
     choice = choose_launcher("docker") # containers (a daemon and the worker image needed)
+    choice = choose_launcher("ssh", hostfile="hosts.txt", shaping=True)  # real hosts
     with choice.factory(scenario, n_hosts, run_id=rid, state_dir=d) as hosts: ...
     netns_usable(), docker_usable()    # (ok, why)
     launcher_factory("netns")          # the class, without a usability check
@@ -31,17 +32,19 @@ from bench.net.executor import Executor
 __all__ = ["FACTORIES", "LAUNCHERS", "TEARDOWNS", "LauncherChoice", "choose_launcher",
            "docker_usable", "launcher_factory", "netns_usable", "state_teardown"]
 
-LAUNCHERS = ("auto", "netns", "docker", "local")  # the --launcher choices
+LAUNCHERS = ("auto", "netns", "docker", "local", "ssh")  # the --launcher choices
 
 # "module:attribute" of each launcher's class (its `name` is the key)
 FACTORIES = {"netns": "bench.launch.netns:NetnsLauncher",
              "docker": "bench.launch.docker:DockerLauncher",
-             "local": "bench.launch.local:LocalLauncher"}
+             "local": "bench.launch.local:LocalLauncher",
+             "ssh": "bench.launch.ssh.launcher:SshLauncher"}
 # "module:attribute" of the function removing what a killed run's state file names,
 # `teardown(state, path, executor) -> [what was removed]`, by the file's `launcher`
 # (bench.launch.state.cleanup); the local launcher writes no state file
 TEARDOWNS = {"netns": "bench.launch.netns.state:teardown_state",
-             "docker": "bench.launch.docker.state:teardown_state"}
+             "docker": "bench.launch.docker.state:teardown_state",
+             "ssh": "bench.launch.ssh.state:teardown_state"}
 # the Docker launcher's own check that a daemon answers and the worker image is present
 DOCKER_CHECK = "bench.launch.docker.checks:daemon_and_image"
 
@@ -111,11 +114,20 @@ def docker_usable() -> tuple[bool, str]:
     return _resolve(DOCKER_CHECK)()
 
 
-def choose_launcher(choice: str = "auto") -> LauncherChoice:
+def choose_launcher(choice: str = "auto", **options: Any) -> LauncherChoice:
     """auto: netns when root and `ip netns` works, else local (unshaped); docker only
-    when asked for (it needs a daemon and the worker image)."""
+    when asked for (it needs a daemon and the worker image); ssh only when asked for,
+    with its options (`hostfile`, the hosts; `shaping`, False to measure the real links
+    unshaped), which the factory gets bound (its `bind`), so that the harness builds it
+    with the protocol's arguments like any other. Options for a launcher that takes
+    none are refused, naming them."""
     if choice not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {choice!r}")
+    if choice == "ssh":
+        return _ssh_choice(**options)
+    if options:
+        raise ValueError(f"launcher {choice} takes no options, got {', '.join(options)} "
+                         f"(--hostfile and --no-shaping are the ssh launcher's)")
     if choice == "docker":
         ok, why = docker_usable()
         if not ok:
@@ -131,3 +143,14 @@ def choose_launcher(choice: str = "auto") -> LauncherChoice:
     else:
         reason = "requested: links are NOT shaped"
     return LauncherChoice("local", reason, launcher_factory("local"))
+
+
+def _ssh_choice(hostfile: Path | str | None = None, shaping: bool = True) -> LauncherChoice:
+    if hostfile is None:
+        raise ValueError("launcher ssh needs --hostfile FILE (the hosts, one a line: "
+                         "`HOST slots=N interface=DEV ...`, or YAML)")
+    if not Path(hostfile).is_file():
+        raise ValueError(f"launcher ssh: hostfile {hostfile} not found")
+    reason = (f"hosts of {hostfile} over SSH, " + ("their interfaces shaped" if shaping else
+              "NOT shaped (--no-shaping): the real links, measured"))
+    return LauncherChoice("ssh", reason, launcher_factory("ssh").bind(hostfile, shaping))

@@ -117,6 +117,12 @@ class LocalLauncher:
             rtt_ms_configured=0.0)]
         return self._probe_records
 
+    def start_schedule(self) -> None:
+        """Nothing: loopback has no links to change (record() says so)."""
+
+    def stop_schedule(self) -> dict | None:
+        return None
+
     def record(self) -> dict:
         none = "none (local launcher: loopback, not emulated)"
         return {
@@ -126,7 +132,7 @@ class LocalLauncher:
             "run_id": self.run_id,
             "n_hosts": self.n_hosts,
             "scenario": self.scenario.to_dict() if self.scenario else None,
-            "shaping": {p: none for p in ("rate", "delay", "jitter", "loss")},
+            "shaping": {p: none for p in ("rate", "delay", "jitter", "loss", "schedule")},
             "hosts": [{"host": i, "addr": LOOPBACK, "device": "lo"}
                       for i in range(self.n_hosts)],
             "probe": [r.to_dict() for r in self._probe_records],

@@ -35,6 +35,14 @@ on the namespace path, and rate shaping stays on each TUN's egress. The TUN's MT
 leaves room for the UDP/IP header and the stamp (TUNNEL_OVERHEAD_BYTES), so no
 datagram is fragmented.
 
+Changing a link while it runs (a link's schedule, bench.net.schedule): on the namespace
+path the delay line listens on a Unix datagram socket (`DelayLineConfig.control`, a path
+in the run's state directory: a file-system socket reaches across namespaces), and
+`set_link(control, src, dst, delay_ms, jitter_ms, loss_pct)` gives one directed link new
+values; packets already waiting keep the time they were given. The container path has
+no such channel (a link's delay is applied at its receiver, its loss at its sender): the
+Docker launcher refuses delay, jitter and loss schedules on the delay line.
+
 The TUN devices are not persistent: they disappear when this process exits.
 """
 
@@ -57,7 +65,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 __all__ = ["TUNNEL_OVERHEAD_BYTES", "DelayLineConfig", "TunnelConfig", "open_tun",
-           "run_delay_line", "run_tunnel"]
+           "run_delay_line", "run_tunnel", "set_link"]
 
 TUNSETIFF = 0x400454CA
 IFF_TUN = 0x0001
@@ -86,6 +94,7 @@ class DelayLineConfig:
     jitter_ms: tuple[tuple[float, ...], ...]
     loss_pct: tuple[tuple[float, ...], ...]
     seed: int = 0
+    control: str | None = None  # the Unix socket set_link talks to (None: no changes)
 
     def __post_init__(self) -> None:
         n = len(self.netns)
@@ -108,7 +117,7 @@ class DelayLineConfig:
         mats = {k: tuple(tuple(float(v) for v in row) for row in raw[k])
                 for k in ("delay_ms", "jitter_ms", "loss_pct")}
         return cls(netns=tuple(raw["netns"]), tun=tuple(raw["tun"]), addrs=tuple(raw["addrs"]),
-                   seed=int(raw["seed"]), **mats)
+                   seed=int(raw["seed"]), control=raw.get("control"), **mats)
 
 
 @dataclass(frozen=True)
@@ -208,6 +217,13 @@ class _Impairments:
         self.pending: list[tuple[float, int, int, bytes]] = []  # (due time, seq, dst, packet)
         self.seq = 0
 
+    def set_link(self, src: int, dst: int, delay_ms: float, jitter_ms: float,
+                 loss_pct: float) -> None:
+        """New values for the directed link src -> dst, from the next packet on."""
+        self.delay_s[src][dst] = delay_ms / 1e3
+        self.jitter_s[src][dst] = jitter_ms / 1e3
+        self.loss[src][dst] = loss_pct / 100.0
+
     def wait_s(self) -> float | None:
         """Seconds until the next packet is due; None when none waits."""
         return max(0.0, self.pending[0][0] - time.monotonic()) if self.pending else None
@@ -256,18 +272,94 @@ def _write(fd: int, pkt: bytes) -> None:
         pass  # the receiving TUN is full or down: a drop, as a real link would
 
 
+CONTROL_KEYS = ("src", "dst", "delay_ms", "jitter_ms", "loss_pct")
+
+
+UNIX_PATH_MAX = 107  # a Unix socket's path, in bytes (sun_path holds 108 with the NUL)
+
+
+class _UnixAddress:
+    """A Unix socket path usable whatever its length: a long one (a deep results
+    directory) is reached through its folder opened as /proc/self/fd/N."""
+
+    def __init__(self, path: str | Path):
+        path = Path(path)
+        self.fd = None
+        self.address = str(path)
+        if len(os.fsencode(self.address)) > UNIX_PATH_MAX:
+            self.fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+            self.address = f"/proc/self/fd/{self.fd}/{path.name}"
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def set_link(control: str | Path, src: int, dst: int, delay_ms: float, jitter_ms: float,
+             loss_pct: float) -> None:
+    """Tell the delay line listening on `control` the new values of link src -> dst
+    (one datagram; raises OSError when no delay line listens there)."""
+    message = dict(zip(CONTROL_KEYS, (src, dst, delay_ms, jitter_ms, loss_pct), strict=True))
+    where = _UnixAddress(control)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(json.dumps(message).encode(), where.address)
+    finally:
+        where.close()
+
+
+def _control_socket(path: str) -> socket.socket:
+    Path(path).unlink(missing_ok=True)
+    where = _UnixAddress(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind(where.address)
+    finally:
+        where.close()
+    sock.setblocking(False)
+    return sock
+
+
+def _apply_control(sock: socket.socket, links: _Impairments, n: int) -> None:
+    """Every waiting control message; one that does not parse is reported and ignored
+    (the sender is the suite's own set_link)."""
+    while True:
+        try:
+            data = sock.recv(4096)
+        except BlockingIOError:
+            return
+        try:
+            m = json.loads(data)
+            src, dst = int(m["src"]), int(m["dst"])
+            values = [float(m[k]) for k in CONTROL_KEYS[2:]]
+            if not (0 <= src < n and 0 <= dst < n) or any(v < 0 for v in values):
+                raise ValueError(f"link {src} -> {dst} or values {values} out of range")
+        except (ValueError, KeyError, TypeError) as e:
+            print(f"delay line: control message refused ({e}): {data!r}", file=sys.stderr,
+                  flush=True)
+            continue
+        links.set_link(src, dst, *values)
+
+
 def run_delay_line(cfg: DelayLineConfig, ready=sys.stdout, scheduling: str = "normal") -> None:
-    """Open the TUNs, print "ready SCHEDULING", forward packets until SIGTERM."""
+    """Open the TUNs (and the control socket), print "ready SCHEDULING", forward
+    packets until SIGTERM."""
     fds = [open_tun(ns, tun) for ns, tun in zip(cfg.netns, cfg.tun, strict=True)]
     host_of = {socket.inet_aton(a): i for i, a in enumerate(cfg.addrs)}
     links = _Impairments(cfg.delay_ms, cfg.jitter_ms, cfg.loss_pct, cfg.seed)
     src_of_fd = {fd: i for i, fd in enumerate(fds)}
+    control = None if cfg.control is None else _control_socket(cfg.control)
+    watched = fds if control is None else [*fds, control]
     print(f"ready {scheduling}", file=ready, flush=True)
 
     while True:
-        readable = _select(fds, links.wait_s())
+        readable = _select(watched, links.wait_s())
         now = time.monotonic()
         for fd in readable:
+            if fd is control:
+                _apply_control(control, links, len(fds))
+                continue
             src = src_of_fd[fd]
             for pkt in _read_batch(fd):
                 dst = host_of.get(_ipv4_dst(pkt))

@@ -16,27 +16,31 @@ File format (every unit is in the key's name):
     links:                               # optional overrides, later entries win
       - {src: 1, dst: 2, rate_mbit: 10}  # one direction (asymmetric links)
       - {hosts: [0, 3], delay_ms: 40}    # both directions
+      - {hosts: [0, 1], schedule: {phases: [{duration_s: 60, rate_mbit: 5}, ...]}}
     hosts:                               # optional per-host aggregate caps
       - {host: 3, uplink_mbit: 50, downlink_mbit: 200}
 
 Every mistake (unknown key, missing field, wrong type such as "100mbps" where a
 number is expected, a value out of range) raises `ScenarioError` naming the file,
-the field and the value. The keys and types of a file are bench.net.scenario_file's
-(which also gives the JSON Schema, scenarios/scenario.schema.json); the dataclasses here
-say what the values mean and check their bounds.
+the field and the value. A link's `schedule` (phases or a trace file: how the link
+changes during the run) is bench.net.schedule's `LinkSchedule`. The keys and types of a
+file are bench.net.scenario_file's (which also gives the JSON Schema,
+scenarios/scenario.schema.json); the dataclasses here say what the values mean and check
+their bounds.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from bench import REPO_ROOT
 from bench.net.scenario_file import (
     DEFAULT_QUEUE_PACKETS,
+    LINK_KEYS,
     MAX_DELAY_MS,
     MAX_HOSTS,
     MAX_LOSS_PCT,
@@ -50,6 +54,7 @@ from bench.net.scenario_file import (
     MIN_RATE_REASON,
     ScenarioFile,
 )
+from bench.net.schedule import LinkSchedule, Phase, schedule_from_entry
 from specfile import SpecError, raising, read_file, validate
 
 __all__ = [
@@ -102,7 +107,8 @@ def _integer(name: str, value: Any, lo: int, hi: int, unit: str) -> int:
 
 @dataclass(frozen=True)
 class LinkSpec:
-    """One direction of one host-to-host link. rate_mbit None = unshaped."""
+    """One direction of one host-to-host link. rate_mbit None = unshaped. `schedule`: how
+    the link changes during a run (bench.net.schedule; None: it holds these values)."""
 
     rate_mbit: float | None
     delay_ms: float = 0.0
@@ -110,6 +116,7 @@ class LinkSpec:
     loss_pct: float = 0.0
     queue_packets: int | None = DEFAULT_QUEUE_PACKETS
     queue_bytes: int | None = None
+    schedule: LinkSchedule | None = None
 
     def __post_init__(self) -> None:
         if self.rate_mbit is not None:
@@ -132,6 +139,28 @@ class LinkSpec:
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.rate_mbit is not None:
             object.__setattr__(self, "rate_mbit", float(self.rate_mbit))
+        if self.schedule is not None:
+            self._check_schedule()
+
+    def _check_schedule(self) -> None:
+        if not isinstance(self.schedule, LinkSchedule):
+            raise ScenarioError.at("schedule", "a bench.net.schedule.LinkSchedule",
+                                   self.schedule)
+        if self.rate_mbit is None:
+            raise ScenarioError.at("rate_mbit", "a rate on a link with a schedule (the rate "
+                                   "before the run and wherever a phase names none)", None)
+        for k, phase in enumerate(self.schedule.phases):
+            where = f"phases[{k}]" if self.schedule.source == "phases" else \
+                f"trace {self.schedule.source} phase {k}"
+            try:
+                self.in_phase(phase)
+            except ScenarioError as e:
+                raise e.within(f"schedule.{where}") from None
+
+    def in_phase(self, phase: Phase) -> LinkSpec:
+        """This link as it is during `phase` (no schedule; a down phase keeps the rate,
+        the shaping drops its packets)."""
+        return replace(self, schedule=None, **phase.changes())
 
     @property
     def shaped(self) -> bool:
@@ -139,9 +168,13 @@ class LinkSpec:
             or self.loss_pct > 0
 
     def to_dict(self) -> dict:
-        return {"rate_mbit": self.rate_mbit, "delay_ms": self.delay_ms,
-                "jitter_ms": self.jitter_ms, "loss_pct": self.loss_pct,
-                "queue_packets": self.queue_packets, "queue_bytes": self.queue_bytes}
+        """The link's values; `schedule` only where it has one."""
+        out = {"rate_mbit": self.rate_mbit, "delay_ms": self.delay_ms,
+               "jitter_ms": self.jitter_ms, "loss_pct": self.loss_pct,
+               "queue_packets": self.queue_packets, "queue_bytes": self.queue_bytes}
+        if self.schedule is not None:
+            out["schedule"] = self.schedule.to_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -232,6 +265,16 @@ class NetworkScenario:
     def specs(self, n_hosts: int) -> list[LinkSpec]:
         return [self.link_spec(a, b) for a in range(n_hosts) for b in range(n_hosts) if a != b]
 
+    def scheduled_links(self, n_hosts: int) -> list[tuple[int, int, LinkSpec]]:
+        """(src, dst, spec) of every directed link between n_hosts hosts with a schedule."""
+        return [(a, b, self.link_spec(a, b)) for a in range(n_hosts) for b in range(n_hosts)
+                if a != b and self.link_spec(a, b).schedule is not None]
+
+    def longest_outage_s(self, n_hosts: int) -> float:
+        """The longest down phase of any link between n_hosts hosts (0: none)."""
+        return max((s.schedule.longest_outage_s for _, _, s in self.scheduled_links(n_hosts)),
+                   default=0.0)
+
     def to_dict(self) -> dict:
         return {
             "name": self.name, "description": self.description,
@@ -244,16 +287,25 @@ class NetworkScenario:
 
 
 def _within(prefix: str, build: Callable[..., T], *args: Any) -> T:
-    """build(*args), its ScenarioError's field seen from `prefix` (where it is in the file)."""
+    """build(*args), its SpecError's field seen from `prefix` (where it is in the file)."""
     try:
         return build(*args)
-    except ScenarioError as e:
+    except SpecError as e:
         raise e.within(prefix) from None
 
 
-def _link(base: dict, changes: dict) -> LinkSpec:
-    """`base` (link keys and values) with `changes`; naming one queue unit drops the other,
-    and a link with neither gets the default queue."""
+def _fields(spec: LinkSpec) -> dict:
+    return {f.name: getattr(spec, f.name) for f in fields(spec)}
+
+
+def _link(base: dict, changes: dict, directory: Path) -> LinkSpec:
+    """`base` (LinkSpec fields and values) with `changes` (a file's link keys); naming one
+    queue unit drops the other, and a link with neither gets the default queue; a
+    schedule entry is read (its trace files relative to `directory`)."""
+    changes = dict(changes)
+    if changes.get("schedule") is not None:
+        changes["schedule"] = _within("schedule", schedule_from_entry, changes["schedule"],
+                                      directory)
     values = {**base, **changes}
     for key, other in (("queue_bytes", "queue_packets"), ("queue_packets", "queue_bytes")):
         if key in changes and other not in changes:
@@ -263,11 +315,12 @@ def _link(base: dict, changes: dict) -> LinkSpec:
     return LinkSpec(**values)
 
 
-def _scenario(file: ScenarioFile, name: str) -> NetworkScenario:
+def _scenario(file: ScenarioFile, name: str, directory: Path) -> NetworkScenario:
     """The network a checked file describes; the values' own checks run here."""
     layout = _within("layout", Layout, file.layout.stages, file.layout.replicas)
     n = layout.n_hosts
-    default = _within("link", _link, {}, asdict(file.link))
+    default = _within("link", _link, {}, {k: getattr(file.link, k) for k in LINK_KEYS},
+                      directory)
 
     overrides: list[LinkOverride] = []
     for k, entry in enumerate(file.links):
@@ -278,7 +331,7 @@ def _scenario(file: ScenarioFile, name: str) -> NetworkScenario:
         (_, a), (_, b) = entry.ends()
         if a == b:
             raise ScenarioError.at(where, "two different hosts", [a, b])
-        spec = _within(where, _link, default.to_dict(), entry.changes())
+        spec = _within(where, _link, _fields(default), entry.changes(), directory)
         overrides += [LinkOverride(src, dst, spec) for src, dst in entry.directions()]
 
     caps: list[HostCaps] = []
@@ -293,10 +346,15 @@ def _scenario(file: ScenarioFile, name: str) -> NetworkScenario:
                            link=default, overrides=tuple(overrides), host_caps=tuple(caps))
 
 
-def parse_scenario(raw: Any, name: str, source: str | None = None) -> NetworkScenario:
-    """Build a NetworkScenario from parsed YAML; `source` names the file in errors."""
+def parse_scenario(raw: Any, name: str, source: str | None = None,
+                   directory: Path | None = None) -> NetworkScenario:
+    """Build a NetworkScenario from parsed YAML; `source` names the file in errors;
+    `directory`: where its trace files are (None: the folder of `source` where that is a
+    file, else SCENARIO_DIR)."""
+    if directory is None:
+        directory = Path(source).parent if source and Path(source).is_file() else SCENARIO_DIR
     with raising(ScenarioError, source=source or name):
-        return _scenario(validate(ScenarioFile, raw), name)
+        return _scenario(validate(ScenarioFile, raw), name, directory)
 
 
 def available_scenarios(directory: Path = SCENARIO_DIR) -> list[str]:
@@ -313,7 +371,7 @@ def load_scenario(name_or_path: str | Path, directory: Path = SCENARIO_DIR) -> N
         raise ScenarioError(f"no scenario {str(name_or_path)!r} (looked for {path}); "
                             f"available: {names}")
     raw = read_file(path, error=ScenarioError, what="scenario file")
-    return parse_scenario(raw, name=path.stem, source=str(path))
+    return parse_scenario(raw, name=path.stem, source=str(path), directory=path.parent)
 
 
 def with_link(scenario: NetworkScenario, **changes: Any) -> NetworkScenario:

@@ -25,7 +25,9 @@ __all__ = [
     "LayoutEntry",
     "LinkEntry",
     "LinkOverrideEntry",
+    "PhaseEntry",
     "ScenarioFile",
+    "ScheduleEntry",
     "scenario_schema",
 ]
 
@@ -59,8 +61,19 @@ MAX_STAGES = 64
 MAX_REPLICAS = 64
 MAX_HOSTS = 200  # addresses are 198.18.0.1 .. 198.18.0.200 (one /24)
 DEFAULT_QUEUE_PACKETS = 1000
+# A link's schedule (bench.net.schedule): a phase lasts at most a day, a schedule has at
+# most MAX_PHASES phases (a trace's rows), an outage lasts at most MAX_OUTAGE_S: TCP
+# retransmits into a dead link with doubling timeouts, so a connection resumes up to about
+# one outage length after the link comes back; a worker survives an outage only if its
+# process-group timeout outlasts both (bench.harness.outages), and 5 minutes of outage
+# with 5 more of back-off stays well inside Linux's tcp_retries2 give-up (about 15 min).
+MAX_PHASE_S = 86_400.0
+MAX_PHASES = 20_000
+MAX_OUTAGE_S = 300.0
+MAX_BIN_MS = 3_600_000
 
-LINK_KEYS = ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "queue_packets", "queue_bytes")
+LINK_KEYS = ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "queue_packets", "queue_bytes",
+             "schedule")
 
 
 def _range(kind: str, lo: float, hi: float) -> WithJsonSchema:
@@ -73,6 +86,45 @@ LossPct = Annotated[float, Unit("percent"), _range("number", 0, MAX_LOSS_PCT)]
 QueuePackets = Annotated[int, Unit("packets"), _range("integer", 1, MAX_QUEUE_PACKETS)]
 QueueBytes = Annotated[int, Unit("bytes"), _range("integer", MIN_QUEUE_BYTES, MAX_QUEUE_BYTES)]
 HostIndex = Annotated[int, _range("integer", 0, MAX_HOSTS - 1)]
+PhaseS = Annotated[float, Unit("s"), WithJsonSchema(
+    {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_PHASE_S})]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseEntry:
+    """One phase of a link's schedule; a value left out is the link's own."""
+
+    duration_s: PhaseS
+    """How long the phase lasts, in s (a down phase at most MAX_OUTAGE_S)."""
+    rate_mbit: RateMbit | None = None
+    """Payload rate in Mbit/s during the phase."""
+    delay_ms: DelayMs | None = None
+    jitter_ms: DelayMs | None = None
+    loss_pct: LossPct | None = None
+    down: bool = False
+    """An outage: the link drops every packet for the phase."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleEntry:
+    """How a link changes during a run: `phases`, or a trace file (`trace`: CSV
+    t_s,rate_mbit[,delay_ms,loss_pct]; `mahimahi`: a Mahimahi packet-delivery trace read
+    in bins of `bin_ms`), paths relative to the scenario file."""
+
+    phases: tuple[PhaseEntry, ...] | None = None
+    trace: str | None = None
+    mahimahi: str | None = None
+    bin_ms: Annotated[int, Unit("ms"), _range("integer", 1, MAX_BIN_MS)] = 1000
+    """Bin width of a Mahimahi trace, in ms."""
+    loop: bool = False
+    """Start again after the last phase (else the last phase holds)."""
+
+    def __post_init__(self) -> None:
+        given = [k for k in ("phases", "trace", "mahimahi") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise SpecError.at("", "exactly one of phases, trace and mahimahi", given)
+        if self.bin_ms != 1000 and self.mahimahi is None:
+            raise SpecError.at("bin_ms", "bin_ms only with a mahimahi trace", self.bin_ms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +151,8 @@ class LinkEntry:
     """Queue length in packets (1000 when neither queue key is given)."""
     queue_bytes: QueueBytes | None = None
     """Queue length in bytes, instead of queue_packets."""
+    schedule: ScheduleEntry | None = None
+    """How every link changes during the run (bench.net.schedule); none: it holds."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +170,8 @@ class LinkOverrideEntry:
     loss_pct: LossPct | MISSING = MISSING
     queue_packets: QueuePackets | None | MISSING = MISSING
     queue_bytes: QueueBytes | None | MISSING = MISSING
+    schedule: ScheduleEntry | None | MISSING = MISSING
+    """This link's schedule (null: none, whatever the default link has)."""
 
     def __post_init__(self) -> None:
         given = {k: v for k, v in vars(self).items() if v is not MISSING}

@@ -29,26 +29,32 @@ limit is in bytes, from the scenario's default link.
 
 Each class carries its classid and leaf handle, so one class can be re-rendered alone:
 the probe lifts and restores the rate limits of one path with `tc ... change` commands
-built from this same data (`path_argvs`), and a link that changes during a run would be
-a new `link_class` for that destination rendered the same way. No command runs here.
+built from this same data (`path_argvs`), and a link that changes during a run (its
+schedule, bench.net.schedule) is a new `link_class` for that destination rendered the
+same way (`phase_argvs`: the class's rate by `tc class change`, a netem leaf's values by
+`tc qdisc change`, and an outage as the leaf swapped for a blackhole qdisc and back).
+A link whose schedule has delay, jitter or loss in some phase gets a netem leaf from the
+start where netem is used, so that each phase only changes it. No command runs here.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.net.executor import Argv
 from bench.net.scenario import LinkSpec, NetworkScenario
 from bench.net.tc import (
     ETHERNET_HEADER_BYTES,
     UNLIMITED_BIT,
+    blackhole_argv,
     burst_bytes,
     fifo_argv,
     htb_class_argv,
     htb_root_argv,
     ifb_redirect_argvs,
+    leaf_del_argv,
     link_del_argv,
     netem_argv,
     qdisc_del_argv,
@@ -173,7 +179,9 @@ def link_class(dst: int, k: int, spec: LinkSpec, uplink_bit: int, factor: float,
     delay, jitter and loss in a netem leaf when `netem` and it has any, else its queue."""
     rate = uplink_bit if spec.rate_mbit is None else min(_bits(spec.rate_mbit, factor),
                                                          uplink_bit)
-    if netem and (spec.delay_ms > 0 or spec.jitter_ms > 0 or spec.loss_pct > 0):
+    phases = [] if spec.schedule is None else [spec.in_phase(p) for p in spec.schedule.phases]
+    if netem and any(s.delay_ms > 0 or s.jitter_ms > 0 or s.loss_pct > 0
+                     for s in (spec, *phases)):
         limit = spec.queue_packets or max(1, spec.queue_bytes // FRAME_BYTES)
         leaf: NetemLeaf | FifoLeaf = NetemLeaf(spec.delay_ms, spec.jitter_ms, spec.loss_pct,
                                                limit)
@@ -221,10 +229,10 @@ def _rate_class_argv(iface: Interface, parent: str, classid: str, rate_bit: int,
                           burst_bytes(rate_bit), iface.netns, verb)
 
 
-def _leaf_argv(c: LinkClass, iface: Interface) -> Argv:
+def _leaf_argv(c: LinkClass, iface: Interface, verb: str = "add") -> Argv:
     if isinstance(c.leaf, NetemLeaf):
         return netem_argv(iface.dev, c.classid, c.handle, c.leaf.delay_ms, c.leaf.jitter_ms,
-                          c.leaf.loss_pct, c.leaf.limit_packets, iface.netns)
+                          c.leaf.loss_pct, c.leaf.limit_packets, iface.netns, verb)
     return fifo_argv(iface.dev, c.classid, c.handle, c.leaf.queue_packets,
                      c.leaf.queue_bytes, iface.netns)
 
@@ -289,6 +297,36 @@ class ShapingPlan:
         if down is not None:
             out.append((dst, _tbf_argv(down, interfaces[dst], "change", rate_bit)))
         return out
+
+    def phase_argvs(self, src: int, dst: int, spec: LinkSpec, *, down: bool, was_down: bool,
+                    interfaces: Sequence[Interface]) -> list[tuple[int, Argv]]:
+        """(host, command) pairs turning the link src -> dst into `spec` (the link in a
+        phase of its schedule, `LinkSpec.in_phase`): its class's rate by `tc class
+        change` and a netem leaf's values by `tc qdisc change`; `down`: its leaf replaced
+        by a blackhole (nothing passes); `was_down`: the blackhole it had replaced by
+        the link's leaf again. The downlink caps stay (a host's caps have no schedule)."""
+        if src == dst:
+            raise ValueError(f"phase_argvs: src and dst must differ, got {src} -> {dst}")
+        h, iface = self.hosts[src], interfaces[src]
+        planned = h.link_to(dst)
+        if not h.htb:
+            raise ValueError(f"phase_argvs: host {src} has no htb tree to change (a link "
+                             f"with a schedule has a rate), link {src} -> {dst}")
+        c = link_class(dst, planned.k, replace(spec, schedule=None), h.uplink_bit,
+                       self.factor, netem=isinstance(planned.leaf, NetemLeaf))
+        argvs: list[Argv] = []
+        if down and not was_down:
+            argvs += [leaf_del_argv(iface.dev, c.classid, c.handle, iface.netns),
+                      blackhole_argv(iface.dev, c.classid, c.handle, iface.netns)]
+        if not down:
+            argvs.append(_rate_class_argv(iface, UPLINK_CLASSID, c.classid, c.rate_bit,
+                                          "change"))
+            if was_down:
+                argvs += [leaf_del_argv(iface.dev, c.classid, c.handle, iface.netns),
+                          _leaf_argv(c, iface)]
+            elif isinstance(c.leaf, NetemLeaf):
+                argvs.append(_leaf_argv(c, iface, "change"))
+        return [(src, a) for a in argvs]
 
     def rate_limit_argvs(self, src: int, dst: int, lifted: bool,
                          interfaces: Sequence[Interface]) -> list[tuple[int, Argv]]:

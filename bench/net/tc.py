@@ -28,12 +28,14 @@ __all__ = [
     "Capabilities",
     "ShapingError",
     "UNLIMITED_BIT",
+    "blackhole_argv",
     "burst_bytes",
     "choose_mechanisms",
     "fifo_argv",
     "htb_class_argv",
     "htb_root_argv",
     "ifb_redirect_argvs",
+    "leaf_del_argv",
     "link_del_argv",
     "mechanisms_for",
     "netem_argv",
@@ -108,8 +110,10 @@ def tbf_argv(dev: str, rate_bit: int, burst: int, limit_bytes: int, parent: str 
 
 def netem_argv(dev: str, parent: str, handle: str, delay_ms: float, jitter_ms: float = 0.0,
                loss_pct: float = 0.0, limit_packets: int = 1000,
-               netns: str | None = None) -> Argv:
-    argv = [*_tc(netns), "qdisc", "add", "dev", dev, "parent", parent, "handle", handle,
+               netns: str | None = None, verb: str = "add") -> Argv:
+    """A netem leaf; verb "change" gives an existing one new values (a link's schedule)."""
+    argv = [*_tc(netns), "qdisc", _checked_verb(verb), "dev", dev, "parent", parent,
+            "handle", handle,
             "netem", "limit", str(limit_packets), "delay", f"{delay_ms:g}ms"]
     if jitter_ms > 0:
         argv.append(f"{jitter_ms:g}ms")
@@ -127,6 +131,17 @@ def fifo_argv(dev: str, parent: str, handle: str, queue_packets: int | None = No
                                                                               queue_bytes)
     return (*_tc(netns), "qdisc", "add", "dev", dev, "parent", parent, "handle", handle,
             kind, "limit", str(limit))
+
+
+def blackhole_argv(dev: str, parent: str, handle: str, netns: str | None = None) -> Argv:
+    """A leaf that drops every packet: a link that is down (a schedule's outage)."""
+    return (*_tc(netns), "qdisc", "add", "dev", dev, "parent", parent, "handle", handle,
+            "blackhole")
+
+
+def leaf_del_argv(dev: str, parent: str, handle: str, netns: str | None = None) -> Argv:
+    """Delete the leaf qdisc `handle` under class `parent` (to put another in its place)."""
+    return (*_tc(netns), "qdisc", "del", "dev", dev, "parent", parent, "handle", handle)
 
 
 def u32_dst_filter_argv(dev: str, parent: str, dst_ip: str, flowid: str, prio: int = 1,
@@ -227,9 +242,11 @@ def choose_mechanisms(specs: Iterable[LinkSpec], caps: Capabilities, allow_drop:
 def mechanisms_for(scenario: NetworkScenario, n_hosts: int, caps: Capabilities,
                    allow_drop: bool) -> dict[str, str]:
     """`choose_mechanisms` for every directed link between n_hosts hosts of the
-    scenario (a host's uplink or downlink cap needs htb too)."""
+    scenario, as it is and in every phase of its schedule (a host's uplink or downlink
+    cap needs htb too)."""
     pairs = [(a, b) for a in range(n_hosts) for b in range(n_hosts) if a != b]
     uses_caps = any(scenario.caps(h).uplink_mbit or scenario.caps(h).downlink_mbit
                     for h in range(n_hosts))
-    return choose_mechanisms([scenario.link_spec(a, b) for a, b in pairs], caps, allow_drop,
-                             uses_caps)
+    specs = [scenario.link_spec(a, b) for a, b in pairs]
+    phases = [s.in_phase(p) for s in specs if s.schedule is not None for p in s.schedule.phases]
+    return choose_mechanisms([*specs, *phases], caps, allow_drop, uses_caps)

@@ -32,4 +32,4 @@ def test_cli_offers_only_launchers_that_exist(capsys, command):
         main([*command, "--launcher", "kubernetes"])
     # argparse quotes the choices from Python 3.12.8 on
     assert re.search(r"invalid choice: 'kubernetes' \(choose from '?auto'?, '?netns'?, "
-                     r"'?docker'?, '?local'?\)", capsys.readouterr().err)
+                     r"'?docker'?, '?local'?, '?ssh'?\)", capsys.readouterr().err)

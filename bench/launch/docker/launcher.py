@@ -38,7 +38,11 @@ Every name is written to the state file before it exists (bench/launch/docker/st
 teardown removes exactly those names, in a `finally`; `python -m bench.launch cleanup`
 does the same for a killed run (through bench.launch.docker.state.teardown_state).
 The link probe is the core's (bench.launch.probing.LinkProbing), each exchange a
-`docker exec` of bench.net.probe in the two containers.
+`docker exec` of bench.net.probe in the two containers. Links that change during a run
+are the core's too (bench.launch.schedules.ScheduledLinks): the plan's tc changes run in
+the containers with `docker exec`; a schedule that changes delay, jitter or loss needs
+netem there (the containers' delay lines have no control channel: refused before the
+hosts exist).
 """
 
 from __future__ import annotations
@@ -75,10 +79,12 @@ from bench.launch.process import (
     spawn_group,
     stop_all,
 )
+from bench.launch.schedules import ScheduledLinks
 from bench.launch.state import DEFAULT_STATE_DIR
 from bench.net.executor import Argv
 from bench.net.probe import ProbePlan, ProbeRecord
 from bench.net.scenario import NetworkScenario
+from bench.net.shaping import Interface, ShapingPlan
 from bench.net.tc import Capabilities, mechanisms_for
 
 __all__ = ["DockerLauncher"]
@@ -98,7 +104,7 @@ MECHANISMS = {"htb": "htb qdisc (kernel, inside each container)",
 PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
 
 
-class DockerLauncher(HostsLifecycle, LinkProbing):
+class DockerLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
     """Context manager building `n_hosts` containers for one run (see module doc).
 
     `image`: the worker image. `gpus`: True = rank i on GPU i (a GpuShortage error when
@@ -228,6 +234,7 @@ class DockerLauncher(HostsLifecycle, LinkProbing):
         self.capabilities = self._probe_capabilities()
         self.mechanisms = mechanisms_for(self.scenario, self.n_hosts, self.capabilities,
                                          self.allow_drop)
+        self.check_schedule()
         self.spec = dataclasses.replace(
             self.spec, netem="netem" in self.mechanisms.values(),
             delay_line="delayline" in self.mechanisms.values())
@@ -292,6 +299,8 @@ class DockerLauncher(HostsLifecycle, LinkProbing):
             check_delay_lines(list(self._containers.values()), self.history)
 
     def _remove(self) -> None:
+        if self._schedule is not None:
+            self._schedule.stop()  # the containers go: nothing to put back
         stop_all(self._procs, TEARDOWN_GRACE_S)
         if self._client is not None:
             teardown_docker(self._created, self._client)  # only what this run created
@@ -361,6 +370,12 @@ class DockerLauncher(HostsLifecycle, LinkProbing):
     def _payload_ratio(self) -> float:
         return 1.0 if self.spec.payload_correction else 1.0 / self.spec.factor
 
+    def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:
+        return self.spec.shaping(), tuple(self.spec.interface(i) for i in range(self.n_hosts))
+
+    def _run_on_host(self, i: int, argv: Argv) -> None:
+        self.run_as_root(i, argv)
+
     def run_as_root(self, i: int, argv: Argv) -> subprocess.CompletedProcess:
         """One command (tc, ip) in container i as root, kept in the run's history."""
         return ContainerExecutor(self._containers[i], self.history).run(argv)
@@ -395,6 +410,7 @@ class DockerLauncher(HostsLifecycle, LinkProbing):
                        "gpu": sp.gpu(i)} for i in range(self.n_hosts)],
             "containers": sp.containers(),
             "links": links_record(self.scenario, self.n_hosts),
+            "schedule": self.schedule_record(),
             "probe": [r.to_dict() for r in self._probe_records],
             "timing": dict(self._timing),
             "commands": [" ".join(c) for c in self.history],

@@ -95,11 +95,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("worker_args", nargs="*",
                         help="arguments for aqsgd.train.worker (after --)")
     args = parser.parse_args(argv)
+    scenario = load_scenario(args.scenario)
     plans, mechanisms = plan_hosts(
-        load_scenario(args.scenario), args.hosts.split(","), args.iface, args.worker_args,
+        scenario, args.hosts.split(","), args.iface, args.worker_args,
         netem=not args.no_netem, allow_drop=args.allow_drop,
         payload_correction=not args.no_payload_correction, master_port=args.master_port)
     print(f"# mechanisms: {mechanisms}")
+    if scenario.scheduled_links(len(plans)):
+        print("# NOTE: the scenario's links have schedules; these commands set each link's "
+              "own values only (a launcher runs schedules: bench.launch.schedules)")
     for plan in plans:
         print(plan.render())
         print()

@@ -13,6 +13,8 @@ NetnsLauncher composes one module per concern, in this folder:
                (lifted and restored by the probe)
 and, from the core of bench/launch:
   probing.py   the link probe and the host-ceiling measurement (LinkProbing.probe)
+  schedules.py links that change during the run (ScheduledLinks.start_schedule): the
+               plan's tc changes with `tc -n`, the delay line's through its control socket
   process.py   starting and stopping process groups
   lifecycle.py bring-up and signal-safe teardown
   state.py     the state dirs, and cleanup of killed runs (which calls state.py here)
@@ -57,10 +59,13 @@ from bench.launch.process import (
     spawn_group,
     stop_all,
 )
+from bench.launch.schedules import LinkChange, ScheduledLinks
 from bench.launch.state import DEFAULT_STATE_DIR
-from bench.net.executor import Executor
+from bench.net.delayline import set_link
+from bench.net.executor import Argv, Executor
 from bench.net.probe import ProbePlan, ProbeRecord
 from bench.net.scenario import NetworkScenario
+from bench.net.shaping import Interface, ShapingPlan
 from bench.net.tc import Capabilities, mechanisms_for, payload_factor, probe_capabilities
 
 __all__ = ["NetnsLauncher", "require_netns"]
@@ -75,7 +80,7 @@ def require_netns() -> None:
                               "LocalLauncher (bench/launch/local.py) for an unshaped run")
 
 
-class NetnsLauncher(HostsLifecycle, LinkProbing):
+class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
     """Context manager building `n_hosts` emulated hosts for one run (see module doc).
 
     `state_dir`: where the state file goes (default DEFAULT_STATE_DIR). `allow_drop`:
@@ -171,10 +176,13 @@ class NetnsLauncher(HostsLifecycle, LinkProbing):
         self.mechanisms = mechanisms_for(self.scenario, self.n_hosts, self.capabilities,
                                          self.allow_drop)
         self.use_delay_line = "delayline" in self.mechanisms.values()
+        self.check_schedule()
         create_namespaces(ex, nm, self._created_namespaces)
         ex.run_all(switch_argvs(nm))
         if self.use_delay_line:
-            cfg = delay_line_config(self.scenario, nm, self.mechanisms)
+            control = self.files.delay_line_control if self.scenario.scheduled_links(
+                self.n_hosts) else None
+            cfg = delay_line_config(self.scenario, nm, self.mechanisms, control)
             self.delay_line, self.delay_line_scheduling = start_delay_line(
                 cfg, nm, self.files, self.python)
             self._started_process(self.delay_line)
@@ -185,11 +193,13 @@ class NetnsLauncher(HostsLifecycle, LinkProbing):
         ex.run_all(self.shaping.setup_argvs())
 
     def _remove(self) -> None:
+        if self._schedule is not None:
+            self._schedule.stop()  # the namespaces go: nothing to put back
         stop_all([*self._procs, self.delay_line], TEARDOWN_GRACE_S)
         # only what this launcher created: a name it failed to create may be another's
         teardown_recorded(self._created_namespaces, self.names.devices(), self.executor)
         for path in (self.files.state, self.files.delay_line_config,
-                     self.files.delay_line_log):
+                     self.files.delay_line_log, self.files.delay_line_control):
             path.unlink(missing_ok=True)
 
     # -- processes -----------------------------------------------------------------
@@ -231,6 +241,21 @@ class NetnsLauncher(HostsLifecycle, LinkProbing):
     def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
         self.executor.run_all(self.shaping.rate_limit_argvs(src, dst, lifted=lifted))
 
+    # -- links that change (ScheduledLinks) -------------------------------------------
+    def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:
+        return self.shaping.plan, self.shaping.interfaces
+
+    def _run_on_host(self, i: int, argv: Argv) -> None:
+        self.executor.run(argv)  # every command names its namespace (tc -n)
+
+    def _set_delay_line(self, change: LinkChange) -> str:
+        self.check_delay_line()
+        s = change.spec
+        set_link(self.files.delay_line_control, change.src, change.dst, s.delay_ms,
+                 s.jitter_ms, s.loss_pct)
+        return (f"delay line: link {change.src} -> {change.dst} delay_ms={s.delay_ms:g} "
+                f"jitter_ms={s.jitter_ms:g} loss_pct={s.loss_pct:g}")
+
     def _payload_ratio(self) -> float:
         # configured literally, a link carries rate x 1448/1514 of TCP payload
         return 1.0 if self.payload_correction else 1.0 / payload_factor(MTU)
@@ -262,6 +287,7 @@ class NetnsLauncher(HostsLifecycle, LinkProbing):
             "namespaces": self.names.namespaces(),
             "removed_before_start": list(self.removed_before_start),
             "links": links_record(self.scenario, self.n_hosts),
+            "schedule": self.schedule_record(),
             "probe": [r.to_dict() for r in self._probe_records],
             "timing": dict(self._timing),
             "commands": [" ".join(c) for c in self.executor.history],

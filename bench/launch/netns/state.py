@@ -48,6 +48,11 @@ class StateFiles:
     def delay_line_log(self) -> Path:
         return self.state_dir / f"{self.prefix}-delayline.log"
 
+    @property
+    def delay_line_control(self) -> Path:
+        """The delay line's control socket (bench.net.delayline.set_link)."""
+        return self.state_dir / f"{self.prefix}-delayline.sock"
+
 
 def write_state(files: StateFiles, names: TopologyNames, run_id: str,
                 processes: list[ProcessIdentity]) -> None:
@@ -109,6 +114,6 @@ def teardown_state(state: dict, path: Path, ex: Executor) -> list[str]:
     processes the file lists are killed before). Returns what was removed."""
     removed = teardown_recorded(state["namespaces"], [tuple(d) for d in state["devices"]], ex)
     files = StateFiles(path.parent, state["prefix"])
-    for helper in (files.delay_line_config, files.delay_line_log):
+    for helper in (files.delay_line_config, files.delay_line_log, files.delay_line_control):
         helper.unlink(missing_ok=True)
     return removed

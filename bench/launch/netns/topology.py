@@ -8,6 +8,7 @@ device per host (bench/net/delayline.py). Teardown is by recorded name
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from bench.launch.netns.names import MTU, TopologyNames, host_addr
 from bench.launch.netns.state import StateFiles
@@ -79,9 +80,11 @@ def tun_argvs(names: TopologyNames) -> list[Argv]:
 
 
 def delay_line_config(scenario: NetworkScenario, names: TopologyNames,
-                      mechanisms: dict[str, str]) -> DelayLineConfig:
+                      mechanisms: dict[str, str], control: Path | None = None
+                      ) -> DelayLineConfig:
     """The delay line's matrices: each property the delay line delivers (per
-    `mechanisms`) from the scenario's links, zeros for the others."""
+    `mechanisms`) from the scenario's links, zeros for the others; `control`: the socket
+    it listens on for changes (a scenario whose links have schedules)."""
     n, spec = names.n_hosts, scenario.link_spec
 
     def matrix(attr: str) -> tuple:
@@ -94,7 +97,8 @@ def delay_line_config(scenario: NetworkScenario, names: TopologyNames,
                                ("loss", "loss_pct"))}
     return DelayLineConfig(netns=tuple(names.host_ns(i) for i in range(n)),
                            tun=tuple(names.tun(i) for i in range(n)),
-                           addrs=tuple(host_addr(i, tun=True) for i in range(n)), **kept)
+                           addrs=tuple(host_addr(i, tun=True) for i in range(n)),
+                           control=None if control is None else str(control), **kept)
 
 
 def start_delay_line(cfg: DelayLineConfig, names: TopologyNames, files: StateFiles,

@@ -11,7 +11,10 @@ launcher and the processes it starts inside the namespaces or containers:
 - record: `ProbeRecord`, one link as measured, what every launcher returns;
 - verdict: `rate_verdict` (ok, short, host-limited or off), `check_links` and
   `host_limited_warning` over the records;
-- table: `format_table`, the records as a plain-text table.
+- table: `format_table`, the records as a plain-text table;
+- stream and timeline: the time-resolved probe of a link whose rate changes (one stream
+  for a fixed time, bytes per bin of the receiver's clock, `stream-serve|stream-send`),
+  and `phase_rates` / `check_phases`, each phase of a schedule against its rate.
 
 Every module loads the standard library only when imported (bench.net.tc and rich are
 loaded by the functions that need them), so starting the server or the client loads this
@@ -29,6 +32,14 @@ from bench.net.probe.plan import (
 )
 from bench.net.probe.record import ProbeRecord
 from bench.net.probe.table import format_table
+from bench.net.probe.timeline import (
+    PhaseRate,
+    PhaseRateError,
+    PhaseWindow,
+    check_phases,
+    phase_rates,
+    resume_s,
+)
 from bench.net.probe.verdict import (
     CEILING_HEADROOM,
     CEILING_TOLERANCE,
@@ -39,7 +50,8 @@ from bench.net.probe.verdict import (
 )
 from bench.net.probe.wire import main, measure, serve
 
-__all__ = ["CEILING_HEADROOM", "CEILING_TOLERANCE", "LinkProbeError", "MAX_TRANSFER_S", "ProbePlan",
-           "ProbePlanError", "ProbeRecord", "check_links", "format_table",
-           "host_limited_warning", "main", "measure", "plan_probe", "rate_verdict", "serve",
-           "slow_start_bytes", "slow_start_rtts"]
+__all__ = ["CEILING_HEADROOM", "CEILING_TOLERANCE", "LinkProbeError", "MAX_TRANSFER_S",
+           "PhaseRate", "PhaseRateError", "PhaseWindow", "ProbePlan", "ProbePlanError",
+           "ProbeRecord", "check_links", "check_phases", "format_table",
+           "host_limited_warning", "main", "measure", "phase_rates", "plan_probe",
+           "rate_verdict", "resume_s", "serve", "slow_start_bytes", "slow_start_rtts"]

@@ -97,11 +97,12 @@ def test_cleanup_of_a_file_that_vanished_is_a_no_op(tmp_path):
 def test_a_state_file_naming_an_unknown_launcher_is_refused_naming_file_and_value(
         tmp_path, sleeper):
     worker = ProcessIdentity.of(sleeper.pid)
-    odd = _state(tmp_path / "aqodd01.json", _exited_identity(), launcher="ssh",
+    odd = _state(tmp_path / "aqodd01.json", _exited_identity(), launcher="kubernetes",
                  processes=[worker.to_dict()])
     ex = RecordingExecutor()
     with pytest.raises(StateFileError, match=re.escape(f"{odd}: launcher: expected one of "
-                                                       f"docker, netns, got 'ssh'")):
+                                                       f"docker, netns, ssh, got "
+                                                       f"'kubernetes'")):
         cleanup([odd], ex)
     # refused before anything was touched
     assert odd.exists() and not exited(sleeper, 0.3) and ex.history == []

@@ -1,0 +1,133 @@
+"""TAH-Quant's public calls: argument checks and dispatch to a backend.
+
+    cfg = TahConfig(bits=3.0)                  # tiles of 64, 2..4 bits, Hadamard + pivot
+    packed = tah_quantize(x, cfg)              # x (..., D) -> TahPacked (5 tensors)
+    y = tah_dequantize(packed, x.shape, cfg)
+    tah_wire_nbytes(x.shape, cfg)                  # == the bytes of packed, whatever x holds
+
+The method, its contract and the choices made where the paper left them open are in
+`aqsgd.quant.tah_reference`; the config and the wire sizes in `aqsgd.quant.tah_config`.
+Each call checks its arguments, draws the stochastic-rounding seed once
+(`aqsgd.quant.draw_seed`), then runs a backend with the same two functions,
+`quantize_packed(x, cfg, seed)` and `dequantize_packed(packed, shape, cfg, dtype)`:
+`aqsgd.quant.tah_torch` (CPU; CUDA without Triton) or `aqsgd.quant.tah_triton_launch`
+(imported only when a call goes there: CUDA tensors with Triton installed under "auto",
+or backend="triton"). Imports torch only, and Triton lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from aqsgd.quant import tah_torch
+from aqsgd.quant.config import INPUT_DTYPES, draw_seed
+from aqsgd.quant.tah_config import (
+    TahConfig,
+    TahPacked,
+    code_bits,
+    tah_wire_nbytes,
+    tah_wire_spec,
+    tile_count,
+)
+
+__all__ = [
+    "BACKENDS",
+    "TahConfig",
+    "TahPacked",
+    "tah_dequantize",
+    "tah_quantize",
+    "tah_wire_nbytes",
+    "tah_wire_spec",
+]
+
+BACKENDS = ("auto", "torch", "triton")
+
+
+# ---------------------------------------------------------------------------
+# Argument checks and dispatch
+# ---------------------------------------------------------------------------
+
+
+def _check_config(cfg) -> None:
+    if not isinstance(cfg, TahConfig):
+        raise TypeError(f"cfg must be a TahConfig, got {type(cfg).__name__}")
+
+
+def _check_packed(packed, shape: tuple[int, ...], cfg: TahConfig) -> None:
+    if not isinstance(packed, tuple) or len(packed) != len(TahPacked._fields):
+        raise TypeError(f"packed must be a TahPacked of {len(TahPacked._fields)} tensors, "
+                        f"got {type(packed).__name__}")
+    device = packed[0].device if isinstance(packed[0], torch.Tensor) else None
+    specs = tah_wire_spec(shape, cfg)
+    for name, tensor, (want_shape, want_dtype) in zip(TahPacked._fields, packed, specs,
+                                                      strict=True):
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype != want_dtype:
+            got = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise TypeError(f"packed.{name} must be a {want_dtype} tensor, got {got}")
+        if tuple(tensor.shape) != want_shape:
+            raise ValueError(f"packed.{name} must have shape {want_shape} for x of shape "
+                             f"{shape} under {cfg}, got {tuple(tensor.shape)}")
+        if tensor.device != device:
+            raise ValueError(f"packed.{name} must be on {device}, got {tensor.device}")
+    bits = packed.bits.long()
+    low, high = int(bits.min()), int(bits.max())
+    if low < cfg.min_bits or high > cfg.max_bits:
+        raise ValueError(f"packed.bits must be in {cfg.min_bits}..{cfg.max_bits}, got values "
+                         f"{low}..{high}")
+    total = int(bits.sum()) * cfg.tile_size
+    if total != code_bits(shape, cfg):
+        raise ValueError(f"packed.bits must sum to {code_bits(shape, cfg) // cfg.tile_size} "
+                         f"(the budget's code bits / tile_size), got {total // cfg.tile_size}")
+    if cfg.pivot_swap and int(packed.pivots.max()) >= cfg.tile_size:
+        raise ValueError(f"packed.pivots must be < tile_size={cfg.tile_size}, "
+                         f"got {int(packed.pivots.max())}")
+
+
+def _backend_for(backend: str, device: torch.device):
+    """aqsgd.quant.tah_torch, or aqsgd.quant.tah_triton_launch when Triton should run."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if backend == "torch":
+        return tah_torch
+    if backend == "auto":
+        if device.type != "cuda":
+            return tah_torch
+        try:
+            import triton  # noqa: F401  (only probing that it imports)
+        except ImportError:
+            return tah_torch
+    from aqsgd.quant import tah_triton_launch  # lazy: imports Triton
+
+    return tah_triton_launch
+
+
+def tah_quantize(x: torch.Tensor, cfg: TahConfig, generator: torch.Generator | None = None,
+                 backend: str = "auto") -> TahPacked:
+    """x (fp32/fp16/bf16, any device; rows zero-padded to a multiple of cfg.tile_size)
+    -> TahPacked, whose tensors hold exactly tah_wire_nbytes(x.shape, cfg) bytes."""
+    _check_config(cfg)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"x must be float32, float16 or bfloat16, got dtype {x.dtype}")
+    tile_count(x.shape, cfg)
+    seed = draw_seed(generator, cfg)
+    run = _backend_for(backend, x.device)
+    return run.quantize_packed(x.contiguous(), cfg, seed)
+
+
+def tah_dequantize(packed: TahPacked, shape: Sequence[int], cfg: TahConfig,
+                   dtype: torch.dtype = torch.float32, backend: str = "auto") -> torch.Tensor:
+    """TahPacked -> values of `shape` in `dtype` (fp32/fp16/bf16) on the packed's device."""
+    _check_config(cfg)
+    shape = tuple(int(d) for d in shape)
+    _check_packed(packed, shape, cfg)
+    if dtype not in INPUT_DTYPES:
+        raise TypeError(f"dtype must be float32, float16 or bfloat16, got {dtype}")
+    run = _backend_for(backend, packed.codes.device)
+    packed = TahPacked(*(t.contiguous() for t in packed))
+    return run.dequantize_packed(packed, shape, cfg, dtype)
+
+

@@ -1,0 +1,334 @@
+"""Links that change during a run: the schedule runner every shaped launcher shares.
+
+    class MyLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
+        def _schedule_plan(self): ...            # (ShapingPlan, interfaces) of the hosts
+        def _run_on_host(self, i, argv): ...     # one tc command on host i (its executor)
+        def _set_delay_line(self, change): ...   # delay/jitter/loss where a delay line runs
+
+    hosts.start_schedule()   # t = 0 of every link's schedule (bench.net.schedule)
+    ...                      # the workers run
+    hosts.stop_schedule()    # every link back to its own values; the record of the run
+
+One clock for every link and host: a single thread of the launcher's process walks the
+changes of all scheduled links in time order (`link_changes`, pure) and applies each at
+its time on time.monotonic(): the plan's `tc class change` / `tc qdisc change` commands
+(bench.net.shaping.ShapingPlan.phase_argvs) through the launcher's own executor (netns:
+`tc -n`, Docker: `docker exec`), and a change of delay, jitter or loss through the
+launcher's delay line where one carries them (netem leaves change with the tc commands).
+`schedule_record()` (in record()'s `schedule`) keeps every link's schedule and, for the
+last run, the wall-clock start and each change: planned and applied time (s after the
+start), the phase, and the commands it ran. A change that fails stops the runner; the
+failure is in the record and `stop_schedule` raises it (the run measured the wrong link).
+
+The time-resolved probe (`probe_timeline`, through any launcher's `spawn`) streams over
+one link while its schedule runs; `schedule_windows` gives each phase's window and rate,
+and bench.net.probe.phase_rates / check_phases read the stream phase by phase.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench.launch.base import Launcher
+from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, stop_group
+from bench.net.executor import Argv, format_argv
+from bench.net.probe import PhaseWindow
+from bench.net.scenario import LinkSpec, NetworkScenario
+from bench.net.shaping import Interface, ShapingPlan
+from bench.net.tc import ShapingError
+
+__all__ = ["LinkChange", "ScheduleFailed", "ScheduleRunner", "ScheduledLinks",
+           "changes_impairments", "link_changes", "probe_timeline", "restore_changes",
+           "schedule_windows"]
+
+STOP_JOIN_S = 90.0  # longer than a command may take (bench.net.executor's 60 s)
+TIMELINE_PORT = 5202  # beside the link probe's 5201
+SERVER_START_S = 30.0
+TIMELINE_SLACK_S = 60.0  # the sender's close and the server's reply, after duration_s
+
+
+class ScheduleFailed(RuntimeError):
+    """A link change could not be applied: the links were not what the schedule says."""
+
+
+@dataclass(frozen=True)
+class LinkChange:
+    """Link src -> dst becomes `spec` at `t_s` seconds (phase `index` of lap `lap`;
+    index -1: back to the link's own values); `down`: it carries nothing; `was_down`: it
+    was down until now."""
+
+    t_s: float
+    src: int
+    dst: int
+    index: int
+    lap: int
+    spec: LinkSpec
+    down: bool
+    was_down: bool
+
+    def to_dict(self) -> dict:
+        return {"t_s": self.t_s, "src": self.src, "dst": self.dst, "phase": self.index,
+                "lap": self.lap, "rate_mbit": self.spec.rate_mbit, "delay_ms": self.spec.delay_ms,
+                "jitter_ms": self.spec.jitter_ms, "loss_pct": self.spec.loss_pct,
+                "down": self.down}
+
+
+def link_changes(scenario: NetworkScenario, n_hosts: int,
+                 until_s: float = math.inf) -> Iterator[LinkChange]:
+    """Every phase start of every scheduled link between n_hosts hosts before `until_s`,
+    in time order (ties: in link order), each knowing whether its link was down."""
+    def one(src: int, dst: int, spec: LinkSpec) -> Iterator[tuple[float, int, int, LinkChange]]:
+        was_down = False
+        for start in spec.schedule.starts(until_s):
+            yield (start.t_s, src, dst, LinkChange(
+                start.t_s, src, dst, start.index, start.lap, spec.in_phase(start.phase),
+                start.phase.down, was_down))
+            was_down = start.phase.down
+
+    streams = [one(a, b, s) for a, b, s in scenario.scheduled_links(n_hosts)]
+    for *_, change in heapq.merge(*streams, key=lambda item: item[:3]):
+        yield change
+
+
+def restore_changes(scenario: NetworkScenario, last: dict[tuple[int, int], LinkChange],
+                    t_s: float) -> list[LinkChange]:
+    """The changes putting each link of `last` (its last applied change) back to its
+    own values."""
+    return [LinkChange(t_s, a, b, -1, 0, replace(scenario.link_spec(a, b), schedule=None),
+                       False, c.down) for (a, b), c in last.items()]
+
+
+def changes_impairments(scenario: NetworkScenario, n_hosts: int) -> bool:
+    """Whether some phase gives a link another delay, jitter or loss than its own."""
+    def impairments(s: LinkSpec) -> tuple[float, float, float]:
+        return s.delay_ms, s.jitter_ms, s.loss_pct
+
+    return any(impairments(spec.in_phase(p)) != impairments(spec)
+               for _, _, spec in scenario.scheduled_links(n_hosts) for p in spec.schedule.phases)
+
+
+class ScheduleRunner:
+    """A thread applying `changes` (in time order) at their times: `apply(change)`
+    returns the commands it ran (as text). `clock` gives seconds (monotonic)."""
+
+    def __init__(self, changes: Iterable[LinkChange], apply: Callable[[LinkChange], list[str]],
+                 clock: Callable[[], float] = time.monotonic):
+        self._changes = iter(changes)
+        self._apply = apply
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.t0 = 0.0
+        self.started_unix: float | None = None
+        self.stopped_unix: float | None = None
+        self.applied: list[dict[str, Any]] = []
+        self.last: dict[tuple[int, int], LinkChange] = {}
+        self.error: str | None = None
+
+    def start(self) -> None:
+        self.t0, self.started_unix = self._clock(), time.time()
+        self._thread = threading.Thread(target=self._run, name="link-schedule", daemon=True)
+        self._thread.start()
+
+    def elapsed_s(self) -> float:
+        return self._clock() - self.t0
+
+    def _run(self) -> None:
+        for change in self._changes:
+            if self._stop.wait(max(0.0, change.t_s - self.elapsed_s())):
+                return
+            self.apply_now(change)
+            if self.error is not None:
+                return
+
+    def apply_now(self, change: LinkChange) -> None:
+        """Apply one change at once and record it (an error stops the runner)."""
+        applied_s = self.elapsed_s()
+        entry = {**change.to_dict(), "applied_s": round(applied_s, 4)}
+        try:
+            entry["commands"] = self._apply(change)
+        except Exception as err:  # recorded, and raised again by stop()
+            self.error = (f"link {change.src} -> {change.dst}, phase {change.index} at "
+                          f"{change.t_s:g} s: {type(err).__name__}: {err}")
+            entry["error"] = self.error
+        else:
+            self.last[(change.src, change.dst)] = change
+        entry["done_s"] = round(self.elapsed_s(), 4)
+        self.applied.append(entry)
+
+    def stop(self) -> None:
+        """Stop applying changes (the thread ends; what it applied stays)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(STOP_JOIN_S)
+        self.stopped_unix = time.time()
+
+    def record(self) -> dict:
+        return {"started_unix": self.started_unix, "stopped_unix": self.stopped_unix,
+                "changes": list(self.applied), "error": self.error}
+
+
+class ScheduledLinks:
+    """start_schedule / stop_schedule / schedule_record of a shaped launcher (module doc).
+    The launcher gives its plan and interfaces (`_schedule_plan`), how a command runs on
+    a host (`_run_on_host`) and, where a delay line carries delay, jitter and loss, how
+    one link's values reach it (`_set_delay_line`; the default refuses)."""
+
+    scenario: NetworkScenario
+    n_hosts: int
+    mechanisms: dict[str, str]
+    _schedule: ScheduleRunner | None = None
+    _last_schedule: dict | None = None
+    _delay_line_changes = False  # the delay line gets every change (start_schedule)
+
+    def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:
+        raise NotImplementedError
+
+    def _run_on_host(self, i: int, argv: Argv) -> None:
+        raise NotImplementedError
+
+    def _set_delay_line(self, change: LinkChange) -> str:
+        """Give the delay line change.spec's delay, jitter and loss for the link; returns
+        what was done, as text."""
+        raise ShapingError(f"{type(self).__name__}: this launcher's delay line cannot change "
+                           f"a link's delay, jitter or loss during a run")
+
+    def check_schedule(self) -> None:
+        """Refuse, before anything runs, a schedule this launcher cannot apply: delay,
+        jitter or loss changes on a delay line without a control channel."""
+        delay_line = "delayline" in self.mechanisms.values()
+        if delay_line and changes_impairments(self.scenario, self.n_hosts) and \
+                type(self)._set_delay_line is ScheduledLinks._set_delay_line:
+            raise ShapingError(
+                f"scenario {self.scenario.name}: a link's schedule changes delay, jitter or "
+                f"loss, which the {getattr(self, 'name', type(self).__name__)} launcher's "
+                f"delay line cannot change during a run (netem can, where the kernel has "
+                f"it); give those phases rates only")
+
+    def _apply_change(self, change: LinkChange) -> list[str]:
+        plan, interfaces = self._schedule_plan()
+        done = []
+        for host, argv in plan.phase_argvs(change.src, change.dst, change.spec,
+                                           down=change.down, was_down=change.was_down,
+                                           interfaces=interfaces):
+            self._run_on_host(host, argv)
+            done.append(format_argv(argv))
+        if self._delay_line_changes:
+            done.append(self._set_delay_line(change))
+        return done
+
+    def start_schedule(self) -> None:
+        """Start every link's schedule now (nothing when no link has one)."""
+        if self._schedule is not None:
+            raise RuntimeError("start_schedule: a schedule runs already; stop_schedule first")
+        if not self.scenario.scheduled_links(self.n_hosts):
+            return
+        on_delay_line = any(self.mechanisms.get(p) == "delayline"
+                            for p in ("delay", "jitter", "loss"))
+        self._delay_line_changes = on_delay_line and changes_impairments(self.scenario,
+                                                                         self.n_hosts)
+        self._schedule = ScheduleRunner(link_changes(self.scenario, self.n_hosts),
+                                        self._apply_change)
+        self._schedule.start()
+
+    def stop_schedule(self) -> dict | None:
+        """Stop the schedule and put every changed link back to its own values; the
+        record of the run (None when none ran). Raises ScheduleFailed when a change
+        failed."""
+        runner = self._schedule
+        if runner is None:
+            return None
+        runner.stop()
+        for change in restore_changes(self.scenario, runner.last, runner.elapsed_s()):
+            runner.apply_now(change)
+        self._last_schedule = runner.record()
+        self._schedule = None
+        if runner.error is not None:
+            raise ScheduleFailed(runner.error)
+        return self._last_schedule
+
+    def schedule_record(self) -> dict | None:
+        """record()'s `schedule`: every scheduled link's schedule and the last run
+        (None when no link has a schedule)."""
+        links = self.scenario.scheduled_links(self.n_hosts)
+        if not links:
+            return None
+        runner = self._schedule
+        run = runner.record() if runner is not None else self._last_schedule
+        return {"clock": "one thread of the launcher process, time.monotonic(); "
+                         "started_unix is time.time() at t = 0",
+                "links": [{"src": a, "dst": b, **s.schedule.to_dict()} for a, b, s in links],
+                "run": run}
+
+
+# -- the time-resolved probe ----------------------------------------------------------
+def schedule_windows(spec: LinkSpec, until_s: float, payload_ratio: float = 1.0,
+                     cap_mbit: float | None = None) -> list[PhaseWindow]:
+    """Each phase of `spec`'s schedule that starts before `until_s`: its window (s after
+    the schedule's start; the last cut at until_s) and the payload rate it promises
+    (the phase's rate, at most `cap_mbit` (the hosts' caps on the path, which have no
+    schedule), x `payload_ratio`; None when down)."""
+    starts = list(spec.schedule.starts(until_s))
+    windows = []
+    for k, start in enumerate(starts):
+        end = starts[k + 1].t_s if k + 1 < len(starts) else until_s
+        rate = spec.in_phase(start.phase).rate_mbit
+        if cap_mbit is not None:
+            rate = min(rate, cap_mbit)
+        rate = None if start.phase.down else rate * payload_ratio
+        windows.append(PhaseWindow(start.index, start.t_s, min(end, until_s), rate))
+    return windows
+
+
+def _wait_listening(server: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if log.is_file() and "listening" in log.read_text():
+            return
+        if server.poll() is not None:
+            raise RuntimeError(f"timeline probe server exited with {server.returncode}: "
+                               f"{log.read_text() if log.is_file() else '(no log)'}")
+        time.sleep(0.05)
+    raise RuntimeError(f"timeline probe server did not listen within {SERVER_START_S:g} s")
+
+
+def probe_timeline(hosts: Launcher, src: int, dst: int, duration_s: float, log_dir: Path, *,
+                   max_pacing_mbit: float | None = None, bin_s: float = 0.1,
+                   port: int = TIMELINE_PORT) -> dict:
+    """Stream from host src to host dst for `duration_s` (bench.net.probe.stream, both
+    ends through `hosts.spawn`, so on any launcher); the receiver's reply: `t0_unix`,
+    `bin_s`, `bytes` per bin. Logs go to `log_dir` (a folder the hosts can write)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    python = [sys.executable, "-m", "bench.net.probe"]
+    server_log, client_log = log_dir / f"timeline-{src}-{dst}-recv.log", \
+        log_dir / f"timeline-{src}-{dst}-send.log"
+    server = hosts.spawn(dst, [*python, "stream-serve", "--addr", hosts.addr(dst), "--port",
+                               str(port), "--bin-s", str(bin_s)], env_with_repo(), server_log)
+    client = None
+    try:
+        _wait_listening(server, server_log)
+        pacing = [] if max_pacing_mbit is None else ["--max-pacing-mbit", str(max_pacing_mbit)]
+        client = hosts.spawn(src, [*python, "stream-send", "--addr", hosts.addr(dst), "--port",
+                                   str(port), "--duration-s", str(duration_s), *pacing],
+                             env_with_repo(), client_log)
+        client.wait(timeout=duration_s + TIMELINE_SLACK_S)
+        server.wait(timeout=TIMELINE_SLACK_S)
+    finally:
+        for proc in (client, server):
+            if proc is not None:
+                stop_group(proc, TEARDOWN_GRACE_S)
+    if client.returncode != 0 or server.returncode != 0:
+        raise RuntimeError(f"timeline probe {src} -> {dst} failed (sender {client.returncode}, "
+                           f"receiver {server.returncode}): {client_log.read_text()}"
+                           f"{server_log.read_text()}")
+    return json.loads(server_log.read_text().strip().splitlines()[-1])

@@ -1,0 +1,191 @@
+"""The SSH launcher's checks, before anything on any host is changed.
+
+    facts = gather_facts(remote, needs_netem=False)   # one HostFacts per host
+    check_hosts(remote.hosts, facts, shaping=True, gpus=None)   # HostCheckError or None
+
+Each host must answer (SSH, key auth), run the suite's checkout where the hostfile says
+(`hostside facts` there), have the interface (with an IPv4 address, and no root qdisc of
+someone else's on it when it is to be shaped), the same Python version and the same
+versions of the suite's pinned packages as this machine, the same commit of the suite,
+root and tc when it is to be shaped, and GPUs for its ranks when the run uses GPUs; and,
+once the killed runs recorded in the state dir are removed (just before shaping), no
+root qdisc on the interface but the kernel's default (`check_interfaces_free`).
+Check and refuse, not install: a benchmark compares like with like, so a host that
+differs is named with what differs, and nothing is installed behind the user's back (an
+install needs the hosts to reach a package index, and root over their Python); the
+record keeps what every host has. Every failing host is named in one HostCheckError,
+each with its reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import tomllib
+
+from bench import REPO_ROOT
+from bench.launch.ssh.hostfile import HostEntry
+from bench.launch.ssh.remote import HostUnreachable, Remote
+
+__all__ = ["HostCheckError", "HostFacts", "check_hosts", "check_interfaces_free",
+           "gather_facts", "host_env",
+           "hostside_argv", "local_commit", "pinned_packages"]
+
+RANKS_PER_HOST = 1  # host i of the scenario runs rank i (bench.net.placement)
+
+
+class HostCheckError(RuntimeError):
+    """One or more hosts cannot run the sweep; the message names each with its reasons."""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What `hostside facts` and `git rev-parse` said on one host (None: it did not
+    answer; `error` says why)."""
+
+    facts: dict[str, Any] | None
+    commit: str | None
+    error: str | None = None
+
+    @property
+    def addr(self) -> str:
+        return self.facts["interface"]["addr"]
+
+    @property
+    def mtu(self) -> int:
+        return self.facts["interface"]["mtu"]
+
+    def to_dict(self) -> dict:
+        return {"facts": self.facts, "commit": self.commit, "error": self.error}
+
+
+def pinned_packages() -> list[str]:
+    """The names of the suite's pinned dependencies (pyproject.toml)."""
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    return [dep.split("==")[0].strip() for dep in project["dependencies"]]
+
+
+def local_commit() -> str | None:
+    done = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip() or None
+
+
+def _local_versions(names: list[str]) -> dict[str, str | None]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def host_env(h: HostEntry) -> list[str]:
+    """`env` running a command in the suite's checkout on h, importing that checkout."""
+    return ["env", "-C", h.suite, f"PYTHONPATH={h.suite}"]
+
+
+def hostside_argv(h: HostEntry, *args: str) -> list[str]:
+    """`python -m bench.launch.ssh.hostside ARGS` on h, in its checkout of the suite."""
+    return [*host_env(h), h.python, "-m", "bench.launch.ssh.hostside", *args]
+
+
+def gather_facts(remote: Remote, needs_netem: bool) -> list[HostFacts]:
+    """HostFacts of every host of `remote`, one after the other."""
+    out = []
+    for i, h in enumerate(remote.hosts):
+        try:
+            remote.connect(i)
+        except HostUnreachable as err:
+            out.append(HostFacts(None, None, f"does not answer over SSH ({err})"))
+            continue
+        args = ["facts", "--interface", h.interface, "--packages", *pinned_packages()]
+        done = remote.run(i, hostside_argv(h, *args, *(["--netem"] if needs_netem else [])),
+                          check=False)
+        if done.returncode != 0:
+            out.append(HostFacts(None, None, f"the suite at {h.suite} with {h.python} did not "
+                                 f"run (exit {done.returncode}): "
+                                 f"{done.stderr.strip()[-500:] or done.stdout.strip()[-500:]}"))
+            continue
+        commit = remote.run(i, ["git", "-C", h.suite, "rev-parse", "HEAD"], check=False)
+        out.append(HostFacts(json.loads(done.stdout), commit.stdout.strip() or None))
+    return out
+
+
+def _reasons(h: HostEntry, f: HostFacts, here: dict[str, Any], *, shaping: bool,
+             use_gpus: bool) -> list[str]:
+    if f.facts is None:
+        return [f.error or "no facts"]
+    d, why = f.facts, []
+    dev = d["interface"]
+    if not dev["exists"]:
+        why.append(f"has no interface {h.interface}")
+    elif dev["addr"] is None:
+        why.append(f"interface {h.interface} has no IPv4 address")
+    if d["python"] != here["python"]:
+        why.append(f"Python {d['python']}, here {here['python']}")
+    for name, version in here["packages"].items():
+        if d["packages"].get(name) != version:
+            why.append(f"{name} {d['packages'].get(name)}, here {version}")
+    if f.commit != here["commit"]:
+        why.append(f"suite commit {f.commit} at {h.suite}, here {here['commit']}")
+    if shaping:
+        if not d["root"]:
+            why.append("not root (shaping runs tc)")
+        if not d["tc"]:
+            why.append("no tc (iproute2)")
+    if use_gpus and d["gpus"] < RANKS_PER_HOST:
+        why.append(f"{d['gpus']} GPUs for {RANKS_PER_HOST} rank(s)")
+    return why
+
+
+def _foreign(root_qdisc: str | None) -> bool:
+    # "qdisc KIND HANDLE root ...": the kernel's own default has handle 0:
+    return bool(root_qdisc) and root_qdisc.split()[2:3] != ["0:"]
+
+
+def check_interfaces_free(remote: Remote) -> None:
+    """Raise HostCheckError naming every host whose interface has a root qdisc that is
+    not the kernel's default: the launcher never replaces one. Run when the killed runs
+    of this state dir have been removed (bench.launch.lifecycle), just before shaping."""
+    problems = []
+    for i, h in enumerate(remote.hosts):
+        root = remote.run(i, ["tc", "qdisc", "show", "dev", h.interface, "root"]).stdout
+        if _foreign(root.strip()):
+            problems.append(f"{h.name}: {h.interface} already has a root qdisc of its own "
+                            f"({root.strip()}); the launcher never replaces one")
+    if problems:
+        raise HostCheckError("ssh launcher: hosts that cannot be shaped:\n  "
+                             + "\n  ".join(problems))
+
+
+def check_hosts(hosts: tuple[HostEntry, ...], facts: list[HostFacts], *, shaping: bool,
+                gpus: bool | None) -> bool:
+    """Raise HostCheckError naming every host that cannot take part (see module doc).
+    `gpus`: True: every host needs a GPU per rank; False: none are used; None: GPUs when
+    every host has them (all or none: ranks on CPU and on GPU would mix gloo and NCCL).
+    Returns whether the ranks use GPUs."""
+    names = pinned_packages()
+    here = {"python": _python_version(), "packages": _local_versions(names),
+            "commit": local_commit()}
+    counts = [f.facts["gpus"] for f in facts if f.facts is not None]
+    use_gpus = bool(gpus) if gpus is not None else bool(counts) and min(counts) > 0
+    problems = [f"{h.name}: {'; '.join(why)}" for h, f in zip(hosts, facts, strict=True)
+                if (why := _reasons(h, f, here, shaping=shaping, use_gpus=use_gpus))]
+    if gpus is None and counts and 0 < max(counts) and min(counts) == 0:
+        problems.append(f"GPUs differ between hosts ({counts}): every rank must run on the "
+                        f"same kind of device")
+    if problems:
+        raise HostCheckError("ssh launcher: hosts that cannot run this sweep:\n  "
+                             + "\n  ".join(problems))
+    return use_gpus
+
+
+def _python_version() -> str:
+    return platform.python_version()

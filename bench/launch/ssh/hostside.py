@@ -1,0 +1,185 @@
+"""What the SSH launcher runs on each host, through the suite's own checkout there.
+
+    python -m bench.launch.ssh.hostside facts --interface eth0 --packages torch numpy
+    python -m bench.launch.ssh.hostside record --dir D --state JSON   # before changing anything
+    python -m bench.launch.ssh.hostside tied --dir D -- ARGV...       # ARGV, tied to stdin
+    python -m bench.launch.ssh.hostside teardown --dir D [--commands JSON]
+
+`facts` prints one JSON object: the interpreter and package versions, the interface's
+IPv4 address, MTU and root qdisc, whether this user is root, has tc, netem and GPUs (the
+launcher's checks compare them with the harness machine's before anything is changed).
+
+The host keeps its own record of a run in D = HOST_RECORD_ROOT/PREFIX-hI (tmpfs, cleared
+at reboot as the qdiscs it names are): `state.json`, written by `record` before the
+launcher shapes anything (the tc commands that remove what it makes), and one file in
+`procs/` per process `tied` started (its pid, start time and boot, so that a reused pid
+is never signalled). `teardown` kills those processes, runs the removal commands (its
+own and those `--commands` adds, each once; one whose qdisc or device is already gone is
+skipped), deletes D and prints what it removed as JSON: the harness machine's record and
+the host's own lead to the same removal, and an administrator on the host can run it by
+hand.
+
+`tied` starts ARGV in a process group of its own and stops that group (SIGTERM, then
+SIGKILL) when its standard input closes: the SSH channel it came through closing (the
+harness stopping it, the harness or its relay killed, the connection lost) stops the
+command on the host, as the Docker launcher's entrypoint does for `docker exec`.
+Imports the standard library and bench.launch.process only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+from importlib import metadata
+from pathlib import Path
+
+from bench.launch.process import STOP_GRACE_S, ProcessIdentity, kill_identified, stop_group
+
+__all__ = ["HOST_RECORD_ROOT", "facts", "main", "teardown"]
+
+HOST_RECORD_ROOT = Path("/run/aqsgd-bench/ssh")
+GONE = ("No such file or directory", "Cannot find device", "Invalid handle",
+        "Cannot delete qdisc with handle of zero")
+
+
+def _root_qdisc(dev: str) -> str | None:
+    out = subprocess.run(["tc", "qdisc", "show", "dev", dev, "root"], capture_output=True,
+                         text=True, check=False).stdout.strip()
+    return out or None
+
+
+def _netem() -> bool:
+    """A netem qdisc in a throw-away network namespace (nothing of the host touched)."""
+    if shutil.which("unshare") is None or shutil.which("tc") is None:
+        return False
+    done = subprocess.run(["unshare", "--net", "sh", "-c",
+                           "ip link set lo up && tc qdisc add dev lo root netem delay 1ms"],
+                          capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def _gpus() -> int:
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+
+
+def facts(interface: str, packages: list[str], want_netem: bool) -> dict:
+    """This host as the launcher's checks see it (see module doc)."""
+    versions = {}
+    for name in packages:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    sysfs = Path("/sys/class/net") / interface
+    dev: dict = {"exists": sysfs.exists()}
+    if dev["exists"]:
+        out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", interface],
+                             capture_output=True, text=True, check=False).stdout.split()
+        dev["addr"] = out[out.index("inet") + 1].split("/")[0] if "inet" in out else None
+        dev["mtu"] = int((sysfs / "mtu").read_text())
+        dev["root_qdisc"] = _root_qdisc(interface) if shutil.which("tc") else None
+    return {"python": platform.python_version(), "machine": platform.machine(),
+            "executable": sys.executable, "packages": versions, "interface": dev,
+            "root": os.geteuid() == 0, "tc": shutil.which("tc") is not None,
+            "netem": _netem() if want_netem else None, "gpus": _gpus(),
+            "hostname": platform.node()}
+
+
+def _record(directory: Path, state: dict) -> None:
+    (directory / "procs").mkdir(parents=True, exist_ok=True)
+    tmp = directory / "state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=1))
+    tmp.replace(directory / "state.json")
+
+
+def tied(directory: Path, argv: list[str]) -> None:
+    """Run argv (see module doc), then exit this process with its exit status (128 + N
+    for a signal N)."""
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+    mark = directory / "procs" / f"{child.pid}.json"
+    ident = ProcessIdentity.of(child.pid)
+    if ident is not None:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(json.dumps(ident.to_dict()))
+
+    def watch_stdin() -> None:
+        while sys.stdin.buffer.read(4096):
+            pass
+        stop_group(child, STOP_GRACE_S)  # the channel closed: stop the command
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    code = child.wait()
+    mark.unlink(missing_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # not a normal exit: the stdin thread blocks in a read that interpreter shutdown
+    # would wait for (CPython aborts on that lock)
+    os._exit(128 - code if code < 0 else code)
+
+
+def teardown(directory: Path, commands: list[list[str]]) -> list[str]:
+    """What D records (see module doc), removed; returns what was removed."""
+    removed = []
+    procs = sorted((directory / "procs").glob("*.json")) if directory.is_dir() else []
+    removed += kill_identified([ProcessIdentity.from_dict(json.loads(p.read_text()))
+                                for p in procs])
+    state_file = directory / "state.json"
+    recorded = json.loads(state_file.read_text())["removal"] if state_file.exists() else []
+    for argv in dict.fromkeys(tuple(a) for a in [*recorded, *commands]):
+        done = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            removed.append(" ".join(argv))
+        elif not any(g in done.stderr for g in GONE):
+            raise RuntimeError(f"{' '.join(argv)} failed (exit {done.returncode}): "
+                               f"{done.stderr.strip()}")
+    if directory.is_dir():
+        shutil.rmtree(directory)
+        removed.append(f"record {directory}")
+    return removed
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.launch.ssh.hostside",
+                                description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("facts")
+    f.add_argument("--interface", required=True)
+    f.add_argument("--packages", nargs="*", default=[])
+    f.add_argument("--netem", action="store_true", help="also try a netem qdisc")
+    r = sub.add_parser("record")
+    r.add_argument("--dir", type=Path, required=True)
+    r.add_argument("--state", required=True, help="JSON: the run's record on this host")
+    t = sub.add_parser("tied")
+    t.add_argument("--dir", type=Path, required=True)
+    t.add_argument("argv", nargs=argparse.REMAINDER)
+    d = sub.add_parser("teardown")
+    d.add_argument("--dir", type=Path, required=True)
+    d.add_argument("--commands", default="[]", help="JSON: more removal commands")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.command == "facts":
+        print(json.dumps(facts(args.interface, args.packages, args.netem)))
+    elif args.command == "record":
+        _record(args.dir, json.loads(args.state))
+    elif args.command == "tied":
+        command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+        tied(args.dir, command)
+    else:
+        print(json.dumps(teardown(args.dir, json.loads(args.commands))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

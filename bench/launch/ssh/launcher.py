@@ -1,0 +1,452 @@
+"""SSH launcher: the hosts are real machines named in a hostfile, reached over SSH;
+each host's interface shaped with the one host shaping plan, workers started by one
+torchrun agent per host, result files copied back.
+
+    factory = SshLauncher.bind("hosts.txt")                 # what choose_launcher("ssh") gives
+    with factory(load_scenario("100mbps"), 2, state_dir=d) as hosts:
+        print(format_table(hosts.probe()))                  # measured between the hosts
+        p = hosts.spawn(0, [sys.executable, "-m", "aqsgd.train.worker", ...], env, log)
+
+Bring-up (`_prepare`, before anything is changed): the hostfile is read
+(bench/launch/ssh/hostfile.py), every host is checked (bench/launch/ssh/checks.py: it
+answers, the interface, Python, packages and suite commit match this machine, root and
+tc for shaping, GPUs); a host that fails is named with its reasons. Then (`_build`) the
+state file is written (bench/launch/ssh/state.py: every host's removal commands, before
+anything exists), each host records the run itself (`hostside record`), and each
+interface gets its host's part of bench.net.shaping's plan: htb classes and u32 filters
+per peer address, netem leaves where the host has netem, a downlink cap on an ifb. This
+launcher does not run the userspace delay line on remote hosts: a scenario with delay,
+jitter or loss on a host without netem is refused naming the hosts (ShapingError), or
+its impairments dropped and recorded with `allow_drop`. With `shaping=False` (`--no-
+shaping`) nothing is changed on any host: the probe measures the real links, recorded
+as unshaped (`shaped: false`).
+
+Workers (`spawn(i, argv, env, log_path)`): host i runs rank i under torchrun, one agent
+per host, c10d rendezvous (`--nnodes` = the job's WORLD_SIZE from `env`, the variable
+every launcher's spawn gets from the harness; the rendezvous store on host 0). The c10d
+backend numbers its nodes by its own order (torch ignores `--node-rank` there, and says
+so), so the rank of each worker comes from the harness's own `--rank` in argv, which
+the worker takes before torchrun's RANK: rank i stays on host i, whose links the plan
+shaped for it. For the same reason the workers build their process group on the store
+their own `--master-addr/--master-port` name, not on the agents' (Note [own store]:
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; torchrun would otherwise tell every worker, rank
+0 too, to connect to a store that then nobody hosts). GLOO_SOCKET_IFNAME (and NCCL's,
+TP's) name the host's interface; gloo or NCCL is the worker's choice by device. Each
+command goes through a local relay process (bench/launch/ssh/relay.py: the Popen the
+harness supervises) and `hostside tied` on the host, so that stopping, killing or
+losing the relay stops the command on the host. The relay prefixes every log line
+with the host, copies the files argv names under the results directory to the same
+path on the host before the start, and that folder back afterwards (SFTP: the hosts
+need not share a filesystem with this machine).
+
+Teardown removes on every host exactly what its record names (`hostside teardown`);
+`python -m bench.launch cleanup --all-recorded` (`make net-cleanup`) does the same for a
+killed run through bench.launch.ssh.state.teardown_state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from bench.launch.base import links_record, new_run_id
+from bench.launch.lifecycle import HostsLifecycle
+from bench.launch.probing import PROBE_PORT, LinkProbing, exchange
+from bench.launch.process import (
+    TEARDOWN_GRACE_S,
+    ProcessIdentity,
+    env_with_repo,
+    spawn_group,
+    stop_all,
+)
+from bench.launch.schedules import ScheduledLinks
+from bench.launch.ssh.checks import (
+    HostFacts,
+    check_hosts,
+    check_interfaces_free,
+    gather_facts,
+    host_env,
+    hostside_argv,
+)
+from bench.launch.ssh.hostfile import HostEntry, load_hostfile
+from bench.launch.ssh.hostside import HOST_RECORD_ROOT
+from bench.launch.ssh.relay import relay_argv
+from bench.launch.ssh.remote import Remote
+from bench.launch.ssh.state import host_record, teardown_hosts, write_state
+from bench.launch.state import DEFAULT_STATE_DIR
+from bench.net.probe import ProbePlan, ProbeRecord
+from bench.net.scenario import NetworkScenario
+from bench.net.shaping import Interface, ShapingPlan, shaping_plan
+from bench.net.tc import (
+    ETHERNET_HEADER_BYTES,
+    Capabilities,
+    ShapingError,
+    mechanisms_for,
+    payload_factor,
+)
+
+__all__ = ["SshLauncher", "real_links"]
+
+# Variables of this process a command on a host keeps besides what the caller changed.
+PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
+LOCAL_ONLY = ("PYTHONPATH", "DOCKER_HOST")  # meaningless on another machine
+MECHANISMS = {"htb": "htb qdisc (kernel, on each host's interface)",
+              "netem": "netem qdisc (kernel, on each host's interface)"}
+
+
+def real_links(scenario: NetworkScenario) -> NetworkScenario:
+    """The scenario with nothing emulated: what `shaping=False` probes against (every
+    link unshaped, no caps, no delay)."""
+    link = dataclasses.replace(scenario.link, rate_mbit=None, delay_ms=0.0, jitter_ms=0.0,
+                               loss_pct=0.0)
+    return dataclasses.replace(scenario, link=link, overrides=(), host_caps=())
+
+
+def _new_prefix(run_id: str) -> str:
+    """'aq' + 5 hex digits, as every state file of the suite is named."""
+    digest = hashlib.sha1(f"{run_id}-{os.getpid()}-{time.time_ns()}".encode())
+    return "aq" + digest.hexdigest()[:5]
+
+
+@dataclasses.dataclass
+class _Job:
+    """One set of spawns that meet in one torchrun rendezvous."""
+
+    rdzv_id: str
+    port: int
+    world_size: int
+    hosts: set[int]
+
+
+class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
+    """Context manager over the first `n_hosts` hosts of a hostfile (see module doc).
+
+    `hostfile`: its path (None: the class's, set by `bind`). `shaping`: shape the
+    interfaces (None: the class's `shaped`). `results_dir`: the folder mirrored on the
+    hosts (default: the parent of state_dir). `gpus`: as bench.launch.ssh.checks.
+    check_hosts. `allow_drop`, `payload_correction`: as on the netns launcher."""
+
+    name = "ssh"
+    shaped = True
+    hostfile: ClassVar[Path | None] = None
+
+    @classmethod
+    def bind(cls, hostfile: Path | str, shaping: bool = True) -> type[SshLauncher]:
+        """This launcher with its hostfile (and shaping) fixed: the factory the harness
+        calls with the protocol's arguments only (bench.launch.choice)."""
+        return type(cls.__name__, (cls,), {"hostfile": Path(hostfile), "shaped": shaping,
+                                           "__module__": cls.__module__})
+
+    def __init__(self, scenario: NetworkScenario, n_hosts: int | None = None, *,
+                 run_id: str | None = None, state_dir: Path | str | None = None,
+                 hostfile: Path | str | None = None, shaping: bool | None = None,
+                 results_dir: Path | str | None = None, gpus: bool | None = None,
+                 allow_drop: bool = False, payload_correction: bool = True,
+                 python: str = sys.executable):
+        self.scenario = scenario
+        self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
+        path = hostfile if hostfile is not None else type(self).hostfile
+        if path is None:
+            raise ValueError("SshLauncher: a hostfile is needed (--hostfile FILE)")
+        self.hostfile_path = Path(path)
+        self.shaping = type(self).shaped if shaping is None else shaping
+        self.run_id = run_id or new_run_id()
+        self.prefix = _new_prefix(self.run_id)
+        self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
+        self.results_dir = Path(results_dir).resolve() if results_dir else (
+            Path(state_dir).resolve().parent if state_dir else None)
+        self.gpus, self.allow_drop = gpus, allow_drop
+        self.payload_correction = payload_correction
+        self.python = python
+        self.hosts: tuple[HostEntry, ...] = ()
+        self.remote: Remote | None = None
+        self.facts: list[HostFacts] = []
+        self.use_gpus = False
+        self.mechanisms: dict[str, str] = {}
+        self.plan: ShapingPlan | None = None
+        self.interfaces: tuple[Interface, ...] = ()
+        self._records: list[dict] = []
+        self._procs: list[subprocess.Popen] = []
+        self._started: list[ProcessIdentity] = []
+        self._job: _Job | None = None
+        self._probe_records: list[ProbeRecord] = []
+        self._timing: dict[str, float] = {}
+
+    # -- names and addresses -------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir / f"{self.prefix}.json"
+
+    def record_dir(self, i: int) -> str:
+        """Host i's own record of the run (bench/launch/ssh/hostside.py); named by host
+        too, so that hosts sharing a filesystem keep one each."""
+        return str(HOST_RECORD_ROOT / f"{self.prefix}-h{i}")
+
+    def _check_host(self, i: int) -> None:
+        if not 0 <= i < self.n_hosts:
+            raise IndexError(f"host index {i} out of range [0, {self.n_hosts})")
+
+    def addr(self, i: int) -> str:
+        self._check_host(i)
+        return self.facts[i].addr
+
+    def label(self, i: int) -> str:
+        """How log lines name host i: `hI HOST`."""
+        return f"h{i} {self.hosts[i].host}"
+
+    def worker_env(self, i: int) -> dict[str, str]:
+        self._check_host(i)
+        dev = self.hosts[i].interface
+        return {"GLOO_SOCKET_IFNAME": dev, "NCCL_SOCKET_IFNAME": dev, "TP_SOCKET_IFNAME": dev}
+
+    # -- lifecycle -----------------------------------------------------------------
+    def _prepare(self) -> None:
+        listed = load_hostfile(self.hostfile_path).hosts
+        if self.n_hosts > len(listed):
+            raise ValueError(f"{self.hostfile_path}: the run needs {self.n_hosts} hosts, the "
+                             f"hostfile lists {len(listed)}")
+        self.hosts = listed[:self.n_hosts]
+        specs = [self.scenario.link_spec(a, b) for a in range(self.n_hosts)
+                 for b in range(self.n_hosts) if a != b]
+        impaired = self.shaping and any(s.delay_ms or s.jitter_ms or s.loss_pct for s in specs)
+        self.remote = Remote(self.hosts)
+        try:
+            self.facts = gather_facts(self.remote, needs_netem=impaired)
+            self.use_gpus = check_hosts(self.hosts, self.facts, shaping=self.shaping,
+                                        gpus=self.gpus)
+            self.mechanisms = self._mechanisms(impaired)
+            self._check_schedule_fits()
+        except BaseException:
+            self.remote.close()
+            raise
+
+    def _check_schedule_fits(self) -> None:
+        """A link schedule needs links this launcher shapes: refused with --no-shaping;
+        otherwise the core's check (bench.launch.schedules.ScheduledLinks)."""
+        if self.shaping:
+            self.check_schedule()
+        elif self.scenario.scheduled_links(self.n_hosts):
+            raise ShapingError(f"scenario {self.scenario.name}: its links have schedules, "
+                               f"which --no-shaping cannot apply (it measures the real "
+                               f"links as they are); shape them, or use a scenario without "
+                               f"schedules")
+
+    # -- links that change (ScheduledLinks) ----------------------------------------
+    def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:
+        return self.plan, self.interfaces
+
+    def _run_on_host(self, i: int, argv: list[str]) -> None:
+        self.remote.run(i, argv)
+
+    def _mechanisms(self, impaired: bool) -> dict[str, str]:
+        if not self.shaping:
+            real = "none (--no-shaping: the real link, measured)"
+            return {p: real for p in ("rate", "delay", "jitter", "loss")}
+        no_netem = [h.name for h, f in zip(self.hosts, self.facts, strict=True)
+                    if not f.facts["netem"]]
+        if impaired and no_netem and not self.allow_drop:
+            raise ShapingError(
+                f"the scenario {self.scenario.name} asks for delay, jitter or loss, and "
+                f"these hosts have no netem qdisc: {', '.join(no_netem)}. The SSH launcher "
+                f"does not run the userspace delay line on remote hosts; use hosts whose "
+                f"kernel has sch_netem, --no-shaping to measure the real links, or "
+                f"allow_drop=True to run without them")
+        caps = Capabilities(netem=impaired and not no_netem, delay_line=False)
+        return mechanisms_for(self.scenario, self.n_hosts, caps, self.allow_drop)
+
+    def _write_state(self) -> None:
+        write_state(self.state_path, self.run_id, self.prefix, self._records, self._started)
+
+    def _build(self) -> None:
+        if self.shaping:  # the killed runs of this state dir are gone by now
+            check_interfaces_free(self.remote)
+        mtu = min(f.mtu for f in self.facts)
+        factor = payload_factor(mtu, ETHERNET_HEADER_BYTES) if self.payload_correction else 1.0
+        netem = "netem" in self.mechanisms.values()
+        addrs = tuple(f.addr for f in self.facts)
+        self.plan = shaping_plan(self.scenario, self.n_hosts, factor=factor, netem=netem)
+        self.interfaces = tuple(
+            Interface(h.interface, addrs,
+                      ifb=f"{self.prefix}i" if self.plan.hosts[i].downlink else None)
+            for i, h in enumerate(self.hosts))
+        shaped = self.shaping and (self.mechanisms["rate"] != "none" or netem)
+        self._records = [host_record(h, self.record_dir(i),
+                                     self.plan.removal_argvs(i, self.interfaces[i])
+                                     if shaped else [])
+                         for i, h in enumerate(self.hosts)]
+        self._write_state()  # before anything exists on any host: a kill is cleanable
+        for i, h in enumerate(self.hosts):
+            self.remote.run(i, hostside_argv(h, "record", "--dir", self.record_dir(i),
+                                             "--state", json.dumps(self._records[i])))
+        if shaped:
+            for i in range(self.n_hosts):
+                self.remote.run_all(i, self.plan.setup_argvs(i, self.interfaces[i]))
+
+    def _remove(self) -> None:
+        stop_all(self._procs, TEARDOWN_GRACE_S)
+        if self.remote is None:
+            return
+        try:
+            if self._records:
+                _, failed = teardown_hosts(self._records, self.remote)
+                if failed:
+                    self._records = [self._records[i] for i, _ in failed]
+                    self._started = []
+                    self._write_state()  # what is left, for `python -m bench.launch cleanup`
+                    print(f"WARNING: ssh launcher: not torn down: "
+                          f"{'; '.join(why for _, why in failed)}; run `python -m "
+                          f"bench.launch cleanup --state {self.state_path}` once the host "
+                          f"answers", file=sys.stderr, flush=True)
+                    return
+            self.state_path.unlink(missing_ok=True)
+        finally:
+            self.remote.close()
+
+    # -- processes -----------------------------------------------------------------
+    def remote_argv(self, i: int, argv: list[str], env: dict[str, str] | None) -> list[str]:
+        """argv as host i runs it: in its checkout of the suite, with the variables the
+        caller set (and this process's PASSED_PREFIXES ones), under `hostside tied`."""
+        h = self.hosts[i]
+        given = {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES)}
+        if env is not None:
+            given.update({k: v for k, v in env.items()
+                          if os.environ.get(k) != v or k.startswith(PASSED_PREFIXES)})
+        given.update(self.worker_env(i))
+        for key in LOCAL_ONLY:
+            given.pop(key, None)
+        if argv and Path(argv[0]).name.startswith("python"):
+            argv = [h.python, *argv[1:]]
+        settings = [f"{k}={v}" for k, v in sorted(given.items())]
+        return [*host_env(h), *settings, h.python, "-m", "bench.launch.ssh.hostside", "tied",
+                "--dir", self.record_dir(i), "--", *argv]
+
+    def _torchrun(self, i: int, argv: list[str], world_size: int) -> list[str]:
+        """argv under one torchrun agent of host i, in the rendezvous of the current job."""
+        job = self._job
+        if job is None or i in job.hosts or len(job.hosts) >= job.world_size:
+            port = int(self.remote.run(0, [self.hosts[0].python, "-c", _FREE_PORT,
+                                           self.addr(0)]).stdout)
+            job = self._job = _Job(f"{self.prefix}-{secrets.token_hex(3)}", port,
+                                   world_size, set())
+        job.hosts.add(i)
+        opts = [f"--nnodes={job.world_size}", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={self.addr(0)}:{job.port}", f"--rdzv-id={job.rdzv_id}",
+                f"--rdzv-conf=is_host={1 if i == 0 else 0}", f"--local-addr={self.addr(i)}",
+                "--max-restarts=0"]
+        # Note [own store]: the workers' own `--master-addr/--master-port` store, not the
+        # agent's (torchrun would otherwise tell rank 0 not to host the store it names)
+        head = ["env", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", self.hosts[i].python, "-m",
+                "torch.distributed.run", *opts]
+        if argv and Path(argv[0]).name.startswith("python"):
+            return [*head, *argv[1:]]
+        return [*head, "--no-python", *argv]
+
+    def _mirrored(self, argv: list[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """(files argv names under the results folder: put at the same path; their
+        folders: brought back)."""
+        if self.results_dir is None:
+            return [], []
+        files = [a for a in argv if a.startswith("/") and Path(a).is_file()
+                 and Path(a).resolve().is_relative_to(self.results_dir)]
+        folders = dict.fromkeys(str(Path(f).parent) for f in files)
+        return [(f, f) for f in files], [(d, d) for d in folders]
+
+    def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
+              log_path: Path | str | None = None) -> subprocess.Popen:
+        """Run argv on host i under its torchrun agent (see module doc), through a local
+        relay in its own process group; log lines prefixed with the host, appended to
+        log_path. `env` must hold WORLD_SIZE, the number of ranks of the job."""
+        self._check_host(i)
+        world = (os.environ if env is None else env).get("WORLD_SIZE")
+        if world is None or not world.isdigit():
+            raise ValueError(f"spawn: expected WORLD_SIZE (the job's ranks) in env, got "
+                             f"{world!r}")
+        put, get = self._mirrored(argv)
+        command = self.remote_argv(i, self._torchrun(i, argv, int(world)), env)
+        proc = spawn_group(relay_argv(self.python, self.hosts[i], self.label(i), command,
+                                      put=put, get=get), env_with_repo(), log_path)
+        self._procs.append(proc)
+        ident = ProcessIdentity.of(proc.pid)
+        if ident is not None:
+            self._started.append(ident)
+        self._write_state()
+        return proc
+
+    # -- link probe (LinkProbing.probe) and record -----------------------------------
+    def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
+              tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
+        """LinkProbing.probe; unshaped, against the real links (nothing promised)."""
+        if self.shaping:
+            return super().probe(links, check, tolerance, duration_s)
+        configured = self.scenario
+        self.scenario = real_links(configured)
+        try:
+            return super().probe(links, check, tolerance, duration_s)
+        finally:
+            self.scenario = configured
+
+    def _measure_link(self, src: int, dst: int, plan: ProbePlan) -> dict:
+        """One bench.net.probe exchange from host src to host dst, each side through a
+        relay."""
+        serve = ["python", "-m", "bench.net.probe", "serve", "--addr", self.addr(dst),
+                 "--port", str(PROBE_PORT)]
+        server = spawn_group(relay_argv(self.python, self.hosts[dst], self.label(dst),
+                                        self.remote_argv(dst, serve, None), raw=True),
+                             env_with_repo(), pipe_stdout=True)
+        measure = ["python", "-m", "bench.net.probe", "measure", "--addr", self.addr(dst),
+                   "--port", str(PROBE_PORT), *plan.client_args()]
+        client = relay_argv(self.python, self.hosts[src], self.label(src),
+                            self.remote_argv(src, measure, None), raw=True)
+        return exchange(server, client, plan, env_with_repo(), src, dst,
+                        f"host {self.hosts[dst].name}")
+
+    def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
+        for host, argv in self.plan.rate_limit_argvs(src, dst, lifted, self.interfaces):
+            self.remote.run(host, argv)
+
+    def _payload_ratio(self) -> float:
+        return 1.0 if self.payload_correction or self.plan is None else 1.0 / self.plan.factor
+
+    def record(self) -> dict[str, Any]:
+        """meta.json's launcher block: as the netns launcher's, with every host's entry,
+        address, interface and what its checks found."""
+        return {
+            "launcher": self.name,
+            "shaped": self.shaping,
+            "run_id": self.run_id,
+            "prefix": self.prefix,
+            "n_hosts": self.n_hosts,
+            "scenario": self.scenario.to_dict(),
+            "hostfile": str(self.hostfile_path),
+            "shaping": {p: MECHANISMS.get(m, m) for p, m in self.mechanisms.items()},
+            "allow_drop": self.allow_drop,
+            "data_plane": "each host's own interface (real network)",
+            "payload_correction_factor": None if self.plan is None else self.plan.factor,
+            "uses_gpus": self.use_gpus,
+            "hosts": [{"host": i, "name": h.name, "addr": f.addr, "device": h.interface,
+                       "mtu": f.mtu, "hostname": f.facts["hostname"],
+                       "python": f.facts["python"], "gpus": f.facts["gpus"],
+                       "netem": f.facts["netem"], "suite_commit": f.commit,
+                       "record_dir": self.record_dir(i)}
+                      for i, (h, f) in enumerate(zip(self.hosts, self.facts, strict=True))],
+            "removed_before_start": list(self.removed_before_start),
+            "links": links_record(self.scenario, self.n_hosts),
+            "schedule": self.schedule_record(),
+            "probe": [r.to_dict() for r in self._probe_records],
+            "timing": dict(self._timing),
+            "commands": [f"h{i}: {' '.join(a)}" for i, a in
+                         (self.remote.history if self.remote else [])],
+        }
+
+
+_FREE_PORT = ("import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); "
+              "print(s.getsockname()[1])")
+

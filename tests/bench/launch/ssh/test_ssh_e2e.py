@@ -1,0 +1,200 @@
+"""The SSH launcher end to end, with the real worker, against sshd servers in namespaces
+(conftest.py): a 100mbps smoke cell gives the bytes per step and held-out loss of the
+same cell on the netns launcher, its probe within 5% of the rates; a harness killed with
+SIGKILL mid-cell, then `python -m bench.launch cleanup --all-recorded` (what `make
+net-cleanup` runs), leaves no qdisc, process or record on any host and no state file
+here; a host that drops off the network mid-run fails the cell naming the host, within
+a bounded time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.harness.run import run_sweep
+from bench.harness.sweep import SweepSpec, Workload, parse_mode
+from bench.launch.ssh.hostside import HOST_RECORD_ROOT
+
+pytestmark = [pytest.mark.netns, pytest.mark.workers, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[4]
+CELL = "100mbps__aqsgd-fw2-bw4"
+# as tests/test_harness_e2e.py: 2 stages of the tiny preset, 1 warm-up step, 2 measured
+SMOKE = Workload(steps=2, train_samples=64, timeout_s=240, dist_timeout_s=60, init_from=None)
+WAIT_S = 200.0  # bring-up, probe, two torchrun agents and workers importing torch
+
+
+def _smoke(out: Path, launcher: str, **options) -> dict:
+    spec = SweepSpec("smoke", ("100mbps",), (parse_mode("aqsgd:2/4"),), SMOKE)
+    outcomes = run_sweep(spec, out, launcher=launcher, quiet=True, echo=lambda s: None,
+                         launcher_options=options or None)
+    meta = json.loads((out / CELL / "meta.json").read_text())
+    assert [o.status for o in outcomes] == ["ok"], meta.get("failure")
+    return meta
+
+
+def _frame(out: Path) -> pd.DataFrame:
+    return pd.read_csv(out / CELL / "metrics.csv")
+
+
+@pytest.mark.timeout(900)
+def test_a_smoke_cell_over_ssh_matches_the_netns_launcher(sshd_hosts, tmp_path):
+    ssh_meta = _smoke(sshd_hosts.results, "ssh", hostfile=sshd_hosts.hostfile)
+    netns_meta = _smoke(tmp_path / "netns", "netns")
+    ssh, netns = _frame(sshd_hosts.results), _frame(tmp_path / "netns")
+    key = ["kind", "rank", "step"]
+    columns = ["bytes_sent_activation", "bytes_sent_gradient", "bytes_recv_total", "samples"]
+    assert ssh[key + columns].sort_values(key).reset_index(drop=True).equals(
+        netns[key + columns].sort_values(key).reset_index(drop=True))
+    held_out = [f[f["kind"] == "eval"]["eval_loss"].dropna().tolist() for f in (ssh, netns)]
+    assert held_out[0] and held_out[0] == pytest.approx(held_out[1], rel=1e-6, abs=1e-6)
+    assert ssh_meta["cell"]["launcher"] == "ssh" and ssh_meta["cell"]["shaped"] is True
+    for link in ssh_meta["probe"]:
+        assert abs(link["rate_mbit_achieved"] - 100.0) <= 5.0, link
+    # the metrics came back over SFTP: each host's results folder is its own tmpfs
+    log = (sshd_hosts.results / CELL / "logs" / "rank1.log").read_text()
+    assert f"[h1 {sshd_hosts.addr(1)}] " in log
+    assert ssh_meta["launcher"]["hosts"][1]["addr"] == sshd_hosts.addr(1)
+    print(f"\nssh {ssh_meta['probe']}\nnetns {netns_meta['probe']}")
+
+
+# -- a harness killed, a host lost ------------------------------------------------------
+def _harness(out: Path, hostfile: Path, log: Path) -> subprocess.Popen:
+    """One fp32 cell on 2 hosts over SSH, long enough to be killed in the middle."""
+    argv = [sys.executable, "-m", "bench", "run", "--scenario", "100mbps", "--modes", "fp32",
+            "--stages", "2", "--steps", "400", "--train-samples", "64", "--reference", "none",
+            "--init-from", "none", "--launcher", "ssh", "--hostfile", str(hostfile),
+            "--quiet", "--out", str(out)]
+    with open(log, "ab") as f:
+        return subprocess.Popen(argv, cwd=REPO, stdout=f, stderr=f, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": str(REPO)},
+                                start_new_session=True)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def _workers(sshd_hosts) -> list[int]:
+    return [p for i in range(sshd_hosts.n) for p in sshd_hosts.pids(i)
+            if "-m aqsgd.train.worker" in _cmdline(p)
+            and "torch.distributed.run" not in _cmdline(p)]
+
+
+def _wait_for_training(sshd_hosts, harness: subprocess.Popen, log: Path,
+                       killed: dict | None = None) -> dict:
+    """The run's state file once a worker trains on every host (and, after `killed`, once
+    that run's workers are gone: a rerun removes them first)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        assert harness.poll() is None, f"the harness exited early:\n{log.read_text()[-3000:]}"
+        states = [json.loads(p.read_text())
+                  for p in (sshd_hosts.results / ".launcher").glob("aq*.json")]
+        states = [st for st in states if killed is None or st["prefix"] != killed["prefix"]]
+        old = set() if killed is None else set(killed["workers"])
+        workers = _workers(sshd_hosts)
+        if states and len(workers) == sshd_hosts.n and not old & set(workers):
+            time.sleep(5.0)  # into its steps
+            return {**states[0], "workers": workers}
+        time.sleep(0.5)
+    raise AssertionError(f"no workers on the hosts within {WAIT_S} s:\n"
+                         f"{log.read_text()[-3000:]}")
+
+
+def _cleanup_all_recorded() -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.launch", "cleanup", "--all-recorded"],
+                          cwd=REPO, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _assert_nothing_left(sshd_hosts, state: dict) -> None:
+    deadline = time.monotonic() + 15.0
+    while any(sshd_hosts.pids(i) for i in range(sshd_hosts.n)) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the sessions of the cleanup's own connections end
+    for i in range(sshd_hosts.n):
+        assert sshd_hosts.qdiscs(i) == [], f"host {i}"
+        assert sshd_hosts.pids(i) == [], [_cmdline(p) for p in sshd_hosts.pids(i)]
+        assert not Path(HOST_RECORD_ROOT / f"{state['prefix']}-h{i}").exists()
+    assert list((sshd_hosts.results / ".launcher").glob("aq*.json")) == []
+    relays = [p["pid"] for p in state["processes"]]
+    assert not any("bench.launch.ssh.relay" in _cmdline(p) for p in relays)
+
+
+def _sigkill(harness: subprocess.Popen) -> None:
+    os.kill(harness.pid, signal.SIGKILL)  # the harness only: relays have their own groups
+    harness.wait(timeout=10)
+
+
+@pytest.mark.timeout(900)
+def test_sigkill_mid_cell_then_rerun_and_net_cleanup_leave_nothing_on_any_host(
+        sshd_hosts, tmp_path):
+    log = tmp_path / "harness.log"
+    first = _harness(sshd_hosts.results, sshd_hosts.hostfile, log)
+    try:
+        killed = _wait_for_training(sshd_hosts, first, log)
+    finally:
+        _sigkill(first)
+    # what a kill leaves: the shaping, the workers, the relays, the records
+    assert all(sshd_hosts.qdiscs(i) for i in range(sshd_hosts.n))
+    assert len(_workers(sshd_hosts)) == sshd_hosts.n
+    assert all(Path(HOST_RECORD_ROOT / f"{killed['prefix']}-h{i}").is_dir()
+               for i in range(sshd_hosts.n))
+
+    rerun = _harness(sshd_hosts.results, sshd_hosts.hostfile, log)
+    try:
+        # the rerun removed the killed run's records and workers before shaping anew
+        second = _wait_for_training(sshd_hosts, rerun, log, killed=killed)
+        assert not any(Path(HOST_RECORD_ROOT / f"{killed['prefix']}-h{i}").exists()
+                       for i in range(sshd_hosts.n))
+        assert not (sshd_hosts.results / ".launcher" / f"{killed['prefix']}.json").exists()
+    finally:
+        _sigkill(rerun)
+
+    done = _cleanup_all_recorded()
+    assert done.returncode == 0, done.stderr
+    for i in range(sshd_hosts.n):
+        assert f"root@{sshd_hosts.addr(i)}: tc qdisc del dev {sshd_hosts.dev(i)} root" \
+            in done.stdout, done.stdout
+    _assert_nothing_left(sshd_hosts, second)
+    _assert_nothing_left(sshd_hosts, killed)
+
+
+@pytest.mark.timeout(600)
+def test_a_host_that_drops_mid_run_fails_the_cell_naming_it(sshd_hosts, tmp_path):
+    log = tmp_path / "harness.log"
+    harness = _harness(sshd_hosts.results, sshd_hosts.hostfile, log)
+    try:
+        state = _wait_for_training(sshd_hosts, harness, log)
+        sshd_hosts.set_link(1, up=False)
+        dropped = time.monotonic()
+        code = harness.wait(timeout=180)  # never a hang
+    finally:
+        if harness.poll() is None:
+            _sigkill(harness)
+        sshd_hosts.set_link(1, up=True)
+    took_s = time.monotonic() - dropped
+    assert code == 1, log.read_text()[-3000:]
+    meta = json.loads((sshd_hosts.results / "100mbps__fp32" / "meta.json").read_text())
+    assert meta["status"] == "failed"
+    failure = meta["failure"]
+    assert failure["rank"] == 1 and failure["returncode"] == 255
+    assert f"host root@{sshd_hosts.addr(1)} dropped" in failure["log_tail"]
+    print(f"\nthe cell failed {took_s:.1f} s after host 1 dropped: {failure['reason']}")
+    # the launcher could not tear host 1 down; its state file says what is left there
+    left = json.loads((sshd_hosts.results / ".launcher" / f"{state['prefix']}.json")
+                      .read_text())
+    assert [h["entry"]["host"] for h in left["hosts"]] == [sshd_hosts.addr(1)]
+    assert sshd_hosts.qdiscs(0) == [] and sshd_hosts.qdiscs(1)
+    done = _cleanup_all_recorded()
+    assert done.returncode == 0, done.stderr
+    _assert_nothing_left(sshd_hosts, state)
