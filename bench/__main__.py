@@ -2,13 +2,14 @@
 
     python -m bench run --scenario 100mbps                 # default grid, table, figures
     python -m bench run --scenario 100mbps --modes fp32 aqsgd:2/4 --steps 5
+    python -m bench run --scenario 100mbps --dry-run       # cells, placement, time; no run
     python -m bench sweep scenarios/sweeps/paper.yaml      # resumable sweep
     python -m bench report results/100mbps                 # table + figures + report.md again
     python -m bench paper                                  # paper-style figures with claims
     python -m bench convergence [--size smoke]             # model quality: seeds, epochs
     python -m bench regress [--update-baseline]            # CI regression check
     python -m bench docker compose --scenario 100mbps      # the equivalent compose file
-    python -m bench model --preset gpt2-xl --stages 8 --profile a100-bf16 --scenario 100mbps
+    python -m bench model --preset gpt2-xl --stages 8 --profile a100-bf16 --scenario 100mbps-8hosts
     python -m bench profile --cells results/paper          # this machine's profile
     python -m bench validate --profile cpu-2core results/paper   # predicted vs measured
 
@@ -17,42 +18,73 @@ Launchers (--launcher, bench.launch.choice.LAUNCHERS): auto (netns when root and
 (real hosts: --hostfile FILE, and --no-shaping to measure the real links unshaped).
 
 Exit codes: 0 all cells ok (regress: no regression), 1 a cell failed or a
-regression was found, 2 bad input (unknown scenario, bad mode, bad file).
+regression was found, 2 bad input (unknown scenario, bad mode, bad file, a cell that
+cannot run: every cell is checked before anything is brought up), with one or two lines
+that name what was wrong, the value and how to fix it.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 import time
 from pathlib import Path
 
-from bench.harness.modes import DEFAULT_GRID, parse_mode
-from bench.harness.sweep import SweepSpec, Workload, load_sweep
+from bench.harness.modes import DEFAULT_GRID, ModeSpec, parse_mode
+from bench.harness.preflight import load_checked_sweep
+from bench.harness.sweep import SweepSpec, Workload
+from specfile import SpecError
 
 __all__ = ["main", "build_parser", "finish_sweep", "launcher_options"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
+# A mode has one spelling on the command line and in sweep files; tables and directory
+# names print it otherwise.
+MODE_SYNTAX = ("a mode reads NAME[/GRAD][:FW/BW], e.g. fp32, aqsgd:2/4, aqsgd+gc/ef21:2/4 "
+               "(tables print 'aqsgd 2/4', directories 'aqsgd-fw2-bw4')")
+# The field of a sweep a `bench run` flag sets (bench.harness.preflight names fields).
+RUN_FLAGS = {"workload.stages": "--stages", "workload.gc_stages": "--stages",
+             "workload.preset": "--preset", "workload.train_samples": "--train-samples",
+             "workload.init_from": "--init-from", "workload.replicas": "--replicas",
+             "scenarios[0]": "--scenario", "reference": "--reference"}
+
+
 def _split_modes(values: list[str]) -> list[str]:
     return [m for v in values for m in v.split(",") if m.strip()]
+
+
+def _parse_modes(values: list[str]) -> tuple[ModeSpec, ...]:
+    """--modes as ModeSpecs; a ValueError naming the flag, the value and the syntax."""
+    modes = []
+    for text in _split_modes(values):
+        try:
+            modes.append(parse_mode(text))
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"--modes {text!r}: {err}\n  {MODE_SYNTAX}") from None
+    return tuple(modes)
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     from bench.launch.choice import LAUNCHERS
 
     p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
-                   help="auto: netns when root and `ip netns` works, else local (unshaped)")
+                   help="default auto: netns when root and `ip netns` works, else local "
+                        "(unshaped)")
     p.add_argument("--hostfile", type=Path, default=None,
                    help="--launcher ssh: the hosts, `HOST slots=N interface=DEV ...` a line, "
-                        "or YAML (bench/launch/ssh/hostfile.py)")
+                        "or YAML (bench/launch/ssh/hostfile.py; default: none)")
     p.add_argument("--no-shaping", action="store_true",
                    help="--launcher ssh: shape nothing; probe and record the real links")
     p.add_argument("--fresh", action="store_true",
                    help="rerun every cell, even those finished earlier")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check every cell, print the cells, their placement and the time "
+                        "estimate; bring nothing up, write nothing")
 
 
 def launcher_options(args) -> dict:
@@ -79,16 +111,21 @@ def build_parser() -> argparse.ArgumentParser:
                           f"(default: {' '.join(DEFAULT_GRID)})")
     run.add_argument("--steps", type=int, default=defaults.steps,
                      help=f"measured steps after the warm-up (default {defaults.steps})")
-    run.add_argument("--warmup-epochs", type=int, default=defaults.warmup_epochs)
+    run.add_argument("--warmup-epochs", type=int, default=defaults.warmup_epochs,
+                     help="uncompressed epochs before the measured steps (default "
+                          f"{defaults.warmup_epochs})")
     run.add_argument("--train-samples", type=int, default=defaults.train_samples,
-                     help="training windows (one warm-up epoch = one pass over them)")
+                     help="training windows (one warm-up epoch = one pass over them; "
+                          f"default {defaults.train_samples})")
     run.add_argument("--preset", default=None,
                      help="model preset (default: the tiny preset sized for the stages)")
     run.add_argument("--stages", type=int, default=None,
                      help="pipeline stages (default: the scenario's layout, e.g. 4; the "
                           "aqsgd+gc cells then run 2 stages x 2 replicas on the same hosts)")
-    run.add_argument("--replicas", type=int, default=defaults.replicas)
-    run.add_argument("--seed", type=int, default=defaults.seed)
+    run.add_argument("--replicas", type=int, default=defaults.replicas,
+                     help=f"data-parallel replicas of the pipeline (default {defaults.replicas})")
+    run.add_argument("--seed", type=int, default=defaults.seed,
+                     help=f"seed of data order, dropout and init (default {defaults.seed})")
     run.add_argument("--init-from", default=defaults.init_from,
                      help="starting weights: 'pretrained' (cached checkpoint, built once; "
                           "default), 'none' (random init) or a state-dict path")
@@ -172,13 +209,27 @@ def finish_sweep(sweep_dir: Path, title: str | None = None) -> int:
     return EXIT_OK
 
 
+def _results_dir(path: Path, flag: str) -> Path:
+    """`path` if it can hold results (a directory, or nothing yet); a ValueError naming
+    `flag` for an existing file."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file, not a results directory: name a "
+                         f"directory (it is created if missing)")
+    return path
+
+
 def _run_and_finish(spec: SweepSpec, out: Path | None, args, title: str) -> int:
     """Run (resume) a sweep into `out` (default results/<sweep name>), then print its
-    table, figures and report; the exit code."""
+    table, figures and report; the exit code. With --dry-run: what would run, nothing
+    done (bench.harness.run.dry_run)."""
     from bench import REPO_ROOT
-    from bench.harness.run import run_sweep
+    from bench.harness.run import dry_run, run_sweep
 
-    out = out or REPO_ROOT / "results" / spec.name
+    out = _results_dir(out or REPO_ROOT / "results" / spec.name, "--out")
+    if args.dry_run:
+        dry_run(spec, out, launcher=args.launcher, fresh=args.fresh,
+                launcher_options=launcher_options(args))
+        return EXIT_OK
     started = time.monotonic()
     run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh, quiet=args.quiet,
               launcher_options=launcher_options(args))
@@ -187,25 +238,44 @@ def _run_and_finish(spec: SweepSpec, out: Path | None, args, title: str) -> int:
     return code
 
 
-def _cmd_run(args) -> int:
+def _run_spec(args) -> SweepSpec:
+    """The sweep `bench run` runs, every cell checked; a check that fails names the flag
+    that decides it (RUN_FLAGS)."""
     from bench.harness.defaults import bench_workload
+    from bench.harness.preflight import check_sweep
     from bench.net.scenario import load_scenario
 
-    modes = tuple(parse_mode(m) for m in _split_modes(args.modes))
-    workload = bench_workload(load_scenario(args.scenario), dataclasses.replace(
-        Workload(), steps=args.steps, warmup_epochs=args.warmup_epochs,
-        train_samples=args.train_samples, replicas=args.replicas, seed=args.seed,
-        init_from=None if args.init_from in ("none", "") else args.init_from),
-        stages=args.stages, preset=args.preset)
+    modes = _parse_modes(args.modes)
+    scenario = load_scenario(args.scenario)
+    try:
+        workload = bench_workload(scenario, dataclasses.replace(
+            Workload(), steps=args.steps, warmup_epochs=args.warmup_epochs,
+            train_samples=args.train_samples, replicas=args.replicas, seed=args.seed,
+            init_from=None if args.init_from in ("none", "") else args.init_from),
+            stages=args.stages, preset=args.preset)
+    except (ValueError, TypeError) as err:  # Workload's own checks name its fields
+        field = re.search(r"Workload\.(\w+)", str(err))
+        flag = f"--{field[1].replace('_', '-')}: " if field else ""
+        raise ValueError(f"{flag}{err}") from None
     name = Path(args.scenario).stem
     reference = None if args.reference in ("none", "", name) else args.reference
     spec = SweepSpec(name=name, scenarios=(args.scenario,), modes=modes, workload=workload,
                      reference_scenario=reference)
-    return _run_and_finish(spec, args.out, args, title=f"Benchmark: scenario {name}")
+    try:
+        check_sweep(spec)
+    except SpecError as err:
+        flag = RUN_FLAGS.get(err.field or "", "the run's options")
+        raise ValueError(f"{flag}: {err.text}") from None
+    return spec
+
+
+def _cmd_run(args) -> int:
+    spec = _run_spec(args)
+    return _run_and_finish(spec, args.out, args, title=f"Benchmark: scenario {spec.name}")
 
 
 def _cmd_sweep(args) -> int:
-    spec = load_sweep(args.file)
+    spec = load_checked_sweep(args.file)  # every cell checked; errors name file and field
     return _run_and_finish(spec, args.out, args, title=f"Sweep {spec.name}")
 
 
@@ -215,6 +285,12 @@ def _cmd_docker_compose(args) -> int:
     from bench.launch.docker.compose import write_compose
     from bench.net.scenario import load_scenario
 
+    if args.out.is_dir():
+        raise ValueError(f"--out {args.out} is a directory: name the compose file to write, "
+                         f"e.g. {args.out / 'compose.yaml'}")
+    if args.image is not None and not args.image.strip():
+        raise ValueError("--image '': name a worker image, or leave --image out for the one "
+                         "`make docker-image` builds")
     config = load_config(REPO_ROOT / args.config)
     n_hosts = config.pipeline.stages * config.pipeline.replicas
     path = write_compose(args.out, load_scenario(args.scenario), n_hosts=n_hosts,
@@ -225,7 +301,22 @@ def _cmd_docker_compose(args) -> int:
     return EXIT_OK
 
 
+def _check_has_cells(path: Path) -> None:
+    """A ValueError unless `path` holds result cells (bench.results.files.find_cells)."""
+    from bench.results.files import find_cells
+
+    if path.is_file():
+        raise ValueError(f"{path} is a file: name a results directory (a sweep's, a cell's "
+                         f"or a tree of them, e.g. results/100mbps)")
+    if not find_cells([path]):
+        raise ValueError(f"no result cells under {path} (no */meta.json): write them with "
+                         f"`python -m bench run --scenario NAME --out {path}` or "
+                         f"`python -m bench sweep FILE --out {path}`")
+
+
 def _cmd_report(args) -> int:
+    for path in args.paths:
+        _check_has_cells(path)
     code = EXIT_OK
     for path in args.paths:
         code = max(code, finish_sweep(path))
@@ -241,8 +332,12 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_sweep(args)
         if args.command == "report":
             return _cmd_report(args)
+        if getattr(args, "modes", None):  # bench model
+            _parse_modes(args.modes)
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as err:  # ScenarioError is a ValueError
+    # ScenarioError and SpecError are ValueErrors; OSError: a path that cannot be read or
+    # written, named in the message
+    except (ValueError, TypeError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import REPO_ROOT
+from bench.harness.preflight import load_checked_sweep
 from bench.harness.run import CellOutcome, estimate_line, pending_cells, run_sweep
-from bench.harness.sweep import SweepSpec, load_sweep
+from bench.harness.sweep import SweepSpec
 from bench.launch.choice import LAUNCHERS
+from bench.results.files import find_cells
 
 __all__ = ["CONVERGENCE_LAUNCHER", "SIZES", "ConvergencePlan", "add_arguments", "plan",
            "run_convergence", "run_plan", "state_times", "sweep_file", "write_report"]
@@ -56,10 +58,10 @@ def plan(size: str, results: Path | None = None, throughput_results: Path | None
          with_throughput: bool = True) -> ConvergencePlan:
     """Load the size's sweep (and the throughput sweep it names, unless
     `with_throughput` is false); results default to results/<sweep name>/."""
-    spec = load_sweep(sweep_file(size))
+    spec = load_checked_sweep(sweep_file(size))
     tp = None
     if spec.throughput is not None and with_throughput:
-        tp = load_sweep(SWEEPS_DIR / f"{spec.throughput}.yaml")
+        tp = load_checked_sweep(SWEEPS_DIR / f"{spec.throughput}.yaml")
     tp_name = spec.throughput or "paper"
     return ConvergencePlan(spec, results or REPO_ROOT / "results" / spec.name, tp,
                            throughput_results or REPO_ROOT / "results" / tp_name)
@@ -77,8 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "there are)")
     p.add_argument("--no-run", action="store_true", help="report from existing cells only")
     p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
-                   help="launcher of the throughput cells (the convergence cells run on "
-                        "the local launcher, unshaped)")
+                   help="launcher of the throughput cells (default auto; the convergence "
+                        "cells run on the local launcher, unshaped)")
     p.add_argument("--fresh", action="store_true", help="rerun every cell")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_convergence)
@@ -120,9 +122,14 @@ def write_report(conv_dir: Path, throughput_dir: Path, out: Path) -> Path:
 
 
 def run_convergence(args) -> int:
-    """Run unless --no-run, then write the report; 1 when a cell failed, else 0."""
+    """Run unless --no-run, then write the report; 1 when a cell failed, else 0. With
+    --no-run and no convergence cells to report on: a ValueError (bad input)."""
     p = plan(args.size, args.results, args.throughput_results,
              with_throughput=not (args.no_throughput or args.no_run))
+    if args.no_run and not (p.results.is_dir() and find_cells([p.results])):
+        raise ValueError(f"--no-run: no convergence cells under {p.results}; run them first "
+                         f"(`python -m bench convergence --size {args.size}`) or name their "
+                         f"directory with --results")
     code = 0 if args.no_run else run_plan(p, launcher=args.launcher, fresh=args.fresh,
                                           quiet=args.quiet)
     report = write_report(p.results, p.throughput_results, args.out or p.results / "report")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from aqsgd.model.config import PRESETS, tiny_preset_for
+from aqsgd.model.config import PRESETS, TINY_FAMILY, tiny_preset_for
 from bench.harness.sweep import Workload
 from bench.net.scenario import NetworkScenario
 
@@ -31,12 +31,25 @@ def bench_workload(scenario: NetworkScenario, workload: Workload, *,
                    stages: int | None = None, preset: str | None = None) -> Workload:
     """`workload` with the stages, preset and data-parallel stages of a `bench run` on
     `scenario` (module docstring); `stages` / `preset` given on the command line win.
-    A ValueError when no tiny preset is sized for the depth and none is given, or when
-    the preset has fewer blocks than the data-parallel cells' stages need."""
+    A ValueError for stages < 1 or an unknown preset, when no tiny preset is sized for
+    the depth and none is given, or when the preset has fewer blocks than the
+    data-parallel cells' stages need."""
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"preset {preset!r} is not a model preset: one of "
+                         f"{', '.join(PRESETS)} (or leave it out: the tiny preset sized for "
+                         f"the stages)")
+    if stages is not None and (isinstance(stages, bool) or stages < 1):
+        raise ValueError(f"stages must be >= 1, got {stages!r}")
     if stages is None:
         stages = scenario.layout.stages
         if stages * workload.replicas > scenario.n_hosts:  # --replicas 2 on 4 hosts: 2 x 2
             stages = max(1, scenario.n_hosts // workload.replicas)
+            if preset is None and stages not in TINY_FAMILY.values():
+                raise ValueError(
+                    f"{workload.replicas} replicas on scenario {scenario.name!r} "
+                    f"({scenario.n_hosts} hosts) leave {stages} stage(s) each, and no tiny "
+                    f"preset is sized for that depth: pass --stages and --preset, or fewer "
+                    f"replicas")
     if preset is None:
         try:
             preset = tiny_preset_for(stages)

@@ -32,6 +32,7 @@ from bench.launch.choice import LAUNCHERS
 from bench.report.claims import CLAIMS_FILE
 from bench.report.paper import draw_paper_figures, write_model_report
 from bench.report.plots import print_figure_paths
+from bench.results.files import find_cells
 
 __all__ = ["add_arguments", "run_paper", "model_configs", "write_model_results"]
 
@@ -62,18 +63,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conv-results", type=Path,
                    help="convergence cells (default results/convergence)")
     p.add_argument("--out", type=Path, help="figures directory (default RESULTS/paper)")
-    p.add_argument("--claims", type=Path, default=CLAIMS_FILE)
+    p.add_argument("--claims", type=Path, default=CLAIMS_FILE,
+                   help="the published claims (default results/reference/claims.yaml)")
     p.add_argument("--no-run", action="store_true", help="draw from existing results only")
     p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
-                   help="launcher of the throughput cells (the convergence cells run on "
-                        "the local launcher, unshaped)")
+                   help="launcher of the throughput cells (default auto; the convergence "
+                        "cells run on the local launcher, unshaped)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run_paper)
 
 
 def run_paper(args) -> int:
-    """Run both sweeps unless --no-run, then draw; 1 when a cell failed, else 0."""
+    """Run both sweeps unless --no-run, then draw; 1 when a cell failed, else 0. With
+    --no-run and no throughput cells to draw from: a ValueError (bad input)."""
+    if not args.claims.is_file():
+        raise ValueError(f"--claims {args.claims}: no such file; the published claims are "
+                         f"{CLAIMS_FILE} (the default)")
     p = plan("default", args.conv_results, args.results)
+    if args.no_run and not (p.throughput_results.is_dir()
+                            and find_cells([p.throughput_results])):
+        raise ValueError(f"--no-run: no throughput cells under {p.throughput_results}; run "
+                         f"them first (`python -m bench paper`) or name their directory "
+                         f"with --results")
     code = 0
     if not args.no_run:
         code = run_plan(p, launcher=args.launcher, fresh=False, quiet=args.quiet)
@@ -151,7 +162,7 @@ def write_model_results(results: Path, conv_dir: Path, out: Path) -> list[Path]:
         configs = model_configs("gpt2-xl", 8, 1, 1, 32, list(PROJECTED_MODES))
         scn = scenario_for(load_scenario(scenario), 8, 1)
         texts.append(f"$ python -m bench model --preset gpt2-xl --stages 8 --profile "
-                     f"{gpu.name} --scenario {scenario}\n"
+                     f"{gpu.name} --scenario {scenario} --add-hosts\n"
                      + whatif_text(whatif(configs, scn, gpu), f"gpt2-xl on {scenario}"))
     text = "\n".join(texts) + "".join(f"\nskipped: {s}" for s in skipped)
     atomic_write_text(out / "model_whatif.txt", text + "\n")

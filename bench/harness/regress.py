@@ -40,7 +40,7 @@ from bench import REPO_ROOT
 from bench.launch.choice import LAUNCHERS
 from bench.report.summary import summarize
 from bench.report.tables import text_table
-from bench.results.files import BYTE_KINDS, load_metas, provenance, write_json
+from bench.results.files import BYTE_KINDS, find_cells, load_metas, provenance, write_json
 
 __all__ = [
     "LOSS_ABS_TOL",
@@ -186,24 +186,46 @@ def _write_baseline(baseline_dir: Path, rows: pd.DataFrame, results_dir: Path) -
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--update-baseline", action="store_true",
                    help="rewrite results/baseline/ from this run (deliberately)")
-    p.add_argument("--sweep-file", type=Path, default=SWEEP_FILE)
-    p.add_argument("--baseline", type=Path, default=BASELINE_DIR)
-    p.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "regress")
+    p.add_argument("--sweep-file", type=Path, default=SWEEP_FILE,
+                   help="the sweep to run (default scenarios/sweeps/regress.yaml)")
+    p.add_argument("--baseline", type=Path, default=BASELINE_DIR,
+                   help="directory of the committed baseline (default results/baseline)")
+    p.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "regress",
+                   help="where the sweep's cells go (default results/regress)")
     p.add_argument("--compare-only", type=Path, metavar="RESULTS",
-                   help="compare existing results instead of running the sweep")
-    p.add_argument("--launcher", default="auto", choices=LAUNCHERS)
+                   help="compare existing results instead of running the sweep (default: "
+                        "run it)")
+    p.add_argument("--launcher", default="auto", choices=LAUNCHERS,
+                   help="launcher of the sweep's cells (default auto)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run_regress)
 
 
-def run_regress(args) -> int:
-    from bench.harness.run import run_sweep
-    from bench.harness.sweep import load_sweep
+def _check_inputs(args) -> None:
+    """Bad input refused before the sweep runs: a ValueError naming the flag."""
+    baseline_path = args.baseline / "regress.csv"
+    if not args.update_baseline and not baseline_path.is_file():
+        raise ValueError(f"--baseline {args.baseline}: no baseline at {baseline_path}; write "
+                         f"one with `python -m bench regress --update-baseline`")
+    if args.compare_only is not None and not find_cells([args.compare_only]):
+        raise ValueError(f"--compare-only {args.compare_only}: no result cells there (no "
+                         f"*/meta.json); run `python -m bench regress` without it, or name "
+                         f"the directory a regress sweep wrote")
 
+
+def run_regress(args) -> int:
+    from bench.harness.preflight import load_checked_sweep
+    from bench.harness.run import run_sweep
+
+    try:
+        _check_inputs(args)
+    except ValueError as err:
+        print(f"error: {err}")
+        return 2
     results_dir = args.compare_only
     if results_dir is None:
         results_dir = args.out
-        run_sweep(load_sweep(args.sweep_file), results_dir, launcher=args.launcher,
+        run_sweep(load_checked_sweep(args.sweep_file), results_dir, launcher=args.launcher,
                   fresh=True, quiet=args.quiet)
     new = baseline_rows(summarize([results_dir]))
     if args.update_baseline:
@@ -216,11 +238,7 @@ def run_regress(args) -> int:
         print(f"baseline updated: {args.baseline / 'regress.csv'} ({len(new)} cells)")
         print(format_checks([_speedup_check(new)]))
         return 0
-    baseline_path = args.baseline / "regress.csv"
-    if not baseline_path.is_file():
-        print(f"error: no baseline at {baseline_path}; run with --update-baseline first")
-        return 2
-    checks = compare(pd.read_csv(baseline_path), new)
+    checks = compare(pd.read_csv(args.baseline / "regress.csv"), new)
     print(format_checks(checks))
     failures = [c for c in checks if c.ok is False]
     if failures:

@@ -3,13 +3,16 @@ the workers' JSONL into result files.
 
     python -m bench run --scenario 100mbps            # the default grid
     python -m bench sweep scenarios/sweeps/paper.yaml
+    python -m bench sweep scenarios/sweeps/paper.yaml --dry-run   # cells, placement, time
 
 Hosts are brought up once per scenario (all cells of that scenario share them; the
 probe runs once), then each cell writes its RunConfig (bench.harness.cells), starts
 `python -m aqsgd.train.worker` on host i for rank i, waits with a timeout and
 collects. A cell whose workers fail is recorded as failed (with the failing rank's
 log tail) and the sweep goes on; the caller turns failures into a non-zero exit code.
-The launcher is whichever `--launcher` names (bench.launch.choice.LAUNCHERS).
+The launcher is whichever `--launcher` names (bench.launch.choice.LAUNCHERS). Every
+cell is checked before anything is brought up (bench.harness.preflight.check_sweep);
+`dry_run` prints the cells, their placements and the time estimate, and does nothing.
 
 A scenario whose links have schedules (bench.net.schedule) has them started with each
 cell's workers and stopped, every link back to its own values, when they have exited
@@ -45,15 +48,17 @@ from bench.harness.checkpoint import prepare_checkpoints
 from bench.harness.meta import meta_head
 from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
 from bench.harness.outages import survivable as survivable_config
+from bench.harness.preflight import SweepPlan, check_sweep
 from bench.harness.progress import Progress
 from bench.harness.sweep import CellSpec, SweepSpec
 from bench.launch.base import Launcher
 from bench.launch.choice import LauncherChoice, choose_launcher
 from bench.launch.process import free_port, stop_all, wait_for_workers
 from bench.launch.schedules import ScheduleFailed
-from bench.net.placement import Placement, PlacementError, place
+from bench.net.placement import Placement
 from bench.net.probe import ProbeRecord, format_table, host_limited_warning
-from bench.net.scenario import NetworkScenario, load_scenario
+from bench.net.scenario import NetworkScenario
+from bench.report.tables import text_table
 from bench.results.files import (
     is_finished,
     log_tail,
@@ -64,8 +69,8 @@ from bench.results.files import (
     write_json,
 )
 
-__all__ = ["REPO_ROOT", "WORKER_CMD", "CellOutcome", "collect_metrics", "estimate_line",
-           "machine_factor", "pending_cells", "run_cell", "run_sweep"]
+__all__ = ["REPO_ROOT", "WORKER_CMD", "CellOutcome", "collect_metrics", "dry_run",
+           "estimate_line", "machine_factor", "pending_cells", "run_cell", "run_sweep"]
 
 LOG_TAIL_LINES = 40
 WORKER_CMD = (sys.executable, "-m", "aqsgd.train.worker")
@@ -197,21 +202,6 @@ def _fail_group(cells: list[CellSpec], sweep_dir: Path, sweep: str, choice: Laun
     return outcomes
 
 
-def place_cells(cells: list[CellSpec], scenarios: dict[str, NetworkScenario]
-                ) -> dict[str, Placement]:
-    """Each cell's placement on its scenario's hosts (bench.net.placement.place, the one
-    rule); a cell that does not fit is refused before anything runs (PlacementError,
-    naming the cell, what it asks and what the scenario has)."""
-    placements = {}
-    for cell in cells:
-        w = cell.workload
-        try:
-            placements[cell.name] = place(scenarios[cell.scenario], w.stages, w.replicas)
-        except PlacementError as err:
-            raise PlacementError(f"cell {cell.name}: {err}") from None
-    return placements
-
-
 def pending_cells(spec: SweepSpec, sweep_dir: Path, *, fresh: bool = False,
                   git_commit: str | None = None) -> list[CellSpec]:
     """The cells of `spec` that a run into `sweep_dir` would run: all with `fresh`, else
@@ -257,6 +247,43 @@ def estimate_line(spec: SweepSpec, todo: list[CellSpec], sweep_dir: Path) -> str
     return f"{head}, about {seconds / 60:.1f} min ({source})"
 
 
+def _cell_rows(spec: SweepSpec, cells: tuple[CellSpec, ...], todo: list[CellSpec]
+               ) -> list[list[str]]:
+    rows = []
+    for c in cells:
+        w = c.workload
+        rows.append([c.name, c.scenario_name, str(c.mode), f"{w.stages} x {w.replicas}",
+                     w.preset, f"{w.total_steps} ({w.warmup_steps})",
+                     f"{spec.timing.cell_s(c):.0f}" if spec.timing else "-",
+                     "run" if c in todo else "skip: finished earlier by this commit"])
+    return rows
+
+
+def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: bool = False,
+            echo: Callable[[str], None] = print,
+            launcher_options: dict | None = None) -> SweepPlan:
+    """What run_sweep would do, with nothing done: the launcher it would choose, every
+    cell (to run, or finished earlier), each placement the cells use and the time
+    estimate. Checks what run_sweep checks (bad input raises the same); brings up no
+    host, builds no checkpoint and writes no file (`sweep_dir` only read)."""
+    plan = check_sweep(spec)
+    choice = choose_launcher(launcher, **(launcher_options or {}))
+    todo = pending_cells(spec, sweep_dir, fresh=fresh)
+    echo(f"dry run of sweep {spec.name} into {sweep_dir}: nothing is brought up, "
+         f"nothing is written")
+    echo(f"{'' if choice.shaped else 'WARNING: '}launcher {choice.name}: {choice.reason}")
+    echo(text_table(["cell", "scenario", "mode", "stages x replicas", "preset",
+                     "steps (warm-up)", "est. s", "status"], _cell_rows(spec, plan.cells, todo)))
+    shown = set()
+    for cell in plan.cells:
+        layout = (cell.scenario, cell.workload.stages, cell.workload.replicas)
+        if layout not in shown:
+            shown.add(layout)
+            echo(plan.placements[cell.name].table())
+    echo(estimate_line(spec, todo, sweep_dir))
+    return plan
+
+
 def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
               fresh: bool = False, quiet: bool = False,
               echo: Callable[[str], None] = print,
@@ -264,13 +291,13 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
               launcher_options: dict | None = None) -> list[CellOutcome]:
     """Run every unfinished cell of `spec` into `sweep_dir`; returns one
     outcome per cell (skipped ones included). Never raises for a cell that
-    fails; raises for bad input (an unknown scenario: bench.net.scenario.ScenarioError,
-    listing the available ones) before anything runs. States the estimated time
-    (estimate_line) before the first cell; the progress bar counts estimated seconds.
-    `launcher_options`: the launcher's own (ssh: hostfile, shaping), for choose_launcher."""
-    cells = spec.cells()
-    scenarios = {name: load_scenario(name) for name in dict.fromkeys(c.scenario for c in cells)}
-    placements = place_cells(cells, scenarios)
+    fails; raises for bad input (bench.harness.preflight.check_sweep: an unknown
+    scenario, a cell that does not fit its hosts or its preset, ...) before anything
+    runs. States the estimated time (estimate_line) before the first cell; the progress
+    bar counts estimated seconds. `launcher_options`: the launcher's own (ssh: hostfile,
+    shaping), for choose_launcher."""
+    plan = check_sweep(spec)
+    cells, scenarios, placements = list(plan.cells), plan.scenarios, plan.placements
     choice = choose_launcher(launcher, **(launcher_options or {}))
     tone = "" if choice.shaped else "WARNING: "
     echo(f"{tone}launcher {choice.name}: {choice.reason}")

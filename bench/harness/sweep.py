@@ -449,7 +449,8 @@ def _sweep(file: SweepFile) -> SweepSpec:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Parse and validate a sweep file; errors (SpecError, a ValueError) name the file
-    and the field."""
+    and the field. bench.harness.preflight.load_checked_sweep also checks every cell as
+    it would run."""
     raw = read_file(path, what="sweep file")
     with raising(source=str(path)):
         return _sweep(validate(SweepFile, raw))

@@ -1,12 +1,18 @@
 """The model's commands, wired into `python -m bench` (bench/__main__.py):
 
-    python -m bench model --preset gpt2-xl --stages 8 --profile a100-bf16 --scenario 100mbps
+    python -m bench model --preset gpt2-xl --stages 8 --profile a100-bf16 --scenario 100mbps-8hosts
     python -m bench model ... --rate-mbit 500           # every link of the scenario at 500
+    python -m bench model ... --scenario 100mbps --add-hosts   # 8 stages on a 4-host file
     python -m bench profile --out profiles/cpu-2core.yaml --cells results/paper
     python -m bench validate --profile cpu-2core results/paper results/regress
 
 `model` needs the run config each mode gets, built as the harness builds a cell's
-(`configs_for`, passed in by the command line so this package imports no harness).
+(`configs_for`, passed in by the command line so this package imports no harness). It
+refuses what `bench run` refuses: a layout that needs more hosts than the scenario has
+(bench.net.placement), unless `--add-hosts` gives the scenario's default link to the
+hosts it lacks. A mode that runs another layout than asked (aqsgd+gc needs 2 replicas)
+gets fp32 of that layout beside it, and the table shows every row's layout. Bad input
+raises a ValueError naming the flag (the command line prints it and exits 2).
 """
 
 from __future__ import annotations
@@ -15,54 +21,147 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from aqsgd.model.config import PRESETS
 from aqsgd.train.config import RunConfig
-from bench.net.scenario import load_scenario
+from bench.net.placement import PlacementError, place
+from bench.net.scenario import NetworkScenario, load_scenario
 from bench.perfmodel.measure import measure_profile
-from bench.perfmodel.profile import PROFILE_DIR, load_profile, write_profile
+from bench.perfmodel.profile import PROFILE_DIR, Profile, load_profile, write_profile
 from bench.perfmodel.validate import TARGET, fit_comm, load_cells, validate_cells, worst_cell
-from bench.perfmodel.whatif import scenario_for, whatif, whatif_text
+from bench.perfmodel.whatif import is_fp32, scenario_for, whatif, whatif_text
+from bench.results.files import find_cells
 
 __all__ = ["WHATIF_MODES", "add_model_arguments", "add_profile_arguments",
-           "add_validate_arguments", "run_model", "run_profile", "run_validate"]
+           "add_validate_arguments", "available_profiles", "find_profile", "run_model",
+           "run_profile", "run_validate"]
 
 # The paper's GPT-2 bits (fw 4 / bw 8) and the suite's default aqsgd bits (2 / 4), beside
 # fp32 and bf16 (the half-precision baseline).
 WHATIF_MODES = ("fp32", "bf16", "directq:4/8", "aqsgd:4/8", "aqsgd:2/4")
 ConfigsFor = Callable[..., dict[str, RunConfig]]
+Layout = tuple[int, int]  # (stages, replicas)
+
+
+def available_profiles() -> list[str]:
+    """The profile names under profiles/ (what `--profile NAME` accepts)."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def find_profile(name: str | Path) -> Profile:
+    """The profile `name` names (a file, or a name under profiles/ without .yaml); a
+    ValueError listing the available ones when there is none."""
+    path = Path(name)
+    if not path.suffix and not path.exists():
+        path = PROFILE_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"--profile {str(name)!r}: no profile at {path}; available: "
+                         f"{', '.join(available_profiles())} (names in {PROFILE_DIR}), or a "
+                         f"profile file's path (`python -m bench profile` measures this "
+                         f"machine's)")
+    return load_profile(path)
 
 
 def add_model_arguments(p: argparse.ArgumentParser, configs_for: ConfigsFor) -> None:
-    p.add_argument("--preset", default="gpt2-xl")
-    p.add_argument("--stages", type=int, default=8)
-    p.add_argument("--replicas", type=int, default=1)
-    p.add_argument("--micro-batch-size", type=int, default=1)
+    p.add_argument("--preset", default="gpt2-xl", choices=list(PRESETS),
+                   help="model preset (default gpt2-xl)")
+    p.add_argument("--stages", type=int, default=8, help="pipeline stages (default 8)")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="data-parallel replicas (default 1; aqsgd+gc runs at least 2, and "
+                        "fp32 then runs that layout too)")
+    p.add_argument("--micro-batch-size", type=int, default=1,
+                   help="samples per micro-batch (default 1)")
     p.add_argument("--micro-batches", type=int, default=32,
-                   help="micro-batches per step and replica (batch = this x micro-batch size)")
-    p.add_argument("--profile", required=True, help="a profile file, or a name in profiles/")
+                   help="micro-batches per step and replica (default 32; batch = this x "
+                        "micro-batch size)")
+    p.add_argument("--profile", required=True,
+                   help=f"a profile file, or a name in profiles/ "
+                        f"({', '.join(available_profiles())})")
     p.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
-    p.add_argument("--rate-mbit", type=float, help="every default link of the scenario at R")
-    p.add_argument("--modes", nargs="+", default=list(WHATIF_MODES))
+    p.add_argument("--rate-mbit", type=float,
+                   help="every default link of the scenario at R Mbit/s (default: the "
+                        "scenario's own rates)")
+    p.add_argument("--add-hosts", action="store_true",
+                   help="give the scenario's default link to the hosts a layout needs and "
+                        "the scenario lacks (default: such a layout is refused, as `bench "
+                        "run` refuses it)")
+    p.add_argument("--modes", nargs="+", default=list(WHATIF_MODES),
+                   help=f"modes as NAME[/GRAD][:FW/BW] (default {' '.join(WHATIF_MODES)})")
     p.set_defaults(func=lambda args: run_model(args, configs_for))
 
 
-def run_model(args, configs_for: ConfigsFor) -> int:
-    profile = load_profile(args.profile)
-    scenario = scenario_for(load_scenario(args.scenario), args.stages, args.replicas,
-                            args.rate_mbit)
+def _check_model_args(args) -> None:
+    for flag, value in (("--stages", args.stages), ("--replicas", args.replicas),
+                        ("--micro-batch-size", args.micro_batch_size),
+                        ("--micro-batches", args.micro_batches)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    blocks = PRESETS[args.preset].n_layer
+    if args.stages > blocks:
+        raise ValueError(f"--stages {args.stages}: preset {args.preset!r} has {blocks} "
+                         f"blocks (a stage needs at least one): at most {blocks} stages, or "
+                         f"a deeper --preset")
+
+
+def _layout(config: RunConfig) -> Layout:
+    return config.pipeline.stages, config.pipeline.replicas
+
+
+def _rows(args, configs_for: ConfigsFor) -> list[tuple[str, RunConfig]]:
+    """Every mode's config, and fp32 at each other layout a mode runs (aqsgd+gc's
+    replicas) just before that mode, so each row has fp32 of its own shape."""
     configs = configs_for(args.preset, args.stages, args.replicas, args.micro_batch_size,
-                          args.micro_batches, args.modes)
+                          args.micro_batches, list(args.modes))
+    rows: list[tuple[str, RunConfig]] = []
+    have = {_layout(c) for c in configs.values() if is_fp32(c)}
+    for mode, config in configs.items():
+        layout = _layout(config)
+        if have and layout not in have:
+            stages, replicas = layout
+            rows.append(("fp32", configs_for(args.preset, stages, replicas,
+                                             args.micro_batch_size, args.micro_batches,
+                                             ["fp32"])["fp32"]))
+            have.add(layout)
+        rows.append((mode, config))
+    return rows
+
+
+def _check_hosts(rows: list[tuple[str, RunConfig]], scenario: NetworkScenario) -> None:
+    for mode, config in rows:
+        stages, replicas = _layout(config)
+        try:
+            place(scenario, stages, replicas)
+        except PlacementError as err:
+            raise ValueError(f"mode {mode} ({stages} stages x {replicas} replica(s)): {err}; "
+                             f"or --add-hosts to give the scenario's default link to the "
+                             f"hosts it lacks") from None
+
+
+def run_model(args, configs_for: ConfigsFor) -> int:
+    _check_model_args(args)
+    profile = find_profile(args.profile)
+    scenario = load_scenario(args.scenario)
+    rows = _rows(args, configs_for)
+    if not args.add_hosts:
+        _check_hosts(rows, scenario)
+    try:
+        scenario = scenario_for(scenario, args.stages, args.replicas, args.rate_mbit)
+    except ValueError as err:  # the rate out of the scenario file's bounds
+        raise ValueError(f"--rate-mbit {args.rate_mbit:g}: {err}") from None
     rate = f" at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else ""
     title = (f"{args.preset}, {args.stages} stages x {args.replicas} replica(s), micro-batch "
              f"{args.micro_batch_size} x {args.micro_batches}, scenario {scenario.name}{rate}, "
              f"profile {profile.name}")
-    print(whatif_text(whatif(configs, scenario, profile), title), end="")
+    print(whatif_text(whatif(rows, scenario, profile), title), end="")
     return 0
 
 
 def add_profile_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=PROFILE_DIR / "cpu-this-machine.yaml")
-    p.add_argument("--name", default="cpu-this-machine")
-    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--out", type=Path, default=PROFILE_DIR / "cpu-this-machine.yaml",
+                   help="the profile file to write (default profiles/cpu-this-machine.yaml)")
+    p.add_argument("--name", default="cpu-this-machine",
+                   help="the profile's name (default cpu-this-machine)")
+    p.add_argument("--repeats", type=int, default=10,
+                   help="timed calls per measurement (default 10)")
     p.add_argument("--cells", type=Path, nargs="*", default=[],
                    help="measured cells whose fp32 cells fit the runtime's per-message cost "
                         "and overlap (default: none, comm left at its defaults)")
@@ -70,10 +169,22 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_profile(args) -> int:
+    """Bad input is refused before the (minutes of) measuring."""
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    if not args.name.strip():
+        raise ValueError("--name '': name the profile (it is the file's `name`)")
+    if args.out.is_dir():
+        raise ValueError(f"--out {args.out} is a directory: name the profile file, e.g. "
+                         f"{args.out / (args.name + '.yaml')}")
+    fp32 = [c for c in load_cells(args.cells) if c.meta["cell"]["mode"] == "fp32"]
+    if args.cells and not fp32:
+        raise ValueError(f"--cells {' '.join(map(str, args.cells))}: no finished fp32 cell "
+                         f"with measured steps to fit the runtime's costs on; name the "
+                         f"results of `make paper` or `bench run`, or leave --cells out")
     profile = measure_profile(args.repeats, args.name)
     note = "comm: defaults (no cells given)"
     if args.cells:
-        fp32 = [c for c in load_cells(args.cells) if c.meta["cell"]["mode"] == "fp32"]
         profile = profile.replace(comm=fit_comm(fp32, profile))
         note = (f"comm fitted on {len(fp32)} fp32 cells of "
                 f"{', '.join(str(c) for c in args.cells)}")
@@ -85,13 +196,22 @@ def run_profile(args) -> int:
 
 def add_validate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", type=Path, nargs="+", help="cells, sweeps or result trees")
-    p.add_argument("--profile", required=True)
-    p.add_argument("--csv", type=Path, help="also write the table as CSV")
+    p.add_argument("--profile", required=True,
+                   help=f"a profile file, or a name in profiles/ "
+                        f"({', '.join(available_profiles())})")
+    p.add_argument("--csv", type=Path, help="also write the table as CSV (default: not)")
     p.set_defaults(func=run_validate)
 
 
 def run_validate(args) -> int:
-    table = validate_cells(args.paths, load_profile(args.profile))
+    if args.csv is not None and args.csv.is_dir():
+        raise ValueError(f"--csv {args.csv} is a directory: name the CSV file to write")
+    profile = find_profile(args.profile)
+    for path in args.paths:
+        if not find_cells([path]):
+            raise ValueError(f"no result cells under {path} (no */meta.json): name the "
+                             f"results of a run or sweep, e.g. results/paper")
+    table = validate_cells(args.paths, profile)
     if table.empty:
         print("no finished cells with measured steps")
         return 1

@@ -8,7 +8,7 @@ import pytest
 
 from bench.harness.defaults import bench_workload
 from bench.harness.modes import DEFAULT_GRID, parse_mode
-from bench.harness.run import place_cells
+from bench.harness.preflight import place_cells
 from bench.harness.sweep import SweepSpec, Workload
 from bench.net.scenario import load_scenario
 

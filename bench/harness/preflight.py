@@ -1,0 +1,161 @@
+"""A sweep checked whole, cell by cell, before anything is brought up.
+
+    plan = check_sweep(spec)                 # SweepPlan, or a SpecError naming the field
+    plan.placements["100mbps__fp32"].table() # which rank runs on which host
+
+Every cell of `spec.cells()` is checked as it would run: its scenario loads
+(bench.net.scenario), its stages x replicas fit the scenario's hosts
+(bench.net.placement.place, the one rule), its preset has a block for every stage, its
+training split fills one step, the starting-weights file it names exists, and its
+RunConfig builds (bench.harness.cells.run_config, `Workload.overrides` included). The
+first problem raises a SpecError whose field is the sweep's own field that decides it:
+'workload.stages', 'variants[0].workload.train_samples', 'workload.gc_stages' (the
+data-parallel cells), 'scenarios[1]', 'reference'. load_checked_sweep(path) puts the
+file's name in front; `python -m bench run` names its flags instead (bench.__main__).
+
+    spec = load_checked_sweep("scenarios/sweeps/paper.yaml")   # parsed and checked
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aqsgd.model.config import PRESETS
+from bench import REPO_ROOT
+from bench.harness.cells import run_config
+from bench.harness.sweep import CellSpec, SweepSpec, Workload, load_sweep
+from bench.net.placement import Placement, PlacementError, place
+from bench.net.scenario import NetworkScenario, load_scenario
+from specfile import SpecError, raising
+
+__all__ = ["SWEEPS_DIR", "SweepPlan", "UnplacedCellError", "check_sweep",
+           "load_checked_sweep", "place_cells"]
+
+SWEEPS_DIR = REPO_ROOT / "scenarios" / "sweeps"
+
+
+class UnplacedCellError(SpecError, PlacementError):
+    """A cell that does not fit its scenario's hosts: a PlacementError that names the
+    sweep's field deciding its layout."""
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep will run, checked: its cells in run order, the scenarios they name
+    (by the name a cell gives) and each cell's placement (by cell name)."""
+
+    cells: tuple[CellSpec, ...]
+    scenarios: dict[str, NetworkScenario]
+    placements: dict[str, Placement]
+
+
+def place_cells(cells: list[CellSpec], scenarios: dict[str, NetworkScenario]
+                ) -> dict[str, Placement]:
+    """Each cell's placement on its scenario's hosts (bench.net.placement.place, the one
+    rule); a cell that does not fit is refused before anything runs (PlacementError,
+    naming the cell, what it asks and what the scenario has)."""
+    placements = {}
+    for cell in cells:
+        w = cell.workload
+        try:
+            placements[cell.name] = place(scenarios[cell.scenario], w.stages, w.replicas)
+        except PlacementError as err:
+            raise PlacementError(f"cell {cell.name}: {err}") from None
+    return placements
+
+
+def _source(spec: SweepSpec, cell: CellSpec) -> tuple[str, Workload]:
+    """Where in the sweep `cell`'s workload comes from: ('workload', the sweep's) or
+    ('variants[K].workload', that variant's)."""
+    for k, variant in enumerate(spec.variants):
+        if cell.workload.variant and variant.workload.variant == cell.workload.variant:
+            return f"variants[{k}].workload", variant.workload
+    return "workload", spec.workload
+
+
+def _field(spec: SweepSpec, cell: CellSpec, key: str) -> str:
+    """The sweep field that sets Workload `key` for `cell`: a variant's own value, else
+    the sweep's workload."""
+    prefix, workload = _source(spec, cell)
+    if prefix != "workload" and getattr(workload, key) == getattr(spec.workload, key):
+        prefix = "workload"  # the variant inherits it
+    return f"{prefix}.{key}"
+
+
+def _data_parallel(spec: SweepSpec, cell: CellSpec) -> bool:
+    """The cell runs with `gc_replicas` replicas (and `gc_stages` stages) instead of its
+    workload's: aqsgd+gc on a one-replica workload, and fp32 beside it."""
+    return cell.workload.replicas != _source(spec, cell)[1].replicas
+
+
+def _scenario_field(spec: SweepSpec, name: str) -> str:
+    return f"scenarios[{spec.scenarios.index(name)}]" if name in spec.scenarios else "reference"
+
+
+def _load_scenarios(spec: SweepSpec, cells: list[CellSpec]) -> dict[str, NetworkScenario]:
+    scenarios = {}
+    for name in dict.fromkeys(c.scenario for c in cells):
+        try:
+            scenarios[name] = load_scenario(name)
+        except ValueError as err:  # ScenarioError: lists the available ones
+            raise SpecError(str(err), _scenario_field(spec, name)) from None
+    return scenarios
+
+
+def _deeper_presets(stages: int) -> str:
+    deep = sorted((p.n_layer, name) for name, p in PRESETS.items() if p.n_layer >= stages)
+    return ", ".join(f"{name} ({n})" for n, name in deep[:3]) or "none"
+
+
+def _check_cell(spec: SweepSpec, cell: CellSpec, scenario: NetworkScenario) -> Placement:
+    w = cell.workload
+    dp = _data_parallel(spec, cell)
+    stages_field = _field(spec, cell, "gc_stages" if dp else "stages")
+    try:
+        placement = place_cells([cell], {cell.scenario: scenario})[cell.name]
+    except PlacementError as err:
+        raise UnplacedCellError(str(err), stages_field) from None
+    blocks = PRESETS[w.preset].n_layer
+    if w.stages > blocks:
+        raise SpecError(f"cell {cell.name}: preset {w.preset!r} has {blocks} blocks, fewer "
+                        f"than its {w.stages} stages (a stage needs at least one): run at "
+                        f"most {blocks} stages, or a preset with {w.stages} blocks or more "
+                        f"(blocks: {_deeper_presets(w.stages)})", stages_field)
+    if w.train_samples < w.global_batch:
+        raise SpecError(f"cell {cell.name}: train_samples {w.train_samples} is fewer than "
+                        f"the {w.global_batch} samples of one step ({w.replicas} replica(s) x "
+                        f"{w.num_micro_batches} micro-batches x {w.micro_batch_size}): give "
+                        f"at least {w.global_batch}", _field(spec, cell, "train_samples"))
+    if w.init_from not in (None, "pretrained") and not Path(w.init_from).exists():
+        raise SpecError(f"cell {cell.name}: no starting weights at {w.init_from!r}: "
+                        f"'pretrained' (the cached checkpoint), null (random init) or an "
+                        f"existing state-dict file", _field(spec, cell, "init_from"))
+    try:
+        run_config(cell, Path("results") / cell.name)
+    except (ValueError, TypeError) as err:  # e.g. a bad Workload.overrides key
+        where = _field(spec, cell, "overrides") if w.overrides else _source(spec, cell)[0]
+        raise SpecError(f"cell {cell.name}: {err}", where) from None
+    return placement
+
+
+def check_sweep(spec: SweepSpec) -> SweepPlan:
+    """Every cell of `spec` checked as it would run (module docstring); the first
+    problem raises a SpecError whose field is the sweep's field that decides it."""
+    if spec.throughput is not None and not (SWEEPS_DIR / f"{spec.throughput}.yaml").is_file():
+        names = ", ".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))
+        raise SpecError(f"no sweep {spec.throughput!r} in {SWEEPS_DIR} for the step times "
+                        f"(available: {names})", "throughput")
+    cells = spec.cells()
+    scenarios = _load_scenarios(spec, cells)
+    placements = {c.name: _check_cell(spec, c, scenarios[c.scenario]) for c in cells}
+    return SweepPlan(tuple(cells), scenarios, placements)
+
+
+def load_checked_sweep(path: str | Path) -> SweepSpec:
+    """The sweep file at `path` (bench.harness.sweep.load_sweep), every cell checked
+    (check_sweep); every error names the file and the field."""
+    spec = load_sweep(path)
+    with raising(source=str(path)):
+        check_sweep(spec)
+    return spec
