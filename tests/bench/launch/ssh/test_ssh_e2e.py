@@ -117,13 +117,22 @@ def _cleanup_all_recorded() -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+def _suite_pids(sshd_hosts, i: int) -> list[int]:
+    """Host i's processes other than sshd's own per-connection sessions (`sshd:
+    root@notty`): a session whose client vanished while the link was down lives until
+    sshd's TCP connection times out; sshd made it, not the suite."""
+    return [p for p in sshd_hosts.pids(i) if not _cmdline(p).startswith("sshd: ")]
+
+
 def _assert_nothing_left(sshd_hosts, state: dict) -> None:
     deadline = time.monotonic() + 15.0
-    while any(sshd_hosts.pids(i) for i in range(sshd_hosts.n)) and time.monotonic() < deadline:
+    while any(_suite_pids(sshd_hosts, i) for i in range(sshd_hosts.n)) and \
+            time.monotonic() < deadline:
         time.sleep(0.2)  # the sessions of the cleanup's own connections end
     for i in range(sshd_hosts.n):
         assert sshd_hosts.qdiscs(i) == [], f"host {i}"
-        assert sshd_hosts.pids(i) == [], [_cmdline(p) for p in sshd_hosts.pids(i)]
+        left = _suite_pids(sshd_hosts, i)
+        assert left == [], [_cmdline(p) for p in left]
         assert not Path(HOST_RECORD_ROOT / f"{state['prefix']}-h{i}").exists()
     assert list((sshd_hosts.results / ".launcher").glob("aq*.json")) == []
     relays = [p["pid"] for p in state["processes"]]
