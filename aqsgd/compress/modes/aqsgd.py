@@ -15,13 +15,12 @@ from __future__ import annotations
 import torch
 
 from aqsgd import quant
-from aqsgd.compress.modes.base import ActivationMode, Comparison, packed_spec
-from aqsgd.compress.wire import WireSpec
+from aqsgd.compress.modes.base import Comparison, PackedCodes
 
 __all__ = ["AQSGD", "MODE", "COMPARISONS"]
 
 
-class AQSGD(ActivationMode):
+class AQSGD(PackedCodes):
     name = "aqsgd"
     rank = 2
     wire_format = 3
@@ -29,14 +28,6 @@ class AQSGD(ActivationMode):
     bench_cases = tuple(("fp32", b) for b in (2, 3, 4, 8))
     smoke_case = ("fp32", 2)
     profile_bits = 2
-
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.qcfg = cfg.quant_config()
-
-    @classmethod
-    def coded_spec(cls, cfg, q_shape) -> WireSpec:
-        return packed_spec(cfg, q_shape)
 
     def encode(self, rows, generator, m=None) -> list[torch.Tensor]:
         packed, scales = quant.aqsgd_encode(rows, m, self.qcfg, generator)

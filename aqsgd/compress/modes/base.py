@@ -27,7 +27,8 @@ import torch
 from aqsgd import quant
 from aqsgd.compress.wire import WireSpec
 
-__all__ = ["FMT_RAW", "FMT_WARMUP", "ActivationMode", "Comparison", "packed_spec"]
+__all__ = ["FMT_RAW", "FMT_WARMUP", "ActivationMode", "Comparison", "PackedCodes",
+           "packed_spec"]
 
 # header[0] of a message whose rows are all raw; a mode's `wire_format` is another value.
 FMT_RAW, FMT_WARMUP = 0, 1
@@ -79,6 +80,19 @@ class ActivationMode:
         place as on the sender and returned."""
         raise NotImplementedError(f"activation mode {self.name!r} codes no rows")
 
+
+
+class PackedCodes(ActivationMode):
+    """A mode that sends packed codes and fp16 scales of the message's QuantConfig
+    (`packed_spec`): directq and the aqsgd modes; each gives its own encode/decode."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.qcfg = cfg.quant_config()
+
+    @classmethod
+    def coded_spec(cls, cfg, q_shape: tuple[int, ...]) -> WireSpec:
+        return packed_spec(cfg, q_shape)
 
 @dataclass(frozen=True)
 class Comparison:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import torch
 
 from aqsgd import quant
-from aqsgd.compress.modes.base import ActivationMode, Comparison, packed_spec
-from aqsgd.compress.wire import WireSpec
+from aqsgd.compress.modes.base import Comparison, PackedCodes
 
 __all__ = ["DirectQ", "MODE", "COMPARISONS"]
 
 
-class DirectQ(ActivationMode):
+class DirectQ(PackedCodes):
     name = "directq"
     rank = 1
     wire_format = 2
@@ -24,14 +23,6 @@ class DirectQ(ActivationMode):
     bench_cases = tuple(("fp32", b) for b in (2, 3, 4, 8))
     smoke_case = ("fp32", 4)
     profile_bits = 4
-
-    def __init__(self, cfg) -> None:
-        super().__init__(cfg)
-        self.qcfg = cfg.quant_config()
-
-    @classmethod
-    def coded_spec(cls, cfg, q_shape) -> WireSpec:
-        return packed_spec(cfg, q_shape)
 
     def encode(self, rows, generator, m=None) -> list[torch.Tensor]:
         packed, scales = quant.quantize_packed(rows, self.qcfg, generator)
