@@ -64,7 +64,7 @@ METRIC_COLUMNS = (
     "compress_s", "samples", "tokens", "lr",
     *(f"bytes_sent_{k}" for k in BYTE_KINDS), "bytes_sent_total",
     *(f"bytes_recv_{k}" for k in BYTE_KINDS), "bytes_recv_total",
-    "wall_s",
+    "wall_s", "end_unix",
 )
 
 
