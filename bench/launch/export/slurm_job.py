@@ -16,8 +16,10 @@ through bench.launch.export.multihost.plan_hosts, as the printed multi-host comm
 are) on DEV with every node's address, runs it, writes `DIR/node{I}.json` (what it ran,
 the commands removing it, or why it could not shape: not root, no tc, a tc error) and
 then waits: once DIR/release exists (the batch script's last act) or on SIGTERM or
-SIGINT (scancel, the job's time limit) it removes what it made and records that. So the qdiscs live as long as this
-step, and a node is never left shaped by a job that ended.
+SIGINT (scancel, the job's time limit) it removes what it made and records that. So the
+qdiscs live as long as this step, and a node is not left shaped by a job that ended
+(only a step killed outright, SIGKILL, leaves them: its record names the removal
+commands).
 
 `links` reads the nodes' records: exit 0 when every node is shaped, or with
 `--allow-unshaped` whatever they are; else exit 1 naming each node and why. `finish`
@@ -47,7 +49,6 @@ from bench import REPO_ROOT
 from bench.launch.export.multihost import plan_hosts
 from bench.net.executor import format_argv
 from bench.net.scenario import load_scenario
-from bench.results.files import log_tail, metrics_frame, provenance, write_csv, write_json
 
 __all__ = ["CELL_HEAD", "main", "node_address"]
 
@@ -124,6 +125,7 @@ def shape(scenario_name: str, addrs: list[str], iface: str, links_dir: Path, *,
               "shaped": False, "reason": None, "removed": False, "applied_at": None}
     path = links_dir / f"node{node}.json"
     links_dir.mkdir(parents=True, exist_ok=True)
+    from bench.results.files import write_json  # here: `address` stays light
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -203,6 +205,8 @@ def _links_block(links_dir: Path | None, nodes: int) -> dict:
 def finish(cell_dir: Path, links_dir: Path | None, returncode: int, started: float,
            reason: str | None = None) -> int:
     """Write the cell's result files (see module doc); 0 when the cell is ok."""
+    from bench.results.files import log_tail, metrics_frame, provenance, write_csv, write_json
+
     meta = json.loads((cell_dir / CELL_HEAD).read_text())
     world = meta["spec"]["workload"]["stages"] * meta["spec"]["workload"]["replicas"]
     launcher = _links_block(links_dir, world)

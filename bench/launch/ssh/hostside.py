@@ -13,11 +13,11 @@ The host keeps its own record of a run in D = HOST_RECORD_ROOT/PREFIX-hI (tmpfs,
 at reboot as the qdiscs it names are): `state.json`, written by `record` before the
 launcher shapes anything (the tc commands that remove what it makes), and one file in
 `procs/` per running `tied` (its pid, start time and boot, so that a reused pid is never
-signalled). `teardown` kills those processes and everything below them, runs the removal commands (its
-own and those `--commands` adds, each once; one whose qdisc or device is already gone is
-skipped), deletes D and prints what it removed as JSON: the harness machine's record and
-the host's own lead to the same removal, and an administrator on the host can run it by
-hand.
+signalled). `teardown` kills those processes and everything below them, runs the removal
+commands (its own and those `--commands` adds, each once; one whose qdisc or device is
+already gone is skipped), deletes D and prints what it removed as JSON: the harness
+machine's record and the host's own lead to the same removal, and an administrator on
+the host can run it by hand.
 
 `tied` starts ARGV and stops its whole process tree (bench/launch/ssh/proctree.py:
 SIGTERM to every process below `tied`, then SIGKILL after STOP_GRACE_S) when its
