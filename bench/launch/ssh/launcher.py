@@ -31,13 +31,14 @@ shaped for it. For the same reason the workers build their process group on the 
 their own `--master-addr/--master-port` name, not on the agents' (Note [own store]:
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; torchrun would otherwise tell every worker, rank
 0 too, to connect to a store that then nobody hosts). GLOO_SOCKET_IFNAME (and NCCL's,
-TP's) name the host's interface; gloo or NCCL is the worker's choice by device. Each
-command goes through a local relay process (bench/launch/ssh/relay.py: the Popen the
-harness supervises) and `hostside tied` on the host, so that stopping, killing or
-losing the relay stops the command on the host. The relay prefixes every log line
-with the host, copies the files argv names under the results directory to the same
-path on the host before the start, and that folder back afterwards (SFTP: the hosts
-need not share a filesystem with this machine).
+TP's) name the host's interface; gloo or NCCL is the worker's choice by device (the
+command lines: bench/launch/ssh/commands.py). Each command goes through a local relay
+process (bench/launch/ssh/relay.py: the Popen the harness supervises) and `hostside
+tied` on the host, so that stopping, killing or losing the relay stops the command on
+the host, its whole process tree. The relay prefixes every log line with the host,
+copies the files argv names under the results directory to the same path on the host
+before the start, and that folder back afterwards (SFTP: the hosts need not share a
+filesystem with this machine).
 
 Teardown removes on every host exactly what its record names (`hostside teardown`);
 `python -m bench.launch cleanup --all-recorded` (`make net-cleanup`) does the same for a
