@@ -14,7 +14,8 @@ without DEV the address Slurm reaches the node at (its NodeAddr, from scontrol).
 `shape` renders this node's part of the one host shaping plan (bench.net.shaping,
 through bench.launch.export.multihost.plan_hosts, as the printed multi-host commands
 are) on DEV with every node's address, runs it, writes `DIR/node{I}.json` (what it ran,
-the commands removing it, or why it could not shape: not root, no tc, a tc error) and
+the commands removing it, or why it could not shape: not root (no CAP_NET_ADMIN), no tc,
+a tc error) and
 then waits: once DIR/release exists (the batch script's last act) or on SIGTERM or
 SIGINT (scancel, the job's time limit) it removes what it made and records that. So the
 qdiscs live as long as this step, and a node is not left shaped by a job that ended
@@ -102,9 +103,16 @@ def _run_all(argvs) -> None:
                                f"{done.stderr.strip()}")
 
 
+CAP_NET_ADMIN = 12  # linux/capability.h: what tc needs to change a qdisc
+
+
 def _cannot_shape() -> str | None:
-    if os.geteuid() != 0:
-        return f"not root (uid {os.geteuid()}): tc needs root on the node"
+    """Why this process cannot run tc here; None when it can."""
+    status = Path("/proc/self/status").read_text().split("\n")
+    effective = int(next(ln for ln in status if ln.startswith("CapEff:")).split()[1], 16)
+    if not effective >> CAP_NET_ADMIN & 1:
+        return (f"no CAP_NET_ADMIN (uid {os.geteuid()}): tc needs root on the node, or a "
+                f"job granted that capability")
     if subprocess.run(["which", "tc"], capture_output=True, check=False).returncode:
         return "no tc on the node (iproute2)"
     return None

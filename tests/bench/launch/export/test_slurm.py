@@ -2,12 +2,17 @@
 slurm_job.py): the script it writes, the input it refuses (exit 2), and the job run by
 a real Slurm whose two nodes are network namespaces (conftest.py): the tiny smoke cell
 on the 100mbps scenario, its nodes' interface shaped by the job's own step and left
-clean, the result files as `bench sweep` writes them, saying the links were shaped."""
+clean, the result files as `bench sweep` writes them, saying the links were shaped; and
+the shaping step alone: held until SIGTERM (scancel), and without CAP_NET_ADMIN (a
+user's job), saying why not."""
 
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -79,9 +84,7 @@ def test_bad_input_exits_2_naming_it(tmp_path, capsys, flags, sweep, expected):
     code, said, out = _export(tmp_path, capsys, *flags, sweep=sweep)
     assert code == 2
     assert said.startswith("error: ") and len(said.strip().splitlines()) <= 3, said
-    assert pytest.approx(0) == len(list(out.glob("*/config.yaml")))  # nothing written
-    import re
-
+    assert list(out.glob("*/config.yaml")) == []  # nothing written
     assert re.search(expected, said), said
 
 
@@ -90,10 +93,10 @@ def test_the_links_verdict_fails_on_an_unshaped_node_unless_allowed(tmp_path, ca
             "reason": None}
     write_json(tmp_path / "node0.json", {**base, "node": 0})
     write_json(tmp_path / "node1.json", {**base, "node": 1, "shaped": False,
-                                         "reason": "not root (uid 1000)"})
+                                         "reason": "no CAP_NET_ADMIN (uid 1000)"})
     assert check_links(tmp_path, 2, allow_unshaped=False) == 1
     said = capsys.readouterr()
-    assert "node 1 (gpu-a, 10.0.0.1 on eth0): NOT shaped: not root (uid 1000)" in said.out
+    assert "node 1 (gpu-a, 10.0.0.1 on eth0): NOT shaped: no CAP_NET_ADMIN (uid 1000)" in said.out
     assert "--allow-unshaped" in said.err
     assert check_links(tmp_path, 2, allow_unshaped=True) == 0
 
@@ -143,3 +146,37 @@ def test_sbatch_runs_the_cell_on_shaped_nodes_and_records_it(slurm_cluster, tmp_
     for rank in range(2):
         assert (out / CELL / "logs" / f"rank{rank}.log").is_file()
     print(f"\n{job_out.read_text()}")
+
+
+def _shape_step(cluster, links: Path, node: int, *user: str) -> subprocess.Popen:
+    """The job's shaping step of `node`, run by hand in its namespace (as srun would)."""
+    from bench import REPO_ROOT
+
+    argv = [*cluster.enter(node), *user, sys.executable, "-m", "bench.launch.export.slurm_job",
+            "shape", "--scenario", "100mbps", "--addrs",
+            f"{cluster.addr(0)},{cluster.addr(1)}", "--iface", cluster.dev, "--links",
+            str(links)]
+    env = {**cluster.env, "SLURM_NODEID": str(node), "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_the_shaping_step_holds_until_sigterm_and_an_unprivileged_one_says_why(
+        slurm_cluster, tmp_path):
+    links = tmp_path / "links"
+    step = _shape_step(slurm_cluster, links, 1)
+    assert step.stdout.readline().strip() == "node 1: shaped"
+    assert any(" htb " in q for q in slurm_cluster.qdiscs(1))
+    step.send_signal(signal.SIGTERM)  # scancel, the job's time limit
+    assert step.wait(timeout=30) == 0
+    assert slurm_cluster.qdiscs(1) == []
+    record = json.loads((links / "node1.json").read_text())
+    assert record["shaped"] and record["removed"]
+    # a job that may not run tc (as a user's job: no CAP_NET_ADMIN): nothing shaped, and
+    # the record says why
+    step = _shape_step(slurm_cluster, links, 0, "setpriv", "--bounding-set=-net_admin")
+    out, _ = step.communicate(timeout=60)
+    assert step.returncode == 0, out
+    assert out.startswith("node 0: not shaped: no CAP_NET_ADMIN (uid 0)"), out
+    assert slurm_cluster.qdiscs(0) == []
+    assert check_links(links, 2, allow_unshaped=False) == 1
