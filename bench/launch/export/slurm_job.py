@@ -58,6 +58,7 @@ LOG_TAIL_LINES = 40
 WAIT_RECORDS_S = 120.0  # how long `links` waits for every node's record
 RELEASE = "release"  # the file in the links folder that ends every node's shaping step
 POLL_S = 0.5
+TIMED_OUT = 124  # the exit status of coreutils' `timeout` when the time ran out
 
 
 def _now() -> str:
@@ -228,8 +229,10 @@ def finish(cell_dir: Path, links_dir: Path | None, returncode: int, started: flo
         logs = sorted((cell_dir / "logs").glob("rank*.log"))
         rank = next((int(p.stem[4:]) for p in logs if "Traceback" in p.read_text(
             errors="replace")), 0)
+        why = ("ran past its timeout (the script's `timeout` stopped it)"
+               if returncode == TIMED_OUT else f"exited with code {returncode}")
         failure = {"rank": rank, "returncode": returncode,
-                   "reason": f"the job step of the cell exited with code {returncode}",
+                   "reason": f"the job step of the cell {why}",
                    "log_tail": log_tail(cell_dir / "logs" / f"rank{rank}.log",
                                         LOG_TAIL_LINES)}
     else:

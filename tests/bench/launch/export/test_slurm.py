@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
-from bench.launch.export.slurm_job import check_links
+from bench.launch.export.slurm_job import check_links, finish
 from bench.results.files import load_results, write_json
 
 # as tests/harness_helpers.py SMOKE: 2 stages of the tiny preset, 1 warm-up step, 2 measured
@@ -99,6 +99,23 @@ def test_the_links_verdict_fails_on_an_unshaped_node_unless_allowed(tmp_path, ca
     assert "node 1 (gpu-a, 10.0.0.1 on eth0): NOT shaped: no CAP_NET_ADMIN (uid 1000)" in said.out
     assert "--allow-unshaped" in said.err
     assert check_links(tmp_path, 2, allow_unshaped=True) == 0
+
+
+def test_a_failed_step_is_recorded_with_the_rank_that_failed(tmp_path, capsys):
+    code, said, out = _export(tmp_path, capsys, "--scenario", "100mbps")
+    assert code == 0, said
+    cell = out / CELL
+    (cell / "logs").mkdir()
+    (cell / "logs" / "rank0.log").write_text("step 1\n")
+    (cell / "logs" / "rank1.log").write_text("Traceback (most recent call last):\nOops\n")
+    assert finish(cell, tmp_path / "no-links", 1, time.time()) == 1
+    meta = json.loads((cell / "meta.json").read_text())
+    assert meta["status"] == "failed" and meta["failure"]["rank"] == 1
+    assert "Oops" in meta["failure"]["log_tail"]
+    assert meta["launcher"]["shaped"] is False and meta["cell"]["shaped"] is False
+    assert finish(cell, None, 124, time.time()) == 1
+    assert "ran past its timeout" in json.loads((cell / "meta.json").read_text()
+                                                )["failure"]["reason"]
 
 
 # -- a real Slurm --------------------------------------------------------------------
