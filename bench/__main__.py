@@ -325,10 +325,13 @@ def _add_slurm_parser(sub) -> None:
     slurm.add_argument("--no-netem", action="store_true", help="the nodes have no netem")
     slurm.add_argument("--allow-drop", action="store_true",
                        help="with --no-netem: run without the delay, jitter and loss")
-    slurm.add_argument("--partition", default=None)
-    slurm.add_argument("--account", default=None)
+    slurm.add_argument("--partition", default=None,
+                       help="#SBATCH --partition (default: the cluster's default)")
+    slurm.add_argument("--account", default=None,
+                       help="#SBATCH --account (default: yours)")
     slurm.add_argument("--sbatch-option", action="append", default=[], metavar="OPTION",
-                       help="one more #SBATCH line, e.g. --sbatch-option=--gpus-per-node=1")
+                       help="one more #SBATCH line, e.g. --sbatch-option=--gpus-per-node=1 "
+                            "(default: none; repeatable)")
     slurm.add_argument("--python", default=sys.executable,
                        help="the interpreter on the nodes (default: this one)")
     slurm.set_defaults(func=_cmd_slurm)
