@@ -178,6 +178,7 @@ def _shape_step(cluster, links: Path, node: int, *user: str) -> subprocess.Popen
                             stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow
 def test_the_shaping_step_holds_until_sigterm_and_an_unprivileged_one_says_why(
         slurm_cluster, tmp_path):
     links = tmp_path / "links"
