@@ -74,7 +74,6 @@ def torchrun_argv(h: HostEntry, i: int, argv: list[str], job: Rendezvous, rdzv_a
                   local_addr: str) -> list[str]:
     """argv under one torchrun agent of host i (`h`), in the rendezvous `job` on
     rdzv_addr (host 0), its agent on local_addr."""
-    job.hosts.add(i)
     opts = [f"--nnodes={job.world_size}", "--nproc-per-node=1", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={rdzv_addr}:{job.port}", f"--rdzv-id={job.rdzv_id}",
             f"--rdzv-conf=is_host={1 if i == 0 else 0}", f"--local-addr={local_addr}",

@@ -312,6 +312,7 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
                                            self.addr(0)]).stdout)
             job = self._job = Rendezvous(f"{self.prefix}-{secrets.token_hex(3)}", port,
                                          world_size)
+        job.hosts.add(i)
         return torchrun_argv(self.hosts[i], i, argv, job, self.addr(0), self.addr(i))
 
     def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
@@ -400,4 +401,3 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
             "commands": [f"h{i}: {' '.join(a)}" for i, a in
                          (self.remote.history if self.remote else [])],
         }
-
