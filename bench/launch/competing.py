@@ -59,17 +59,20 @@ class FlowEvent:
 
 @dataclass(frozen=True)
 class CounterRead:
-    """Read the byte counter of link src -> dst's htb class at t_s."""
+    """Read the byte counter of link src -> dst's htb class at t_s; `final`: the read
+    when the run stops, which ends an interval the run cut short."""
 
     t_s: float
     src: int
     dst: int
+    final: bool = False
 
     def describe(self) -> str:
         return f"byte counter of link {self.src} -> {self.dst}"
 
     def to_dict(self) -> dict:
-        return {"t_s": self.t_s, "kind": "counter", "src": self.src, "dst": self.dst}
+        return {"t_s": self.t_s, "kind": "counter", "src": self.src, "dst": self.dst,
+                "final": self.final}
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,8 @@ def competing_record(scenario: NetworkScenario, n_hosts: int, readings: list[dic
     """The record's `competing` block: each flow's bytes and when they arrived, and per
     link and interval the class's bytes, the flows' bytes and the training's share
     (bench.net.competing, Note [training share]). `readings`: the counter reads applied
-    ({src, dst, t_s, applied_s, bytes}); `framing`: wire bytes per payload byte."""
+    ({src, dst, t_s, applied_s, bytes, final}; an interval the run cut short ends at
+    the final read); `framing`: wire bytes per payload byte."""
     flows = []
     for k, f in enumerate(scenario.competing):
         reply = replies.get(k)
@@ -219,14 +223,18 @@ def competing_record(scenario: NetworkScenario, n_hosts: int, readings: list[dic
     for iv in link_intervals(scenario.competing):
         if iv.src >= n_hosts or iv.dst >= n_hosts:
             continue
-        def reading(t_s: float, iv=iv) -> dict | None:
-            return next((r for r in readings if (r["src"], r["dst"], r["t_s"]) ==
-                         (iv.src, iv.dst, t_s) and "bytes" in r), None)
-        a, b = reading(iv.start_s), reading(iv.end_s)
+        on_link = [r for r in readings if (r["src"], r["dst"]) == (iv.src, iv.dst)]
+        a = next((r for r in on_link if r["t_s"] == iv.start_s and not r["final"]), None)
+        b = next((r for r in on_link if r["t_s"] == iv.end_s and not r["final"]), None)
+        final = next((r for r in on_link if r["final"]), None)
         ks = iv.flows
         row = {"src": iv.src, "dst": iv.dst, "start_s": iv.start_s, "end_s": iv.end_s,
-               "flows": list(ks), "class_bytes": None, "competing_bytes": None,
-               "training_bytes": None, "training_share": None}
+               "flows": list(ks), "cut_at_s": None, "class_bytes": None,
+               "competing_bytes": None, "training_bytes": None, "training_share": None}
+        if a is not None and b is None and final is not None \
+                and final["applied_s"] > a["applied_s"]:
+            b = final  # the run stopped inside the interval
+            row["cut_at_s"] = final["applied_s"]
         if a is not None and b is not None:
             a_unix, b_unix = started_unix + a["applied_s"], started_unix + b["applied_s"]
             competing = sum(_bytes_between(replies.get(k), a_unix, b_unix) for k in ks)

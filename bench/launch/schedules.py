@@ -360,6 +360,8 @@ class ScheduledLinks:
                 "stragglers": [s.to_dict() for s in self.scenario.stragglers],
                 "applied": [c for c in runner.applied if c.get("kind") == "cpu"]}
         if self._flows is not None:
+            for src, dst in dict.fromkeys((f.src, f.dst) for f in self._flows.flows.values()):
+                runner.apply_now(CounterRead(runner.elapsed_s(), src, dst, final=True))
             for k in self._flows.senders:
                 if k not in {c["flow"] for c in runner.applied
                              if c.get("kind") == "flow_stop"}:

@@ -9,9 +9,14 @@ The launcher runs each straggler host's processes in a CPU cgroup of its own
     quota = period x cores_available / f,
 where cores_available is the host's share of the machine: the CPUs the launcher may run
 on, divided by the emulated hosts that share them (on the netns launcher every host is
-one namespace of one machine; a host of its own would have all its CPUs). A worker that
-would use all of that share runs f times slower; one that idles part of each step (a
-pipeline bubble) loses less. The quota is at least 1 ms per period (the kernel's floor).
+one namespace of one machine; a host of its own would have all its CPUs). Why the fair
+share and not the CPU the host happens to get: it is fixed before the run and the same
+on every machine of that size, so a factor means one quota. A worker that would use
+all of that share runs f times slower; one that idles part of each step (a pipeline
+bubble) loses less, and on a machine busy with other work, where a worker gets less than
+its share anyway, a small factor may not bind at all: the record's cpu.stat at the cap's
+start and end (`nr_throttled`) says whether it did. The quota is at least 1 ms per
+period (the kernel's floor).
 """
 
 from __future__ import annotations

@@ -66,8 +66,8 @@ from bench.launch.process import (
 )
 from bench.launch.schedules import LinkChange, ScheduledLinks
 from bench.launch.state import DEFAULT_STATE_DIR
-from bench.net.delayline import set_link
 from bench.net.competing import sent_bytes
+from bench.net.delayline import set_link
 from bench.net.executor import Argv, Executor
 from bench.net.probe import ProbePlan, ProbeRecord
 from bench.net.scenario import NetworkScenario

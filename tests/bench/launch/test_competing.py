@@ -46,8 +46,10 @@ def test_events_come_in_time_order_stops_before_reads_before_starts():
 def test_the_record_gives_each_interval_its_bytes_and_the_trainings_share():
     s = _scenario(competing=[{"src": 0, "dst": 1, "start_s": 1, "duration_s": 2},
                              {"src": 0, "dst": 1, "start_s": 1, "duration_s": 2}])
-    readings = [{"src": 0, "dst": 1, "t_s": 1.0, "applied_s": 1.0, "bytes": 5_000},
-                {"src": 0, "dst": 1, "t_s": 3.0, "applied_s": 3.0, "bytes": 2_105_000}]
+    readings = [{"src": 0, "dst": 1, "t_s": 1.0, "applied_s": 1.0, "bytes": 5_000,
+                 "final": False},
+                {"src": 0, "dst": 1, "t_s": 3.0, "applied_s": 3.0, "bytes": 2_105_000,
+                 "final": False}]
     # each flow's receiver: 10 bins of 0.2 s from t = 1 s, 50 000 payload bytes each
     reply = {"t0_unix": 101.0, "bin_s": 0.2, "bytes": [50_000] * 10, "kernel_clock": True}
     block = competing_record(s, 2, readings, {0: reply, 1: reply}, started_unix=100.0,
@@ -58,7 +60,11 @@ def test_the_record_gives_each_interval_its_bytes_and_the_trainings_share():
     [row] = block["intervals"]
     assert (row["class_bytes"], row["competing_bytes"]) == (2_100_000, 1_000_000)
     assert row["training_bytes"] == 2_100_000 - 1_050_000
-    assert row["training_share"] == pytest.approx(0.5)
+    assert row["training_share"] == pytest.approx(0.5) and row["cut_at_s"] is None
+    # the run stopped at 2 s, inside the interval: the final read ends it
+    cut = [readings[0], {**readings[1], "t_s": 2.0, "applied_s": 2.0, "final": True}]
+    [row] = competing_record(s, 2, cut, {0: reply, 1: reply}, 100.0, 1.05)["intervals"]
+    assert row["cut_at_s"] == 2.0 and row["competing_bytes"] == 500_000
     # an interval whose reads failed is kept, with nothing measured
     empty = competing_record(s, 2, [], {}, started_unix=100.0, framing=1.05)
     assert empty["intervals"][0]["training_share"] is None
