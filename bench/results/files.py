@@ -54,7 +54,9 @@ __all__ = [
 # the held-out windows of an evaluation (CELL_KEYS); reports read those keys directly.
 # 3: meta.json has `placement` (bench.net.placement.Placement.to_dict(): which rank ran
 # on which host, the links each used and what they carried).
-SCHEMA_VERSION = 3
+# 4: the `cell` block names the `repeat` of a repeated cell; train and eval records (and
+# metrics.csv) carry `end_unix`, the wall clock at the end of the step.
+SCHEMA_VERSION = 4
 BYTE_KINDS = ("activation", "gradient", "dp")
 # Columns every metrics.csv has, in this order; unknown scalar fields a
 # worker adds later are kept after them (forward compatible).
@@ -64,7 +66,7 @@ METRIC_COLUMNS = (
     "compress_s", "samples", "tokens", "lr",
     *(f"bytes_sent_{k}" for k in BYTE_KINDS), "bytes_sent_total",
     *(f"bytes_recv_{k}" for k in BYTE_KINDS), "bytes_recv_total",
-    "wall_s",
+    "wall_s", "end_unix",
 )
 
 
