@@ -48,7 +48,7 @@ from bench.harness.checkpoint import prepare_checkpoints
 from bench.harness.meta import meta_head
 from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
 from bench.harness.outages import survivable as survivable_config
-from bench.harness.preflight import SweepPlan, check_sweep
+from bench.harness.preflight import SweepPlan, check_sweep, refuse_unsupported
 from bench.harness.progress import Progress
 from bench.harness.sweep import CellSpec, SweepSpec
 from bench.launch.base import Launcher
@@ -268,6 +268,7 @@ def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: 
     host, builds no checkpoint and writes no file (`sweep_dir` only read)."""
     plan = check_sweep(spec)
     choice = choose_launcher(launcher, **(launcher_options or {}))
+    refuse_unsupported(spec, plan, choice.name)
     todo = pending_cells(spec, sweep_dir, fresh=fresh)
     echo(f"dry run of sweep {spec.name} into {sweep_dir}: nothing is brought up, "
          f"nothing is written")
@@ -299,6 +300,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     plan = check_sweep(spec)
     cells, scenarios, placements = list(plan.cells), plan.scenarios, plan.placements
     choice = choose_launcher(launcher, **(launcher_options or {}))
+    refuse_unsupported(spec, plan, choice.name)
     tone = "" if choice.shaped else "WARNING: "
     echo(f"{tone}launcher {choice.name}: {choice.reason}")
     sweep_dir.mkdir(parents=True, exist_ok=True)
