@@ -187,10 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def finish_sweep(sweep_dir: Path, title: str | None = None) -> int:
-    """Summary table, figures and report of a sweep directory; the exit code."""
+    """Summary table (at the terminal's width), figures, report.md, summary.csv and
+    summary.json of a sweep directory; the exit code."""
     from bench.report.linkbound import fp32_bounds
     from bench.report.plots import make_figures, print_figure_paths
-    from bench.report.summary import summarize
+    from bench.report.summary import SUMMARY_FILES, summarize
     from bench.report.tables import print_table, write_report
     from bench.results.files import load_metas
 
@@ -201,6 +202,7 @@ def finish_sweep(sweep_dir: Path, title: str | None = None) -> int:
     figures = make_figures([sweep_dir], sweep_dir / "figures")
     report = write_report(sweep_dir, summary, figures, title=title)
     print(f"report: {report}")
+    print(f"summary for scripts: {', '.join(str(sweep_dir / n) for n in SUMMARY_FILES)}")
     print_figure_paths(figures)
     failed = summary[summary["status"] != "ok"]
     if len(failed):
