@@ -42,10 +42,11 @@ __all__ = ["main", "build_parser", "finish_sweep", "launcher_options"]
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
-# A mode has one spelling on the command line and in sweep files; tables and directory
-# names print it otherwise.
-MODE_SYNTAX = ("a mode reads NAME[/GRAD][:FW/BW], e.g. fp32, aqsgd:2/4, aqsgd+gc/ef21:2/4 "
-               "(tables print 'aqsgd 2/4', directories 'aqsgd-fw2-bw4')")
+# A mode has one spelling on the command line, in sweep files, tables and legends; the
+# directory spelling reads too (docs/results-schema.md, "Mode spellings").
+MODE_SYNTAX = ("a mode reads NAME[/GRAD][:FW/BW], e.g. fp32, aqsgd:2/4, aqsgd+gc/ef21:2/4, "
+               "as tables print it, or as directories name it (aqsgd-fw2-bw4); "
+               "docs/results-schema.md, \"Mode spellings\"")
 # The field of a sweep a `bench run` flag sets (bench.harness.preflight names fields).
 RUN_FLAGS = {"workload.stages": "--stages", "workload.gc_stages": "--stages",
              "workload.preset": "--preset", "workload.train_samples": "--train-samples",
@@ -107,8 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="one scenario, every mode of the grid")
     run.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
     run.add_argument("--modes", nargs="+", default=list(DEFAULT_GRID),
-                     help=f"modes as NAME[/GRAD][:FW/BW], e.g. aqsgd+gc/ef21:2/4 "
-                          f"(default: {' '.join(DEFAULT_GRID)})")
+                     help=f"modes as NAME[/GRAD][:FW/BW], e.g. aqsgd+gc/ef21:2/4, the "
+                          f"spelling of tables and legends; a directory's aqsgd-fw2-bw4 "
+                          f"reads too (docs/results-schema.md, \"Mode spellings\"; "
+                          f"default: {' '.join(DEFAULT_GRID)})")
     run.add_argument("--steps", type=int, default=defaults.steps,
                      help=f"measured steps after the warm-up (default {defaults.steps})")
     run.add_argument("--warmup-epochs", type=int, default=defaults.warmup_epochs,
@@ -135,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="results directory (default results/<scenario>)")
     _add_run_options(run)
 
-    sweep = sub.add_parser("sweep", help="scenarios x modes from a sweep file")
+    sweep = sub.add_parser("sweep", help="scenarios x modes from a sweep file",
+                           description="Run (resume) the cells of a sweep file. Its `modes:` "
+                                       "read as --modes of `run` does: " + MODE_SYNTAX + ".")
     sweep.add_argument("file", type=Path)
     sweep.add_argument("--out", type=Path, help="default results/<sweep name>")
     _add_run_options(sweep)

@@ -37,7 +37,7 @@ from bench import REPO_ROOT
 from bench.report.claims import CLAIMS_FILE, find_claim, load_claims
 from bench.report.convergence import Convergence, analyse
 from bench.report.convergence_plots import BAND, draw_epoch_curves, draw_relative_final
-from bench.report.plots import plot_rate_lines, plt, save, series_labels
+from bench.report.plots import plot_rate_lines, plt, save, series_color, series_labels
 from bench.report.summary import SPEEDUP_REFERENCES, summarize
 from bench.report.tables import markdown_table
 
@@ -255,12 +255,13 @@ def _fig_projection(proj: pd.DataFrame, claims: list[dict], out: Path) -> list[P
         mine = proj[proj["model"] == name]
         for mode, rows in mine.groupby("mode", sort=False):
             rows = rows.sort_values("rate_mbit")
+            color = series_color(mode)  # one colour per mode in every panel
             axes[0][col].plot(rows["rate_mbit"], rows["throughput_samples_s"], marker="o",
-                              label=mode)
+                              label=mode, color=color)
             for row, ref in enumerate(refs, start=1):
                 if rows["family"].iloc[0] != ref:
                     axes[row][col].plot(rows["rate_mbit"], rows[f"speedup_vs_{ref}"],
-                                        marker="o", label=mode)
+                                        marker="o", label=mode, color=color)
         for claim_id, style in (("max_speedup", "--"), ("max_speedup_gc", ":")):
             claim = find_claim(claims, claim_id)
             if claim:

@@ -18,6 +18,9 @@ link achieved.
 
 from __future__ import annotations
 
+import colorsys
+import re
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,6 +37,7 @@ from bench.report.summary import (  # noqa: E402
     SPEEDUP_REFERENCES,
     UNKNOWN_RANK,
     host_limited_flags,
+    series_text,
     summarize,
 )
 from bench.results.files import BYTE_KINDS, load_results  # noqa: E402
@@ -42,6 +46,7 @@ __all__ = [
     "FORMATS",
     "mode_order",
     "mode_colors",
+    "series_color",
     "series_labels",
     "plot_rate_lines",
     "mark_host_limited",
@@ -59,11 +64,11 @@ FORMATS = ("png", "svg")
 
 
 def _mode_of(label: str) -> str | None:
-    """The registered mode a label or series starts with: 'aqsgd+gc' for
-    'aqsgd+gc-qadam-fw2-bw4 x2 dp' and 'aqsgd+gc/ef21 2/4', the longest name that fits
+    """The registered mode a series or label starts with: 'aqsgd+gc' for
+    'aqsgd+gc/ef21:2/4 dp2' and 'aqsgd+gc-qadam-fw2-bw4', the longest name that fits
     ('aqsgd-lowbits', not 'aqsgd'); None for a mode no longer registered."""
     fits = [name for name in MODE_RANK if label == name
-            or any(label.startswith(name + sep) for sep in ("-", " ", "/"))]
+            or any(label.startswith(name + sep) for sep in (":", "/", " ", "-"))]
     return max(fits, key=len, default=None)
 
 
@@ -75,11 +80,47 @@ def mode_order(labels: Iterable[str]) -> list[str]:
     return sorted(set(labels), key=key)
 
 
-def mode_colors(labels: list[str]) -> dict[str, tuple]:
-    """A distinct colour per label: tab10 up to ten labels, tab20 up to twenty (the
-    convergence sweep draws twelve series in one figure)."""
-    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
-    return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+# The one colour mapping of every figure (note "series colours"): a hue per registered
+# mode, in rank order, from tab10 without its grey (grey: a mode no longer registered);
+# the lighter tab20 partner of that hue for N > 1 replicas; the forward bits darken
+# (fewer) or lighten (more) it around 3; a gradient compressor other than qadam, or a
+# variant, turns the hue a little (by its name).
+_HUES = [i for i in range(10) if i != 7]  # tab10's index 7 is grey
+_UNREGISTERED = (0.5, 0.5, 0.5, 1.0)
+
+
+def _mix(color, toward: float, share: float) -> tuple:
+    r, g, b, a = color
+    return (*(c + (toward - c) * share for c in (r, g, b)), a)
+
+
+def series_color(series: str) -> tuple:
+    """The colour of one series (bench.report.summary.series_text, or a result file's
+    label), the same in every figure whatever else it shows."""
+    mode = _mode_of(series)
+    if mode is None:
+        return _UNREGISTERED
+    k = _HUES[list(MODE_RANK).index(mode) % len(_HUES)]
+    replicas = re.search(r"[ -]dp(\d+)", series)
+    color = plt.get_cmap("tab20")(2 * k + (1 if replicas and int(replicas[1]) > 1 else 0))
+    bits = re.search(r":(\d+)/|-fw(\d+)-", series)
+    if bits:
+        t = float(np.clip((int(bits[1] or bits[2]) - 3) * 0.3, -0.6, 0.6))
+        color = _mix(color, 1.0 if t > 0 else 0.0, abs(t))
+    # a gradient compressor other than the default, or a variant: the hue turned a little
+    grad = re.search(r"\+gc[/-]([a-z0-9]+)", series)
+    variant = re.search(r"\[(.+)\]", series)
+    turn_by = (grad[1] if grad and grad[1] != "qadam" else "") + (variant[1] if variant else "")
+    if turn_by:
+        h, sat, v = colorsys.rgb_to_hsv(*color[:3])
+        turn = 0.06 * (1 + zlib.crc32(turn_by.encode()) % 3)
+        color = (*colorsys.hsv_to_rgb((h + turn) % 1.0, sat, v), color[3])
+    return tuple(color)
+
+
+def mode_colors(labels: Iterable[str]) -> dict[str, tuple]:
+    """series_color of each label: the fixed mapping every figure shares."""
+    return {label: series_color(label) for label in labels}
 
 
 def save(fig, out_dir: Path, stem: str) -> list[Path]:
@@ -103,9 +144,15 @@ def print_figure_paths(figures: Iterable[Path]) -> None:
 
 
 def series_labels(frame: pd.DataFrame) -> pd.Series:
-    """Mode label per row, with ' xN dp' when the cell has N > 1 data-parallel replicas."""
-    dp = frame["replicas"].fillna(1).astype(int)
-    return frame["label"] + np.where(dp > 1, " x" + dp.astype(str) + " dp", "")
+    """Each row's series in the command line's spelling (bench.report.summary.
+    series_text): 'aqsgd:2/4', 'fp32 dp2', 'directq:2/4 [dropout0]'."""
+    keys = ["mode", "fw_bits", "bw_bits", "grad_mode", "replicas", "variant"]
+    ids = frame[keys].astype(object)
+    ids = ids.where(ids.notna(), None)  # NaN is no dict key
+    names = {tuple(r.values()): series_text(r)  # once per series: `frame` may be metrics
+             for r in ids.drop_duplicates().to_dict("records")}
+    return pd.Series([names[k] for k in ids.itertuples(index=False, name=None)],
+                     index=frame.index, dtype=str)
 
 
 def mark_host_limited(ax, rows: pd.DataFrame, y: str) -> None:

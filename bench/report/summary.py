@@ -49,7 +49,8 @@ from bench.results.files import BYTE_KINDS, load_metas, load_results
 from bench.results.records import records_json
 
 __all__ = ["MODE_RANK", "UNKNOWN_RANK", "SPEEDUP_REFERENCES", "SUMMARY_COLUMNS",
-           "SUMMARY_FILES", "host_limited_flags", "mode_text", "summarize_cell", "summarize",
+           "SUMMARY_FILES", "host_limited_flags", "mode_text", "series_text", "summarize_cell",
+           "summarize",
            "write_summary_files"]
 
 SUMMARY_COLUMNS = (
@@ -209,6 +210,19 @@ def mode_text(row) -> str:
     if mode is None or mode.takes_bits:
         name = f"{name}:{int(row['fw_bits'])}/{int(row['bw_bits'])}"
     return f"{name} [{row['variant']}]" if row["variant"] else name
+
+
+def series_text(row) -> str:
+    """How legends and the convergence tables name a cell's series: mode_text with
+    ' dpN' for N > 1 data-parallel replicas before the variant: 'aqsgd:2/4', 'fp32 dp2',
+    'aqsgd+gc/ef21:2/4 dp2', 'directq:2/4 [dropout0]'. `row` needs mode_text's fields
+    and replicas (an empty one reads 1)."""
+    replicas = row["replicas"]
+    replicas = 1 if replicas is None or pd.isna(replicas) else int(replicas)
+    text = mode_text({**row, "variant": ""})
+    if replicas > 1:
+        text += f" dp{replicas}"
+    return f"{text} [{row['variant']}]" if row["variant"] else text
 
 
 # The machine-readable twins of report.md (docs/results-schema.md, "summary.csv and

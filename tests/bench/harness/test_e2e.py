@@ -22,7 +22,7 @@ def test_real_worker_smoke_cell_local(tmp_path):
     assert meta["cell"]["shaped"] is False
     assert finish_sweep(out) == 0
     assert (out / "figures" / "loss_100mbps.png").is_file()
-    assert "aqsgd 2/4" in (out / "report.md").read_text()
+    assert "aqsgd:2/4" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from report_fixtures import write_fixture_cell
 from bench.report.claims import load_claims
 from bench.report.convergence import analyse
 from bench.report.paper import claims_table, draw_paper_figures, relative_throughput
-from bench.report.plots import make_figures, mode_colors, mode_order
+from bench.report.plots import make_figures, mode_colors, mode_order, series_color
 from bench.report.summary import summarize
 from bench.report.tables import format_table, write_report
 
@@ -57,7 +57,7 @@ def test_report_has_table_figures_and_probe(sweep_dir, tmp_path):
     summary = summarize([sweep_dir])
     figures = make_figures([sweep_dir], sweep_dir / "figures")
     report = write_report(sweep_dir, summary, figures).read_text()
-    assert "| scenario | mode |" in report and "aqsgd 2/4" in report
+    assert "| scenario | mode |" in report and "aqsgd:2/4" in report
     assert "![throughput_vs_bandwidth](figures/throughput_vs_bandwidth.png)" in report
     assert "## Link probe" in report
     text = format_table(summary)
@@ -142,7 +142,16 @@ def test_report_draws_the_placement_and_what_each_probed_link_carries(sweep_dir)
             "activations stage 0->1 |") in report
 
 
-def test_mode_colors_stay_distinct_beyond_ten_series():
-    labels = [f"mode{i}" for i in range(12)]
-    assert len(set(mode_colors(labels).values())) == 12
-    assert len(set(mode_colors(labels[:4]).values())) == 4
+def test_one_colour_per_series_in_every_figure_and_twelve_stay_distinct():
+    """The convergence sweep's twelve series in one figure: twelve colours; a series keeps
+    its colour whatever else a figure shows (the panels of model_projection drop fp32)."""
+    series = ["fp32", "fp32 dp2", "directq:2/4", "directq:3/6", "aqsgd:2/4", "aqsgd:3/6",
+              "aqsgd:4/8", "aqsgd-lowbits:2/4", "aqsgd+gc/qadam:2/4 dp2",
+              "aqsgd+gc/ef21:2/4 dp2", "aqsgd:2/4 [dropout0]", "bf16"]
+    colors = mode_colors(series)
+    assert len(set(colors.values())) == 12
+    assert mode_colors(series[2:5]) == {s: colors[s] for s in series[2:5]}
+    # a result file's label and the projection's names read as the same series
+    assert series_color("aqsgd-fw2-bw4") == colors["aqsgd:2/4"]
+    assert series_color("aqsgd+gc-qadam-fw2-bw4-dp2") == colors["aqsgd+gc/qadam:2/4 dp2"]
+    assert series_color("gone:2/4") == series_color("nosuch")  # unregistered: grey
