@@ -153,10 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     compose = docker_sub.add_parser("compose", help="write the compose file equivalent "
                                                      "to a Docker launcher run")
     compose.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
-    compose.add_argument("--config", default="examples/tiny-2stage.yaml",
-                         help="the worker's run config, relative to the checkout "
-                              "(default examples/tiny-2stage.yaml); one service per rank "
-                              "(its stages x replicas)")
+    compose.add_argument("--mode", default="aqsgd:2/4",
+                         help="the mode of the cell the services run, placed as `bench run "
+                              "--scenario S --modes MODE` places it: one service per rank, "
+                              "the scenario's layout (default aqsgd:2/4)")
+    compose.add_argument("--config", type=Path, default=None,
+                         help="a run config of your own instead of the cell's (its stages x "
+                              "replicas must fit the scenario's hosts; default: the cell's, "
+                              "written beside the compose file as NAME.run.yaml)")
     compose.add_argument("--gpus", action="store_true",
                          help="reserve GPU i for rank i (NVIDIA runtime)")
     compose.add_argument("--image", default=None, help="worker image (default: the one "
@@ -286,10 +290,30 @@ def _cmd_sweep(args) -> int:
     return _run_and_finish(spec, args.out, args, title=f"Sweep {spec.name}")
 
 
-def _cmd_docker_compose(args) -> int:
+def _compose_config(args, scenario, out: Path):
+    """(run config, its host path): --config's, or that of the cell `bench run --scenario
+    S --modes MODE` runs (its stages, preset and replicas), written beside `out`."""
     from aqsgd.train.config import load_config
-    from bench import REPO_ROOT
+    from bench.harness.cells import run_config, write_run_config
+    from bench.harness.defaults import bench_workload
+    from bench.launch.docker.compose import WORKSPACE
+
+    if args.config is not None:
+        return load_config(args.config), args.config.resolve()
+    mode = _parse_modes([args.mode])
+    if len(mode) != 1:
+        raise ValueError(f"--mode {args.mode!r}: name one mode, e.g. aqsgd:2/4")
+    spec = SweepSpec(name=scenario.name, scenarios=(args.scenario,), modes=mode,
+                     workload=bench_workload(scenario, Workload()), gc_reference=False)
+    cell = next(c for c in spec.cells() if c.mode == mode[0])
+    config = run_config(cell, Path(WORKSPACE) / "runs" / f"compose-{cell.name}")
+    path = write_run_config(config, out.with_name(f"{out.stem}.run.yaml"))
+    return config, path.resolve()
+
+
+def _cmd_docker_compose(args) -> int:
     from bench.launch.docker.compose import write_compose
+    from bench.net.placement import PlacementError, place
     from bench.net.scenario import load_scenario
 
     if args.out.is_dir():
@@ -298,13 +322,20 @@ def _cmd_docker_compose(args) -> int:
     if args.image is not None and not args.image.strip():
         raise ValueError("--image '': name a worker image, or leave --image out for the one "
                          "`make docker-image` builds")
-    config = load_config(REPO_ROOT / args.config)
-    n_hosts = config.pipeline.stages * config.pipeline.replicas
-    path = write_compose(args.out, load_scenario(args.scenario), n_hosts=n_hosts,
-                         config=args.config, gpus=args.gpus, gpu_count=n_hosts,
-                         image=args.image, delay_mechanism=args.delay_mechanism)
-    print(f"wrote {path}: {n_hosts} services; check it with `docker-compose -f {path} "
-          f"config`")
+    scenario = load_scenario(args.scenario)
+    config, config_path = _compose_config(args, scenario, args.out)
+    stages, replicas = config.pipeline.stages, config.pipeline.replicas
+    try:
+        place(scenario, stages, replicas)
+    except PlacementError as err:
+        raise ValueError(f"--config {args.config}: {err}") from None
+    n_hosts = stages * replicas
+    path = write_compose(args.out, scenario, n_hosts=n_hosts, config=config_path,
+                         gpus=args.gpus, gpu_count=n_hosts, image=args.image,
+                         delay_mechanism=args.delay_mechanism)
+    print(f"wrote {path}: {n_hosts} services ({stages} stages x {replicas} replica(s) on "
+          f"{scenario.name}'s {scenario.n_hosts} hosts), run config {config_path}; check it "
+          f"with `docker-compose -f {path} config`")
     return EXIT_OK
 
 
