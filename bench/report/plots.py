@@ -4,10 +4,12 @@
     figures = make_figures(["results/100mbps"], "results/100mbps/figures")
 
 Every figure is written as PNG and SVG with units on its axes:
-- throughput_vs_bandwidth: samples/s against link rate (log x), one line per mode;
+- throughput_vs_bandwidth: samples/s against link rate (log x), one line per mode; a
+  bar per mode instead when the cells have one link rate (a one-scenario run);
 - speedup: throughput over fp32 at the same scenario, grouped by scenario;
   speedup_vs_bf16: the same over bf16 (when the cells have a bf16 reference);
-- loss_<scenario>: training loss against step and against wall-clock time;
+- loss_<scenario>: training loss against step and against wall-clock time (one legend,
+  right of both panels);
 - bytes_per_step: bytes on the wire per optimizer step, stacked by kind.
 
 Points measured on a host-limited link (the machine carried less than twice the
@@ -181,27 +183,65 @@ def plot_rate_lines(ax, rows: pd.DataFrame, y: str) -> None:
     mark_host_limited(ax, rows, y)
 
 
+def _unshaped_fp32(summary: pd.DataFrame) -> float | None:
+    """fp32's throughput on an unshaped link (the sweep's reference scenario), if run."""
+    unshaped = summary[(summary["status"] == "ok") & ~summary["shaped"].astype(bool)
+                       & (summary["mode"] == "fp32")]
+    values = unshaped["throughput_samples_s"].dropna()
+    return float(values.iloc[0]) if len(values) else None
+
+
+def _throughput_bars(ax, ok: pd.DataFrame) -> None:
+    """One link rate: a bar per series (a line over one x would be points stacked on
+    one tick of a log axis)."""
+    labels = mode_order(ok["series"])
+    colors = mode_colors(labels)
+    values = ok.groupby("series")["throughput_samples_s"].first().reindex(labels)
+    ax.bar(labels, values, color=[colors[label] for label in labels])
+    limited = set(ok.loc[host_limited_flags(ok), "series"])
+    for i, label in enumerate(labels):
+        if label in limited:
+            ax.annotate("host-limited", xy=(i, values[label]), xytext=(0, 3),
+                        textcoords="offset points", ha="center", fontsize=7, color="red")
+    _slanted_ticks(ax)
+    ax.set_xlabel("mode")
+
+
+def _slanted_ticks(ax) -> None:
+    """Tick labels at 30 degrees, each ending under its bar (long names do not overlap)."""
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
+
+
 def plot_throughput_vs_bandwidth(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Samples/s against the configured link rate (log x), a line per series; with one
+    rate (a one-scenario run), a bar per series at that rate instead."""
     ok = summary[(summary["status"] == "ok") & summary["rate_mbit"].notna()].copy()
     if ok.empty:
         return []
     ok["series"] = series_labels(ok)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    plot_rate_lines(ax, ok, "throughput_samples_s")
-    unshaped = summary[(summary["status"] == "ok") & ~summary["shaped"].astype(bool)
-                       & (summary["mode"] == "fp32")]
-    for value in unshaped["throughput_samples_s"].dropna().unique()[:1]:
-        ax.axhline(value, color="grey", linestyle="--", label="fp32, unshaped link")
-    ax.set_xscale("log")
-    ax.set_xlabel("link rate (Mbit/s configured, log scale)")
+    rates = sorted(ok["rate_mbit"].unique())
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    if len(rates) == 1:
+        _throughput_bars(ax, ok)
+        title = f"Training throughput at {rates[0]:g} Mbit/s (one link rate)"
+        ax.grid(True, axis="y", alpha=0.3)
+    else:
+        plot_rate_lines(ax, ok, "throughput_samples_s")
+        ax.set_xscale("log")
+        ax.set_xlabel("link rate (Mbit/s configured, log scale)")
+        title = "Training throughput against bandwidth"
+        ax.grid(True, which="both", alpha=0.3)
+    reference = _unshaped_fp32(summary)
+    if reference is not None:
+        ax.axhline(reference, color="grey", linestyle="--", label="fp32, unshaped link")
     ax.set_ylabel("throughput (samples/s)")
     ax.set_ylim(bottom=0)
     if not ok["shaped"].astype(bool).all():
         ax.set_title("WARNING: some links were not shaped (local launcher)", color="red")
     else:
-        ax.set_title("Training throughput against bandwidth")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+        ax.set_title(title)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save(fig, out_dir, "throughput_vs_bandwidth")
 
 
@@ -254,7 +294,9 @@ def plot_loss(metrics: pd.DataFrame, out_dir: Path) -> list[Path]:
         if not warm.empty:
             ax_step.axvspan(warm.min() - 0.5, warm.max() + 0.5, color="grey", alpha=0.15,
                             label="warm-up (uncompressed)")
-        ax_step.legend(fontsize=8)
+        # one legend for both panels, outside them: inside it covers a curve
+        fig.legend(*ax_step.get_legend_handles_labels(), loc="outside right upper",
+                   fontsize=8)
         title = f"Training loss, scenario {scenario}"
         if host_limited_flags(rows).any():
             title += " (HOST-LIMITED link: below its configured rate on this machine)"
@@ -299,7 +341,7 @@ def plot_bytes_per_step(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
     ax.set_xlabel("mode")
     ax.set_ylabel("bytes on the wire per optimizer step (MB, all ranks)")
     ax.set_title("Communication volume per step")
-    ax.tick_params(axis="x", rotation=30)
+    _slanted_ticks(ax)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(title="traffic", fontsize=8)
     return save(fig, out_dir, "bytes_per_step")
