@@ -1,10 +1,14 @@
 """The summary table (terminal, plain text and Markdown) and the Markdown report of a sweep.
 
     python -m bench report results/100mbps     # prints the table, writes report.md
+    COLUMNS=80 python -m bench report results/100mbps   # the table in 80 columns
 
-Terminal and plain-text tables are rich tables (`print_table`; `text_table` renders one
-as plain text for logs, CI output and other callers); report.md holds Markdown tables
-(`markdown_table`), a file format of its own.
+Terminal and plain-text tables are rich tables (`print_table`, at the terminal's width:
+the least columns of DROP_ORDER left out and named where it is narrow; `text_table`
+renders one as plain text for logs, CI output and other callers); report.md holds
+Markdown tables (`markdown_table`), a file format of its own; summary.csv and
+summary.json beside it the same rows for scripts (bench.report.summary). Modes read as
+the command line spells them (`mode_text`: 'aqsgd:2/4').
 
 The report is made from result files only: summary numbers from
 bench.report.summary, figures from bench.report.plots, provenance from each meta.json.
@@ -33,8 +37,9 @@ from bench.report.linkbound import bound_lines
 from bench.report.summary import mode_text, write_summary_files
 from bench.results.files import load_metas
 
-__all__ = ["TABLE_COLUMNS", "DROP_ORDER", "format_table", "fit_columns", "held_out_header", "host_limited_notes",
-           "markdown_table", "mode_text", "print_table", "text_table", "write_report"]
+__all__ = ["TABLE_COLUMNS", "DROP_ORDER", "fit_columns", "format_table", "held_out_header",
+           "host_limited_notes", "markdown_table", "mode_text", "print_table", "text_table",
+           "write_report"]
 
 
 def _times(v) -> str:
