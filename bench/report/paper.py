@@ -150,7 +150,8 @@ def claims_table(summary: pd.DataFrame, claims: list[dict],
                  conv: Convergence) -> tuple[list[str], list[list]]:
     """(headers, rows): each published claim beside the value measured here; speed claims
     from the throughput cells (`summary`), quality claims from the convergence cells."""
-    ok = summary[summary["status"] == "ok"]
+    ok = summary[summary["status"] == "ok"].copy()
+    ok["series"] = series_labels(ok)
     rel = relative_throughput(summary)
     rows = []
     for claim in claims:
@@ -159,7 +160,7 @@ def claims_table(summary: pd.DataFrame, claims: list[dict],
         measured = "-"
         if claim["metric"] == "speedup_vs_fp32" and mine["speedup_vs_fp32"].notna().any():
             best = mine.loc[mine["speedup_vs_fp32"].idxmax()]
-            measured = (f"{best['speedup_vs_fp32']:.2f}x steady state ({best['label']} @ "
+            measured = (f"{best['speedup_vs_fp32']:.2f}x steady state ({best['series']} @ "
                         f"{best['scenario']})")
             if not math.isnan(best["speedup_vs_bf16"]):  # the same cell over bf16
                 measured += f"; {best['speedup_vs_bf16']:.2f}x over bf16 there"
@@ -170,7 +171,7 @@ def claims_table(summary: pd.DataFrame, claims: list[dict],
             paper = f"{claim['value_low']:.2f}-{claim['value_high']:.2f}"
             at = rel[(rel["mode"] == mode) & (rel["rate_mbit"] == claim["rate_mbit"])]
             if len(at):
-                measured = ", ".join(f"{r['rel_fp32_fastest']:.2f} ({r['label']}, vs fp32 @ "
+                measured = ", ".join(f"{r['rel_fp32_fastest']:.2f} ({r['series']}, vs fp32 @ "
                                      f"{r['fastest_rate_mbit']:.0f} Mbit/s)"
                                      for _, r in at.iterrows())
         else:  # final_loss_rel_fp32: judged on the convergence cells
