@@ -300,12 +300,13 @@ def _compose_config(args, scenario, out: Path):
 
     if args.config is not None:
         return load_config(args.config), args.config.resolve()
-    mode = _parse_modes([args.mode])
-    if len(mode) != 1:
-        raise ValueError(f"--mode {args.mode!r}: name one mode, e.g. aqsgd:2/4")
-    spec = SweepSpec(name=scenario.name, scenarios=(args.scenario,), modes=mode,
+    try:
+        mode = parse_mode(args.mode)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--mode {args.mode!r}: {err}\n  {MODE_SYNTAX}") from None
+    spec = SweepSpec(name=scenario.name, scenarios=(args.scenario,), modes=(mode,),
                      workload=bench_workload(scenario, Workload()), gc_reference=False)
-    cell = next(c for c in spec.cells() if c.mode == mode[0])
+    cell = next(c for c in spec.cells() if c.mode == mode)
     config = run_config(cell, Path(WORKSPACE) / "runs" / f"compose-{cell.name}")
     path = write_run_config(config, out.with_name(f"{out.stem}.run.yaml"))
     return config, path.resolve()
