@@ -43,10 +43,11 @@ __all__ = ["main", "build_parser", "finish_sweep", "launcher_options"]
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
-# A mode has one spelling on the command line and in sweep files; tables and directory
-# names print it otherwise.
-MODE_SYNTAX = ("a mode reads NAME[/GRAD][:FW/BW], e.g. fp32, aqsgd:2/4, aqsgd+gc/ef21:2/4 "
-               "(tables print 'aqsgd 2/4', directories 'aqsgd-fw2-bw4')")
+# A mode has one spelling on the command line, in sweep files, tables and legends; the
+# directory spelling reads too (docs/results-schema.md, "Mode spellings").
+MODE_SYNTAX = ("a mode reads NAME[/GRAD][:FW/BW], e.g. fp32, aqsgd:2/4, aqsgd+gc/ef21:2/4, "
+               "as tables print it, or as directories name it (aqsgd-fw2-bw4); "
+               "docs/results-schema.md, \"Mode spellings\"")
 # The field of a sweep a `bench run` flag sets (bench.harness.preflight names fields).
 RUN_FLAGS = {"workload.stages": "--stages", "workload.gc_stages": "--stages",
              "workload.preset": "--preset", "workload.train_samples": "--train-samples",
@@ -108,8 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="one scenario, every mode of the grid")
     run.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
     run.add_argument("--modes", nargs="+", default=list(DEFAULT_GRID),
-                     help=f"modes as NAME[/GRAD][:FW/BW], e.g. aqsgd+gc/ef21:2/4 "
-                          f"(default: {' '.join(DEFAULT_GRID)})")
+                     help=f"modes as NAME[/GRAD][:FW/BW], e.g. aqsgd+gc/ef21:2/4, the "
+                          f"spelling of tables and legends; a directory's aqsgd-fw2-bw4 "
+                          f"reads too (docs/results-schema.md, \"Mode spellings\"; "
+                          f"default: {' '.join(DEFAULT_GRID)})")
     run.add_argument("--steps", type=int, default=defaults.steps,
                      help=f"measured steps after the warm-up (default {defaults.steps})")
     run.add_argument("--warmup-epochs", type=int, default=defaults.warmup_epochs,
@@ -136,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="results directory (default results/<scenario>)")
     _add_run_options(run)
 
-    sweep = sub.add_parser("sweep", help="scenarios x modes from a sweep file")
+    sweep = sub.add_parser("sweep", help="scenarios x modes from a sweep file",
+                           description="Run (resume) the cells of a sweep file. Its `modes:` "
+                                       "read as --modes of `run` does: " + MODE_SYNTAX + ".")
     sweep.add_argument("file", type=Path)
     sweep.add_argument("--out", type=Path, help="default results/<sweep name>")
     _add_run_options(sweep)
@@ -149,10 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     compose = docker_sub.add_parser("compose", help="write the compose file equivalent "
                                                      "to a Docker launcher run")
     compose.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
-    compose.add_argument("--config", default="examples/tiny-2stage.yaml",
-                         help="the worker's run config, relative to the checkout "
-                              "(default examples/tiny-2stage.yaml); one service per rank "
-                              "(its stages x replicas)")
+    compose.add_argument("--mode", default="aqsgd:2/4",
+                         help="the mode of the cell the services run, placed as `bench run "
+                              "--scenario S --modes MODE` places it: one service per rank, "
+                              "the scenario's layout (default aqsgd:2/4)")
+    compose.add_argument("--config", type=Path, default=None,
+                         help="a run config of your own instead of the cell's (its stages x "
+                              "replicas must fit the scenario's hosts; default: the cell's, "
+                              "written beside the compose file as NAME.run.yaml)")
     compose.add_argument("--gpus", action="store_true",
                          help="reserve GPU i for rank i (NVIDIA runtime)")
     compose.add_argument("--image", default=None, help="worker image (default: the one "
@@ -190,10 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def finish_sweep(sweep_dir: Path, title: str | None = None) -> int:
-    """Summary table, figures and report of a sweep directory; the exit code."""
+    """Summary table (at the terminal's width), figures, report.md, summary.csv and
+    summary.json of a sweep directory; the exit code."""
     from bench.report.linkbound import fp32_bounds
     from bench.report.plots import make_figures, print_figure_paths
-    from bench.report.summary import summarize
+    from bench.report.summary import SUMMARY_FILES, summarize
     from bench.report.tables import print_table, write_report
     from bench.results.files import load_metas
 
@@ -204,6 +214,7 @@ def finish_sweep(sweep_dir: Path, title: str | None = None) -> int:
     figures = make_figures([sweep_dir], sweep_dir / "figures")
     report = write_report(sweep_dir, summary, figures, title=title)
     print(f"report: {report}")
+    print(f"summary for scripts: {', '.join(str(sweep_dir / n) for n in SUMMARY_FILES)}")
     print_figure_paths(figures)
     failed = summary[summary["status"] != "ok"]
     if len(failed):
@@ -282,10 +293,31 @@ def _cmd_sweep(args) -> int:
     return _run_and_finish(spec, args.out, args, title=f"Sweep {spec.name}")
 
 
-def _cmd_docker_compose(args) -> int:
+def _compose_config(args, scenario, out: Path):
+    """(run config, its host path): --config's, or that of the cell `bench run --scenario
+    S --modes MODE` runs (its stages, preset and replicas), written beside `out`."""
     from aqsgd.train.config import load_config
-    from bench import REPO_ROOT
+    from bench.harness.cells import run_config, write_run_config
+    from bench.harness.defaults import bench_workload
+    from bench.launch.docker.compose import WORKSPACE
+
+    if args.config is not None:
+        return load_config(args.config), args.config.resolve()
+    try:
+        mode = parse_mode(args.mode)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--mode {args.mode!r}: {err}\n  {MODE_SYNTAX}") from None
+    spec = SweepSpec(name=scenario.name, scenarios=(args.scenario,), modes=(mode,),
+                     workload=bench_workload(scenario, Workload()), gc_reference=False)
+    cell = next(c for c in spec.cells() if c.mode == mode)
+    config = run_config(cell, Path(WORKSPACE) / "runs" / f"compose-{cell.name}")
+    path = write_run_config(config, out.with_name(f"{out.stem}.run.yaml"))
+    return config, path.resolve()
+
+
+def _cmd_docker_compose(args) -> int:
     from bench.launch.docker.compose import write_compose
+    from bench.net.placement import PlacementError, place
     from bench.net.scenario import load_scenario
 
     if args.out.is_dir():
@@ -294,13 +326,20 @@ def _cmd_docker_compose(args) -> int:
     if args.image is not None and not args.image.strip():
         raise ValueError("--image '': name a worker image, or leave --image out for the one "
                          "`make docker-image` builds")
-    config = load_config(REPO_ROOT / args.config)
-    n_hosts = config.pipeline.stages * config.pipeline.replicas
-    path = write_compose(args.out, load_scenario(args.scenario), n_hosts=n_hosts,
-                         config=args.config, gpus=args.gpus, gpu_count=n_hosts,
-                         image=args.image, delay_mechanism=args.delay_mechanism)
-    print(f"wrote {path}: {n_hosts} services; check it with `docker-compose -f {path} "
-          f"config`")
+    scenario = load_scenario(args.scenario)
+    config, config_path = _compose_config(args, scenario, args.out)
+    stages, replicas = config.pipeline.stages, config.pipeline.replicas
+    try:
+        place(scenario, stages, replicas)
+    except PlacementError as err:
+        raise ValueError(f"--config {args.config}: {err}") from None
+    n_hosts = stages * replicas
+    path = write_compose(args.out, scenario, n_hosts=n_hosts, config=config_path,
+                         gpus=args.gpus, gpu_count=n_hosts, image=args.image,
+                         delay_mechanism=args.delay_mechanism)
+    print(f"wrote {path}: {n_hosts} services ({stages} stages x {replicas} replica(s) on "
+          f"{scenario.name}'s {scenario.n_hosts} hosts), run config {config_path}; check it "
+          f"with `docker-compose -f {path} config`")
     return EXIT_OK
 
 

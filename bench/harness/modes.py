@@ -3,6 +3,14 @@
     parse_mode("aqsgd:2/4")            # ModeSpec("aqsgd", 2, 4)
     parse_mode("aqsgd+gc/ef21:2/4")    # aqsgd plus EF21 data-parallel gradients
     str(parse_mode("aqsgd+gc:2/4"))    # 'aqsgd+gc/qadam:2/4' (QuantizedAdam by default)
+    parse_mode("aqsgd-fw2-bw4")        # the directory spelling (ModeSpec.label) reads too
+
+Spellings (docs/results-schema.md, "Mode spellings"): the command line's `NAME[/GRAD]
+[:FW/BW]` (`str(ModeSpec)`) is the one tables, legends, summary.csv and sweep files use;
+directory names and meta.json's `label` keep the file-name-safe `ModeSpec.label`
+('aqsgd-fw2-bw4', 'aqsgd+gc-qadam-fw2-bw4'), which parse_mode also reads. Replicas and
+variants are no part of a mode: a cell's directory adds '-dp2' and '__VARIANT', a legend
+' dp2' and ' [VARIANT]'; parse_mode refuses them, naming the flag that sets them.
 
 The modes are the comparisons registered in aqsgd.compress.registry (`COMPARISONS`, one
 module per activation mode in aqsgd/compress/modes/): their names, their default bit
@@ -13,6 +21,7 @@ compress from the same entries.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from aqsgd.compress.registry import COMPARISONS, GRAD_CODECS
@@ -108,10 +117,47 @@ class ModeSpec:
         return f"{self.name}{grad}:{self.fw_bits}/{self.bw_bits}"
 
 
+# a directory spelling's tail after the mode's name: '[GRAD-]fwN-bwM' (ModeSpec.label)
+_LABEL_BITS = re.compile(r"(?:(?P<grad>[^-]+)-)?fw(?P<fw>\d+)-bw(?P<bw>\d+)")
+# what a cell's name or a legend adds to a mode: replicas ('-dp2', ' dp2'), a variant
+_LAYOUT = re.compile(r"(?P<mode>.*?)[ -]dp(?P<n>\d+)|(?P<v>.*?) ?\[(?P<var>.+)\]")
+
+
+def _from_label(text: str) -> str:
+    """The command-line spelling of a directory spelling ('aqsgd-fw2-bw4' ->
+    'aqsgd:2/4', 'aqsgd+gc-ef21-fw2-bw4' -> 'aqsgd+gc/ef21:2/4'); `text` itself when it
+    is none (the longest registered name first: 'aqsgd-lowbits-fw2-bw4')."""
+    for name in sorted(MODE_NAMES, key=len, reverse=True):
+        match = _LABEL_BITS.fullmatch(text[len(name) + 1:]) if text.startswith(
+            name + "-") else None
+        if match:
+            grad = f"/{match['grad']}" if match["grad"] else ""
+            return f"{name}{grad}:{match['fw']}/{match['bw']}"
+    return text
+
+
+def _refuse_layout(text: str) -> None:
+    """A ValueError for replicas or a variant written into a mode ('fp32-dp2',
+    'fp32 dp2', 'aqsgd:2/4 [dropout0]'), naming what sets them."""
+    match = _LAYOUT.fullmatch(text)
+    if match and match["n"]:
+        raise ValueError(f"'{text[len(match['mode']):].strip()}' is {match['n']} "
+                         f"data-parallel replicas, no part of a mode: give the mode "
+                         f"{match['mode']!r} and --replicas {match['n']} (a sweep file: "
+                         f"workload.replicas)")
+    if match and match["var"]:
+        raise ValueError(f"'[{match['var']}]' is a variant, no part of a mode: "
+                         f"give the mode {match['v']!r} and the variant in a sweep file's "
+                         f"`variants:`")
+
+
 def parse_mode(text: str) -> ModeSpec:
     """'fp32', 'bf16', 'aqsgd', 'aqsgd:2/4', 'directq:4/8', 'aqsgd-lowbits:2/4',
-    'aqsgd+gc:2/4' (QuantizedAdam), 'aqsgd+gc/ef21:2/4' -> ModeSpec."""
+    'aqsgd+gc:2/4' (QuantizedAdam), 'aqsgd+gc/ef21:2/4' -> ModeSpec; the directory
+    spellings 'aqsgd-fw2-bw4', 'aqsgd+gc-ef21-fw2-bw4' likewise (module docstring)."""
     text = text.strip()
+    _refuse_layout(text)
+    text = _from_label(text)
     head, sep, bits = text.partition(":")
     name, slash, grad = head.partition("/")
     if name not in MODE_NAMES:

@@ -152,7 +152,7 @@ def write_model_results(results: Path, conv_dir: Path, out: Path) -> list[Path]:
     frames = []
     for name, model in PROJECTED_MODELS.items():
         configs = model_configs(model, 8, 1, 1, 32, list(PROJECTED_MODES))
-        configs |= {f"{m}-dp2" if "+gc" not in m else m: c for m, c in model_configs(
+        configs |= {f"{m} dp2" if "+gc" not in m else m: c for m, c in model_configs(
             model, 8, 2, 1, 32, list(PROJECTED_DP_MODES)).items()}
         frames.append(projection.project(configs, gpu, base).assign(model=name))
     pd.concat(frames).to_csv(out / "model_projection.csv", index=False)

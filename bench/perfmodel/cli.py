@@ -5,6 +5,13 @@
     python -m bench model ... --scenario 100mbps --add-hosts   # 8 stages on a 4-host file
     python -m bench profile --out profiles/cpu-2core.yaml --cells results/paper
     python -m bench validate --profile cpu-2core results/paper results/regress
+    python -m bench model ... --json                   # the rows as JSON on stdout, no table
+    python -m bench validate ... --csv out.csv         # the table, and its rows in out.csv
+
+`--json` and `--csv` of `model` and `validate` (add_output_arguments): without a path (or
+with `-`) the rows go to stdout in that format instead of the table, for scripts; with a
+path they are written there and the table printed as usual. The columns are those of
+docs/results-schema.md ("bench model and bench validate").
 
 `model` needs the run config each mode gets, built as the harness builds a cell's
 (`configs_for`, passed in by the command line so this package imports no harness). It
@@ -18,8 +25,12 @@ raises a ValueError naming the flag (the command line prints it and exits 2).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
 from collections.abc import Callable
 from pathlib import Path
+
+import pandas as pd
 
 from aqsgd.model.config import PRESETS
 from aqsgd.train.config import RunConfig
@@ -30,8 +41,10 @@ from bench.perfmodel.profile import PROFILE_DIR, Profile, load_profile, write_pr
 from bench.perfmodel.validate import TARGET, fit_comm, load_cells, validate_cells, worst_cell
 from bench.perfmodel.whatif import is_fp32, scenario_for, whatif, whatif_text
 from bench.results.files import find_cells
+from bench.results.records import records_json
 
-__all__ = ["WHATIF_MODES", "add_model_arguments", "add_profile_arguments",
+__all__ = ["WHATIF_MODES", "STDOUT", "add_model_arguments", "add_output_arguments",
+           "write_outputs", "add_profile_arguments",
            "add_validate_arguments", "available_profiles", "find_profile", "run_model",
            "run_profile", "run_validate"]
 
@@ -61,6 +74,47 @@ def find_profile(name: str | Path) -> Profile:
     return load_profile(path)
 
 
+STDOUT = "-"  # --json / --csv without a path: to stdout, instead of the table
+
+
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """--json [PATH] and --csv [PATH] (module docstring)."""
+    for flag, what in (("--json", "JSON (a list of one object per row, NaN as null)"),
+                       ("--csv", "CSV (a header line, one line per row)")):
+        p.add_argument(flag, nargs="?", const=STDOUT, default=None, metavar="PATH",
+                       help=f"the rows as {what}: to stdout instead of the table with no "
+                            f"PATH or '-', else to PATH beside the table (default: the "
+                            f"table only)")
+
+
+def _check_outputs(args) -> None:
+    """Refuse both formats on stdout and a directory as PATH, before any work."""
+    if args.json == STDOUT and args.csv == STDOUT:
+        raise ValueError("--json and --csv both write to stdout: give one of them a PATH "
+                         "(e.g. --csv rows.csv --json)")
+    for flag, value in (("--json", args.json), ("--csv", args.csv)):
+        if value not in (None, STDOUT) and Path(value).is_dir():
+            raise ValueError(f"{flag} {value} is a directory: name the file to write, e.g. "
+                             f"{Path(value) / ('rows' + flag.replace('--', '.'))}")
+
+
+def write_outputs(args, table: pd.DataFrame, print_table: Callable[[], None]) -> None:
+    """`table` as --json / --csv ask (module docstring); print_table() unless one of
+    them goes to stdout."""
+    texts = {"--json": lambda: records_json(table),
+             "--csv": lambda: table.to_csv(index=False)}
+    to_stdout = None
+    for flag, value in (("--json", args.json), ("--csv", args.csv)):
+        if value == STDOUT:
+            to_stdout = flag
+        elif value is not None:
+            Path(value).write_text(texts[flag]())
+    if to_stdout is None:
+        print_table()
+    else:
+        sys.stdout.write(texts[to_stdout]())
+
+
 def add_model_arguments(p: argparse.ArgumentParser, configs_for: ConfigsFor) -> None:
     p.add_argument("--preset", default="gpt2-xl", choices=list(PRESETS),
                    help="model preset (default gpt2-xl)")
@@ -86,6 +140,7 @@ def add_model_arguments(p: argparse.ArgumentParser, configs_for: ConfigsFor) -> 
                         "run` refuses it)")
     p.add_argument("--modes", nargs="+", default=list(WHATIF_MODES),
                    help=f"modes as NAME[/GRAD][:FW/BW] (default {' '.join(WHATIF_MODES)})")
+    add_output_arguments(p)
     p.set_defaults(func=lambda args: run_model(args, configs_for))
 
 
@@ -138,6 +193,7 @@ def _check_hosts(rows: list[tuple[str, RunConfig]], scenario: NetworkScenario) -
 
 def run_model(args, configs_for: ConfigsFor) -> int:
     _check_model_args(args)
+    _check_outputs(args)
     profile = find_profile(args.profile)
     scenario = load_scenario(args.scenario)
     rows = _rows(args, configs_for)
@@ -151,7 +207,12 @@ def run_model(args, configs_for: ConfigsFor) -> int:
     title = (f"{args.preset}, {args.stages} stages x {args.replicas} replica(s), micro-batch "
              f"{args.micro_batch_size} x {args.micro_batches}, scenario {scenario.name}{rate}, "
              f"profile {profile.name}")
-    print(whatif_text(whatif(rows, scenario, profile), title), end="")
+    results = whatif(rows, scenario, profile)
+    context = {"preset": args.preset, "micro_batch_size": args.micro_batch_size,
+               "micro_batches": args.micro_batches, "scenario": scenario.name,
+               "rate_mbit": args.rate_mbit, "profile": profile.name}
+    table = pd.DataFrame([{**dataclasses.asdict(r), **context} for r in results])
+    write_outputs(args, table, lambda: print(whatif_text(results, title), end=""))
     return 0
 
 
@@ -199,13 +260,25 @@ def add_validate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", required=True,
                    help=f"a profile file, or a name in profiles/ "
                         f"({', '.join(available_profiles())})")
-    p.add_argument("--csv", type=Path, help="also write the table as CSV (default: not)")
+    add_output_arguments(p)
     p.set_defaults(func=run_validate)
 
 
+VALIDATE_COLUMNS = ("cell", "stages", "replicas", "measured_s", "predicted_s", "error",
+                    "predicted_profile_s", "error_profile")
+
+
+def _print_validation(table: pd.DataFrame) -> None:
+    print(table[list(VALIDATE_COLUMNS)].to_string(index=False,
+                                                  float_format=lambda v: f"{v:.3f}"))
+    worst = worst_cell(table)
+    within = (table["error"].abs() <= TARGET).mean()
+    print(f"within {TARGET:.0%}: {within:.0%} of {len(table)} cells; worst: {worst['cell']} "
+          f"({worst['error']:+.1%})")
+
+
 def run_validate(args) -> int:
-    if args.csv is not None and args.csv.is_dir():
-        raise ValueError(f"--csv {args.csv} is a directory: name the CSV file to write")
+    _check_outputs(args)
     profile = find_profile(args.profile)
     for path in args.paths:
         if not find_cells([path]):
@@ -213,15 +286,7 @@ def run_validate(args) -> int:
                              f"results of a run or sweep, e.g. results/paper")
     table = validate_cells(args.paths, profile)
     if table.empty:
-        print("no finished cells with measured steps")
+        print("no finished cells with measured steps", file=sys.stderr)
         return 1
-    cols = ["cell", "stages", "replicas", "measured_s", "predicted_s", "error",
-            "predicted_profile_s", "error_profile"]
-    print(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    worst = worst_cell(table)
-    within = (table["error"].abs() <= TARGET).mean()
-    print(f"within {TARGET:.0%}: {within:.0%} of {len(table)} cells; worst: {worst['cell']} "
-          f"({worst['error']:+.1%})")
-    if args.csv:
-        table.to_csv(args.csv, index=False)
+    write_outputs(args, table, lambda: _print_validation(table))
     return 0

@@ -32,9 +32,10 @@ CLAIM_TOLERANCE = 0.20
 
 
 def family(label: str) -> str:
-    """'aqsgd' for 'aqsgd:4/8', 'fp32' for 'fp32-dp2', 'bf16' for 'bf16-dp2', 'aqsgd+gc'
-    for 'aqsgd+gc/ef21:2/4'."""
-    return re.sub(r"-dp\d+$", "", label.split(":")[0].split("/")[0])
+    """'aqsgd' for 'aqsgd:4/8', 'fp32' for 'fp32 dp2', 'bf16' for 'bf16 dp2', 'aqsgd+gc'
+    for 'aqsgd+gc/ef21:2/4' (a series in the legends' spelling, bench.report.summary.
+    series_text)."""
+    return re.sub(r" dp\d+$", "", label.split(":")[0].split("/")[0])
 
 
 def project(configs: dict[str, RunConfig], profile: Profile, base: NetworkScenario,

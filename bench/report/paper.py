@@ -37,7 +37,7 @@ from bench import REPO_ROOT
 from bench.report.claims import CLAIMS_FILE, find_claim, load_claims
 from bench.report.convergence import Convergence, analyse
 from bench.report.convergence_plots import BAND, draw_epoch_curves, draw_relative_final
-from bench.report.plots import plot_rate_lines, plt, save, series_labels
+from bench.report.plots import plot_rate_lines, plt, save, series_color, series_labels
 from bench.report.summary import SPEEDUP_REFERENCES, summarize
 from bench.report.tables import markdown_table
 
@@ -150,7 +150,8 @@ def claims_table(summary: pd.DataFrame, claims: list[dict],
                  conv: Convergence) -> tuple[list[str], list[list]]:
     """(headers, rows): each published claim beside the value measured here; speed claims
     from the throughput cells (`summary`), quality claims from the convergence cells."""
-    ok = summary[summary["status"] == "ok"]
+    ok = summary[summary["status"] == "ok"].copy()
+    ok["series"] = series_labels(ok)
     rel = relative_throughput(summary)
     rows = []
     for claim in claims:
@@ -159,7 +160,7 @@ def claims_table(summary: pd.DataFrame, claims: list[dict],
         measured = "-"
         if claim["metric"] == "speedup_vs_fp32" and mine["speedup_vs_fp32"].notna().any():
             best = mine.loc[mine["speedup_vs_fp32"].idxmax()]
-            measured = (f"{best['speedup_vs_fp32']:.2f}x steady state ({best['label']} @ "
+            measured = (f"{best['speedup_vs_fp32']:.2f}x steady state ({best['series']} @ "
                         f"{best['scenario']})")
             if not math.isnan(best["speedup_vs_bf16"]):  # the same cell over bf16
                 measured += f"; {best['speedup_vs_bf16']:.2f}x over bf16 there"
@@ -170,7 +171,7 @@ def claims_table(summary: pd.DataFrame, claims: list[dict],
             paper = f"{claim['value_low']:.2f}-{claim['value_high']:.2f}"
             at = rel[(rel["mode"] == mode) & (rel["rate_mbit"] == claim["rate_mbit"])]
             if len(at):
-                measured = ", ".join(f"{r['rel_fp32_fastest']:.2f} ({r['label']}, vs fp32 @ "
+                measured = ", ".join(f"{r['rel_fp32_fastest']:.2f} ({r['series']}, vs fp32 @ "
                                      f"{r['fastest_rate_mbit']:.0f} Mbit/s)"
                                      for _, r in at.iterrows())
         else:  # final_loss_rel_fp32: judged on the convergence cells
@@ -255,12 +256,13 @@ def _fig_projection(proj: pd.DataFrame, claims: list[dict], out: Path) -> list[P
         mine = proj[proj["model"] == name]
         for mode, rows in mine.groupby("mode", sort=False):
             rows = rows.sort_values("rate_mbit")
+            color = series_color(mode)  # one colour per mode in every panel
             axes[0][col].plot(rows["rate_mbit"], rows["throughput_samples_s"], marker="o",
-                              label=mode)
+                              label=mode, color=color)
             for row, ref in enumerate(refs, start=1):
                 if rows["family"].iloc[0] != ref:
                     axes[row][col].plot(rows["rate_mbit"], rows[f"speedup_vs_{ref}"],
-                                        marker="o", label=mode)
+                                        marker="o", label=mode, color=color)
         for claim_id, style in (("max_speedup", "--"), ("max_speedup_gc", ":")):
             claim = find_claim(claims, claim_id)
             if claim:

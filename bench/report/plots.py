@@ -4,10 +4,12 @@
     figures = make_figures(["results/100mbps"], "results/100mbps/figures")
 
 Every figure is written as PNG and SVG with units on its axes:
-- throughput_vs_bandwidth: samples/s against link rate (log x), one line per mode;
+- throughput_vs_bandwidth: samples/s against link rate (log x), one line per mode; a
+  bar per mode instead when the cells have one link rate (a one-scenario run);
 - speedup: throughput over fp32 at the same scenario, grouped by scenario;
   speedup_vs_bf16: the same over bf16 (when the cells have a bf16 reference);
-- loss_<scenario>: training loss against step and against wall-clock time;
+- loss_<scenario>: training loss against step and against wall-clock time (one legend,
+  right of both panels);
 - bytes_per_step: bytes on the wire per optimizer step, stacked by kind.
 
 Points measured on a host-limited link (the machine carried less than twice the
@@ -18,6 +20,9 @@ link achieved.
 
 from __future__ import annotations
 
+import colorsys
+import re
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,6 +39,7 @@ from bench.report.summary import (  # noqa: E402
     SPEEDUP_REFERENCES,
     UNKNOWN_RANK,
     host_limited_flags,
+    series_text,
     summarize,
 )
 from bench.results.files import BYTE_KINDS, load_results  # noqa: E402
@@ -42,6 +48,7 @@ __all__ = [
     "FORMATS",
     "mode_order",
     "mode_colors",
+    "series_color",
     "series_labels",
     "plot_rate_lines",
     "mark_host_limited",
@@ -59,11 +66,11 @@ FORMATS = ("png", "svg")
 
 
 def _mode_of(label: str) -> str | None:
-    """The registered mode a label or series starts with: 'aqsgd+gc' for
-    'aqsgd+gc-qadam-fw2-bw4 x2 dp' and 'aqsgd+gc/ef21 2/4', the longest name that fits
+    """The registered mode a series or label starts with: 'aqsgd+gc' for
+    'aqsgd+gc/ef21:2/4 dp2' and 'aqsgd+gc-qadam-fw2-bw4', the longest name that fits
     ('aqsgd-lowbits', not 'aqsgd'); None for a mode no longer registered."""
     fits = [name for name in MODE_RANK if label == name
-            or any(label.startswith(name + sep) for sep in ("-", " ", "/"))]
+            or any(label.startswith(name + sep) for sep in (":", "/", " ", "-"))]
     return max(fits, key=len, default=None)
 
 
@@ -75,11 +82,47 @@ def mode_order(labels: Iterable[str]) -> list[str]:
     return sorted(set(labels), key=key)
 
 
-def mode_colors(labels: list[str]) -> dict[str, tuple]:
-    """A distinct colour per label: tab10 up to ten labels, tab20 up to twenty (the
-    convergence sweep draws twelve series in one figure)."""
-    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
-    return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+# The one colour mapping of every figure (note "series colours"): a hue per registered
+# mode, in rank order, from tab10 without its grey (grey: a mode no longer registered);
+# the lighter tab20 partner of that hue for N > 1 replicas; the forward bits darken
+# (fewer) or lighten (more) it around 3; a gradient compressor other than qadam, or a
+# variant, turns the hue a little (by its name).
+_HUES = [i for i in range(10) if i != 7]  # tab10's index 7 is grey
+_UNREGISTERED = (0.5, 0.5, 0.5, 1.0)
+
+
+def _mix(color, toward: float, share: float) -> tuple:
+    r, g, b, a = color
+    return (*(c + (toward - c) * share for c in (r, g, b)), a)
+
+
+def series_color(series: str) -> tuple:
+    """The colour of one series (bench.report.summary.series_text, or a result file's
+    label), the same in every figure whatever else it shows."""
+    mode = _mode_of(series)
+    if mode is None:
+        return _UNREGISTERED
+    k = _HUES[list(MODE_RANK).index(mode) % len(_HUES)]
+    replicas = re.search(r"[ -]dp(\d+)", series)
+    color = plt.get_cmap("tab20")(2 * k + (1 if replicas and int(replicas[1]) > 1 else 0))
+    bits = re.search(r":(\d+)/|-fw(\d+)-", series)
+    if bits:
+        t = float(np.clip((int(bits[1] or bits[2]) - 3) * 0.3, -0.6, 0.6))
+        color = _mix(color, 1.0 if t > 0 else 0.0, abs(t))
+    # a gradient compressor other than the default, or a variant: the hue turned a little
+    grad = re.search(r"\+gc[/-]([a-z0-9]+)", series)
+    variant = re.search(r"\[(.+)\]", series)
+    turn_by = (grad[1] if grad and grad[1] != "qadam" else "") + (variant[1] if variant else "")
+    if turn_by:
+        h, sat, v = colorsys.rgb_to_hsv(*color[:3])
+        turn = 0.06 * (1 + zlib.crc32(turn_by.encode()) % 3)
+        color = (*colorsys.hsv_to_rgb((h + turn) % 1.0, sat, v), color[3])
+    return tuple(color)
+
+
+def mode_colors(labels: Iterable[str]) -> dict[str, tuple]:
+    """series_color of each label: the fixed mapping every figure shares."""
+    return {label: series_color(label) for label in labels}
 
 
 def save(fig, out_dir: Path, stem: str) -> list[Path]:
@@ -103,9 +146,15 @@ def print_figure_paths(figures: Iterable[Path]) -> None:
 
 
 def series_labels(frame: pd.DataFrame) -> pd.Series:
-    """Mode label per row, with ' xN dp' when the cell has N > 1 data-parallel replicas."""
-    dp = frame["replicas"].fillna(1).astype(int)
-    return frame["label"] + np.where(dp > 1, " x" + dp.astype(str) + " dp", "")
+    """Each row's series in the command line's spelling (bench.report.summary.
+    series_text): 'aqsgd:2/4', 'fp32 dp2', 'directq:2/4 [dropout0]'."""
+    keys = ["mode", "fw_bits", "bw_bits", "grad_mode", "replicas", "variant"]
+    ids = frame[keys].astype(object)
+    ids = ids.where(ids.notna(), None)  # NaN is no dict key
+    names = {tuple(r.values()): series_text(r)  # once per series: `frame` may be metrics
+             for r in ids.drop_duplicates().to_dict("records")}
+    return pd.Series([names[k] for k in ids.itertuples(index=False, name=None)],
+                     index=frame.index, dtype=str)
 
 
 def mark_host_limited(ax, rows: pd.DataFrame, y: str) -> None:
@@ -134,27 +183,65 @@ def plot_rate_lines(ax, rows: pd.DataFrame, y: str) -> None:
     mark_host_limited(ax, rows, y)
 
 
+def _unshaped_fp32(summary: pd.DataFrame) -> float | None:
+    """fp32's throughput on an unshaped link (the sweep's reference scenario), if run."""
+    unshaped = summary[(summary["status"] == "ok") & ~summary["shaped"].astype(bool)
+                       & (summary["mode"] == "fp32")]
+    values = unshaped["throughput_samples_s"].dropna()
+    return float(values.iloc[0]) if len(values) else None
+
+
+def _throughput_bars(ax, ok: pd.DataFrame) -> None:
+    """One link rate: a bar per series (a line over one x would be points stacked on
+    one tick of a log axis)."""
+    labels = mode_order(ok["series"])
+    colors = mode_colors(labels)
+    values = ok.groupby("series")["throughput_samples_s"].first().reindex(labels)
+    ax.bar(labels, values, color=[colors[label] for label in labels])
+    limited = set(ok.loc[host_limited_flags(ok), "series"])
+    for i, label in enumerate(labels):
+        if label in limited:
+            ax.annotate("host-limited", xy=(i, values[label]), xytext=(0, 3),
+                        textcoords="offset points", ha="center", fontsize=7, color="red")
+    _slanted_ticks(ax)
+    ax.set_xlabel("mode")
+
+
+def _slanted_ticks(ax) -> None:
+    """Tick labels at 30 degrees, each ending under its bar (long names do not overlap)."""
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
+
+
 def plot_throughput_vs_bandwidth(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Samples/s against the configured link rate (log x), a line per series; with one
+    rate (a one-scenario run), a bar per series at that rate instead."""
     ok = summary[(summary["status"] == "ok") & summary["rate_mbit"].notna()].copy()
     if ok.empty:
         return []
     ok["series"] = series_labels(ok)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    plot_rate_lines(ax, ok, "throughput_samples_s")
-    unshaped = summary[(summary["status"] == "ok") & ~summary["shaped"].astype(bool)
-                       & (summary["mode"] == "fp32")]
-    for value in unshaped["throughput_samples_s"].dropna().unique()[:1]:
-        ax.axhline(value, color="grey", linestyle="--", label="fp32, unshaped link")
-    ax.set_xscale("log")
-    ax.set_xlabel("link rate (Mbit/s configured, log scale)")
+    rates = sorted(ok["rate_mbit"].unique())
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    if len(rates) == 1:
+        _throughput_bars(ax, ok)
+        title = f"Training throughput at {rates[0]:g} Mbit/s (one link rate)"
+        ax.grid(True, axis="y", alpha=0.3)
+    else:
+        plot_rate_lines(ax, ok, "throughput_samples_s")
+        ax.set_xscale("log")
+        ax.set_xlabel("link rate (Mbit/s configured, log scale)")
+        title = "Training throughput against bandwidth"
+        ax.grid(True, which="both", alpha=0.3)
+    reference = _unshaped_fp32(summary)
+    if reference is not None:
+        ax.axhline(reference, color="grey", linestyle="--", label="fp32, unshaped link")
     ax.set_ylabel("throughput (samples/s)")
     ax.set_ylim(bottom=0)
     if not ok["shaped"].astype(bool).all():
         ax.set_title("WARNING: some links were not shaped (local launcher)", color="red")
     else:
-        ax.set_title("Training throughput against bandwidth")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+        ax.set_title(title)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save(fig, out_dir, "throughput_vs_bandwidth")
 
 
@@ -207,7 +294,9 @@ def plot_loss(metrics: pd.DataFrame, out_dir: Path) -> list[Path]:
         if not warm.empty:
             ax_step.axvspan(warm.min() - 0.5, warm.max() + 0.5, color="grey", alpha=0.15,
                             label="warm-up (uncompressed)")
-        ax_step.legend(fontsize=8)
+        # one legend for both panels, outside them: inside it covers a curve
+        fig.legend(*ax_step.get_legend_handles_labels(), loc="outside right upper",
+                   fontsize=8)
         title = f"Training loss, scenario {scenario}"
         if host_limited_flags(rows).any():
             title += " (HOST-LIMITED link: below its configured rate on this machine)"
@@ -252,7 +341,7 @@ def plot_bytes_per_step(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
     ax.set_xlabel("mode")
     ax.set_ylabel("bytes on the wire per optimizer step (MB, all ranks)")
     ax.set_title("Communication volume per step")
-    ax.tick_params(axis="x", rotation=30)
+    _slanted_ticks(ax)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(title="traffic", fontsize=8)
     return save(fig, out_dir, "bytes_per_step")

@@ -30,8 +30,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report.claims import find_claim
-from bench.report.summary import MODE_RANK, UNKNOWN_RANK
-from bench.report.tables import mode_text
+from bench.report.summary import MODE_RANK, UNKNOWN_RANK, series_text
 
 __all__ = ["TOLERANCE_PCT", "NOISE_SPREADS", "EDGE_PCT", "RULES", "Verdict", "series_name",
            "eval_curves", "seed_bands", "quality_table", "relative_final", "judge_width",
@@ -55,12 +54,9 @@ _IDENTITY = ("mode", "label", "grad_mode", "fw_bits", "bw_bits", "stages", "repl
 
 
 def series_name(row) -> str:
-    """'aqsgd 2/4', 'fp32 dp2', 'aqsgd+gc/ef21 2/4 dp2', 'directq 2/4 [dropout0]'."""
-    dp = f" dp{int(row['replicas'])}" if int(row["replicas"]) > 1 else ""
-    text = mode_text(row)
-    if row["variant"]:  # the variant goes last, after the layout
-        return text.replace(f" [{row['variant']}]", f"{dp} [{row['variant']}]")
-    return text + dp
+    """'aqsgd:2/4', 'fp32 dp2', 'aqsgd+gc/ef21:2/4 dp2', 'directq:2/4 [dropout0]'
+    (bench.report.summary.series_text: the legends' spelling)."""
+    return series_text(row)
 
 
 def eval_curves(metrics: pd.DataFrame) -> pd.DataFrame:

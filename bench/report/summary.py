@@ -44,10 +44,14 @@ import numpy as np
 import pandas as pd
 
 from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES
+from aqsgd.filecache import atomic_write_text
 from bench.results.files import BYTE_KINDS, load_metas, load_results
+from bench.results.records import records_json
 
 __all__ = ["MODE_RANK", "UNKNOWN_RANK", "SPEEDUP_REFERENCES", "SUMMARY_COLUMNS",
-           "host_limited_flags", "summarize_cell", "summarize"]
+           "SUMMARY_FILES", "host_limited_flags", "mode_text", "series_text", "summarize_cell",
+           "summarize",
+           "write_summary_files"]
 
 SUMMARY_COLUMNS = (
     "sweep", "cell", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
@@ -193,3 +197,55 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
         table = _in_reading_order(table)
     extra = [c for c in table.columns if c not in SUMMARY_COLUMNS]
     return table[list(SUMMARY_COLUMNS) + extra]
+
+
+def mode_text(row) -> str:
+    """A cell's mode in the command line's spelling (docs/results-schema.md, "Mode
+    spellings"): 'fp32', 'aqsgd:2/4', 'aqsgd+gc/ef21:2/4' (the gradient compressor always
+    shown), what `--modes` and a sweep file's `modes:` read back; ' [VARIANT]' added for a
+    non-default variant. `row` needs mode, fw_bits, bw_bits, grad_mode and variant."""
+    name = row["mode"]
+    mode = COMPARISONS.get(name)  # None: a mode no longer registered (an old result file)
+    if mode is not None and mode.data_parallel:
+        name = f"{name}/{row['grad_mode']}"
+    if mode is None or mode.takes_bits:
+        name = f"{name}:{int(row['fw_bits'])}/{int(row['bw_bits'])}"
+    return f"{name} [{row['variant']}]" if row["variant"] else name
+
+
+def series_text(row) -> str:
+    """How legends and the convergence tables name a cell's series: mode_text with
+    ' dpN' for N > 1 data-parallel replicas before the variant: 'aqsgd:2/4', 'fp32 dp2',
+    'aqsgd+gc/ef21:2/4 dp2', 'directq:2/4 [dropout0]'. `row` needs mode_text's fields
+    and replicas (an empty one reads 1)."""
+    replicas = row["replicas"]
+    replicas = 1 if replicas is None or pd.isna(replicas) else int(replicas)
+    text = mode_text({**row, "variant": ""})
+    if replicas > 1:
+        text += f" dp{replicas}"
+    return f"{text} [{row['variant']}]" if row["variant"] else text
+
+
+# The machine-readable twins of report.md (docs/results-schema.md, "summary.csv and
+# summary.json"): the same rows, every column of summarize() plus `mode_spec`.
+SUMMARY_FILES = ("summary.csv", "summary.json")
+
+
+def _with_spelling(summary: pd.DataFrame) -> pd.DataFrame:
+    """`summary` with `mode_spec` (mode_text without the variant: what `--modes` reads)
+    after `mode`."""
+    table = summary.copy()
+    spec = [mode_text({**r, "variant": ""}) for r in table.to_dict("records")]
+    table.insert(table.columns.get_loc("mode") + 1, "mode_spec", spec)
+    return table
+
+
+def write_summary_files(out_dir: str | Path, summary: pd.DataFrame) -> list[Path]:
+    """Write `out_dir/summary.csv` and `out_dir/summary.json` (a list of one object per
+    cell, NaN as null), atomically; returns their paths."""
+    out_dir = Path(out_dir)
+    table = _with_spelling(summary)
+    csv_path, json_path = (out_dir / name for name in SUMMARY_FILES)
+    atomic_write_text(csv_path, table.to_csv(index=False))
+    atomic_write_text(json_path, records_json(table))
+    return [csv_path, json_path]

@@ -1,10 +1,14 @@
 """The summary table (terminal, plain text and Markdown) and the Markdown report of a sweep.
 
     python -m bench report results/100mbps     # prints the table, writes report.md
+    COLUMNS=80 python -m bench report results/100mbps   # the table in 80 columns
 
-Terminal and plain-text tables are rich tables (`print_table`; `text_table` renders one
-as plain text for logs, CI output and other callers); report.md holds Markdown tables
-(`markdown_table`), a file format of its own.
+Terminal and plain-text tables are rich tables (`print_table`, at the terminal's width:
+the least columns of DROP_ORDER left out and named where it is narrow; `text_table`
+renders one as plain text for logs, CI output and other callers); report.md holds
+Markdown tables (`markdown_table`), a file format of its own; summary.csv and
+summary.json beside it the same rows for scripts (bench.report.summary). Modes read as
+the command line spells them (`mode_text`: 'aqsgd:2/4').
 
 The report is made from result files only: summary numbers from
 bench.report.summary, figures from bench.report.plots, provenance from each meta.json.
@@ -27,14 +31,16 @@ from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
 
-from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES
+from aqsgd.compress.registry import SPEEDUP_REFERENCES
 from aqsgd.filecache import atomic_write_text
 from bench.report.linkbound import bound_lines
+from bench.report.summary import mode_text, write_summary_files
 from bench.report.timeline import timeline_section
 from bench.results.files import load_metas
 
-__all__ = ["TABLE_COLUMNS", "format_table", "held_out_header", "host_limited_notes",
-           "markdown_table", "mode_text", "print_table", "text_table", "write_report"]
+__all__ = ["TABLE_COLUMNS", "DROP_ORDER", "fit_columns", "format_table", "held_out_header",
+           "host_limited_notes", "markdown_table", "mode_text", "print_table", "text_table",
+           "write_report"]
 
 
 def _times(v) -> str:
@@ -66,18 +72,6 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
 
 
-def mode_text(row) -> str:
-    """How a table names a cell's mode: 'fp32', 'aqsgd 2/4', 'aqsgd+gc/ef21 2/4' (the
-    gradient compressor always shown), with ' [VARIANT]' for a non-default variant."""
-    name = row["mode"]
-    mode = COMPARISONS.get(name)  # None: a mode no longer registered (an old result file)
-    if mode is not None and mode.data_parallel:
-        name = f"{name}/{row['grad_mode']}"
-    if mode is None or mode.takes_bits:
-        name = f"{name} {int(row['fw_bits'])}/{int(row['bw_bits'])}"
-    return f"{name} [{row['variant']}]" if row["variant"] else name
-
-
 def held_out_header(windows: Iterable) -> str:
     """'held-out loss (128 windows)': the windows of one evaluation of the cells shown
     (every count listed when they differ)."""
@@ -89,6 +83,12 @@ def held_out_header(windows: Iterable) -> str:
 
 
 def _rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    _, headers, rows = _keyed_rows(summary)
+    return headers, rows
+
+
+def _keyed_rows(summary: pd.DataFrame) -> tuple[list[str], list[str], list[list[str]]]:
+    """(summary column of each table column, headers, rows)."""
     table = summary.copy()
     table["scenario_label"] = [f"{s} (host-limited)" if limited else s for s, limited
                                in zip(table["scenario"], table["host_limited"], strict=True)]
@@ -103,7 +103,7 @@ def _rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     rows = []
     for _, r in table.iterrows():
         rows.append(["-" if _missing(r.get(c)) else fmt(r[c]) for c, _, fmt in columns])
-    return headers, rows
+    return [c for c, _, _ in columns], headers, rows
 
 
 def host_limited_notes(summary: pd.DataFrame) -> list[str]:
@@ -144,25 +144,87 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-# the console table's least width: every header word of the speed-up columns over fp32
-# and bf16 whole (narrower, rich cuts them short)
-CONSOLE_WIDTH = 190
+# The columns print_table leaves out, first to last, when the table does not fit the
+# terminal (summary column names; the others are always shown). report.md, summary.csv
+# and summary.json keep every column.
+DROP_ORDER = (
+    *(f"speedup_e2e_vs_{ref}" for ref in reversed(SPEEDUP_REFERENCES)),
+    "throughput_tokens_s", "comm_compute_ratio", "speedup_vs_unshaped_fp32",
+    *(f"speedup_vs_{ref}" for ref in reversed(SPEEDUP_REFERENCES[1:])),
+    "bytes_per_step", "seed", "final_eval_loss",
+)
 
 
-def print_table(summary: pd.DataFrame) -> None:
-    """The summary table on the console: a rich table, titled, host-limited notes as its
-    caption, at least CONSOLE_WIDTH columns wide (wider on a wider terminal); scenario and
-    mode never wrap."""
-    headers, rows = _rows(summary)
-    notes = host_limited_notes(summary)
-    columns = [Column(h, no_wrap=i < 2) for i, h in enumerate(headers)]
-    table = Table(*columns, title="AQ-SGD benchmark summary",
-                  caption="\n".join(notes) or None, caption_style="bold red")
+def _console_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+                   caption: str | None, widths: Sequence[int] | None = None) -> Table:
+    """Scenario and mode never wrap; the other headers wrap at their spaces; `widths`:
+    each column's content width (None: rich's choice)."""
+    widths = widths or [None] * len(headers)
+    columns = [Column(h, no_wrap=i < 2, width=w)
+               for i, (h, w) in enumerate(zip(headers, widths, strict=True))]
+    table = Table(*columns, title="AQ-SGD benchmark summary", caption=caption,
+                  caption_style="bold red")
     for r in rows:  # Text: a variant's '[dropout0]' is not rich markup
         table.add_row(*(Text(c) for c in r))
-    console = Console(width=max(CONSOLE_WIDTH, os.get_terminal_size().columns
-                                if os.isatty(1) else CONSOLE_WIDTH))
+    return table
+
+
+# terminal columns per table column besides its content (padding 2, rule 1), and the
+# closing rule of the table
+_COLUMN_EDGE, _TABLE_EDGE = 3, 1
+
+
+def _column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]],
+                   width: int) -> list[int] | None:
+    """Content width per column in `width` terminal columns, no cell and no header word
+    cut (scenario and mode: their whole header), headers unwrapped where the room
+    allows, left to right; None when even the least widths do not fit."""
+    def longest(i: int, words: list[str]) -> int:
+        return max(len(w) for w in [*words, *(r[i] for r in rows)])
+    least = [longest(i, [h] if i < 2 else h.split()) for i, h in enumerate(headers)]
+    room = width - _TABLE_EDGE - _COLUMN_EDGE * len(headers) - sum(least)
+    if room < 0:
+        return None
+    widths = []
+    for i, header in enumerate(headers):
+        grow = min(room, longest(i, [header]) - least[i])
+        widths.append(least[i] + grow)
+        room -= grow
+    return widths
+
+
+def fit_columns(width: int, keys: Sequence[str], headers: Sequence[str],
+                rows: Sequence[Sequence[str]]) -> tuple[list[int], list[int] | None]:
+    """(indices of the columns to show in `width` terminal columns, their content
+    widths): all when the table fits (headers wrapped at spaces, no cell cut), else
+    without DROP_ORDER's columns, first to last, until it fits (widths None when even
+    the last does not)."""
+    keep = list(range(len(headers)))
+    for key in (None, *DROP_ORDER):
+        if key is not None and key in keys:
+            keep.remove(keys.index(key))
+        widths = _column_widths([headers[i] for i in keep],
+                                [[r[i] for i in keep] for r in rows], width)
+        if widths is not None:
+            break
+    return keep, widths
+
+
+def print_table(summary: pd.DataFrame, console: Console | None = None) -> None:
+    """The summary table on the console at its width (rich's: the terminal's, or
+    COLUMNS): titled, host-limited notes as its caption. Columns that do not fit are
+    left out (DROP_ORDER) and named in a line below it."""
+    console = console or Console()
+    keys, headers, rows = _keyed_rows(summary)
+    keep, widths = fit_columns(console.width, keys, headers, rows)
+    table = _console_table([headers[i] for i in keep], [[r[i] for i in keep] for r in rows],
+                           "\n".join(host_limited_notes(summary)) or None, widths)
     console.print(table)
+    dropped = [h for i, h in enumerate(headers) if i not in keep]
+    if dropped:
+        console.print(Text(f"left out to fit {console.width} columns: {'; '.join(dropped)} "
+                           f"(all in report.md and summary.csv; widen the terminal or set "
+                           f"COLUMNS)"), overflow="fold")
 
 
 def _provenance_lines(metas: list[dict]) -> list[str]:
@@ -269,7 +331,8 @@ def _failure_lines(metas: list[dict]) -> list[str]:
 
 def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
                  figures: Iterable[str | Path], title: str | None = None) -> Path:
-    """Write `sweep_dir/report.md`: table, figures, link probe, provenance, failures."""
+    """Write `sweep_dir/report.md`: table, figures, link probe, provenance, failures; and
+    beside it summary.csv and summary.json (bench.report.summary.write_summary_files)."""
     sweep_dir = Path(sweep_dir)
     metas = load_metas([sweep_dir])
     headers, rows = _rows(summary)
@@ -295,4 +358,5 @@ def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
     lines += bound_lines(metas, summary)
     lines += _probe_lines(metas)
     lines += _failure_lines(metas)
+    write_summary_files(sweep_dir, summary)
     return atomic_write_text(sweep_dir / "report.md", "\n".join(lines) + "\n")

@@ -64,7 +64,9 @@ BAD_INPUTS = [
     (["run", "--scenario", "nosuch"], r"no scenario 'nosuch'.*available: 100mbps"),
     (["run", "--scenario", "100mbps", "--modes", "aqsgd 2/4"],
      r"--modes 'aqsgd 2/4': mode must be one of .*\n  a mode reads NAME\[/GRAD\]\[:FW/BW\]"),
-    (["run", "--scenario", "100mbps", "--modes", "aqsgd-fw2-bw4"], r"--modes 'aqsgd-fw2-bw4'"),
+    (["run", "--scenario", "100mbps", "--modes", "aqsgd-fw2-bw4-dp2"],
+     r"--modes 'aqsgd-fw2-bw4-dp2': '-dp2' is 2 data-parallel replicas, no part of a mode: "
+     r"give the mode 'aqsgd-fw2-bw4' and --replicas 2"),
     (["run", "--scenario", "100mbps", "--modes", "aqsgd:9/4"], r"fw_bits must be in 1..8"),
     (["run", "--scenario", "100mbps", "--modes", "fp32:2/4"], r"fp32 takes no bit widths"),
     (["run", "--scenario", "100mbps", "--out", "FILE"],

@@ -21,10 +21,15 @@ specification marks it obsolete; compose v2 warns about it). docker-compose
 validates it (`docker-compose -f F config`), and the test suite checks that
 whenever docker-compose is installed.
 
-The checkout (the folder the file is written in, by default) is mounted
-read-only at /workspace, runs/ (results) and .cache/ (tokenizer, checkpoints)
-under it read-write: the worker runs as the image's user `worker` (uid 1000), so
-those two folders must be writable by uid 1000 (docs/docker.md).
+Every volume is an absolute host path, so the file runs from any folder: the checkout
+(this one, by default) read-only at /workspace, its runs/ (results) and .cache/
+(tokenizer, checkpoints) read-write under it, and the run config every rank loads
+read-only at /etc/aqsgd/run.yaml. The worker runs as the image's user `worker` (uid
+1000), so runs/ and .cache/ must be writable by uid 1000 (docs/docker.md).
+
+`python -m bench docker compose --scenario S` places the ranks as `bench run --scenario
+S --modes MODE` would (one service per host of the scenario's layout; bench/__main__.py
+builds that cell's run config and writes it beside the compose file).
 """
 
 from __future__ import annotations
@@ -32,27 +37,34 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench import REPO_ROOT
 from bench.launch.docker.spec import TUN_DEVICE, DockerRunSpec
 from bench.net.scenario import NetworkScenario
 
-__all__ = ["DELAY_MECHANISMS", "WORKER_PORT", "compose_dict", "write_compose"]
+__all__ = ["CONFIG_IN_CONTAINER", "DELAY_MECHANISMS", "WORKER_PORT", "WORKSPACE",
+           "compose_dict", "write_compose"]
 
 WORKER_PORT = 29500  # the rendezvous port on host0
 WORKSPACE = "/workspace"
+CONFIG_IN_CONTAINER = "/etc/aqsgd/run.yaml"  # outside /workspace: no mount point in a ro mount
 DELAY_MECHANISMS = ("netem", "delayline")
 
 
 def compose_dict(scenario: NetworkScenario, n_hosts: int | None = None, *,
-                 config: str = "examples/tiny-2stage.yaml", gpus: bool = False,
+                 config: str | Path = "examples/tiny-2stage.yaml",
+                 checkout: Path = REPO_ROOT, gpus: bool = False,
                  gpu_count: int = 0, image: str | None = None,
                  subnet_index: int = 1, delay_mechanism: str = "netem") -> dict:
-    """The compose file as a dict: one service per rank running the worker with
-    `config` (a path relative to the checkout), world size n_hosts; delay, jitter and
-    loss by `delay_mechanism` (one of DELAY_MECHANISMS, see module doc)."""
+    """The compose file as a dict: one service per rank running the worker with the run
+    config `config` (a host path; a relative one is under `checkout`), world size
+    n_hosts (default: the scenario's hosts); delay, jitter and loss by
+    `delay_mechanism` (one of DELAY_MECHANISMS, see module doc). Volumes are absolute."""
     if delay_mechanism not in DELAY_MECHANISMS:
         raise ValueError(f"delay_mechanism: expected one of {', '.join(DELAY_MECHANISMS)}, "
                          f"got {delay_mechanism!r}")
     n = scenario.n_hosts if n_hosts is None else n_hosts
+    checkout = Path(checkout).resolve()
+    config_path = (checkout / config).resolve()  # an absolute `config` stays itself
     kw = {"image": image} if image else {}
     impaired = any(scenario.link_spec(a, b).delay_ms or scenario.link_spec(a, b).jitter_ms
                    or scenario.link_spec(a, b).loss_pct
@@ -74,10 +86,11 @@ def compose_dict(scenario: NetworkScenario, n_hosts: int | None = None, *,
             "cap_add": ["NET_ADMIN"],
             "networks": {"aqsgd": {"ipv4_address": spec.network_addr(i)}},
             "environment": env,
-            "volumes": [f".:{WORKSPACE}:ro", f"./runs:{WORKSPACE}/runs:rw",
-                        f"./.cache:{WORKSPACE}/.cache:rw"],
+            "volumes": [f"{checkout}:{WORKSPACE}:ro", f"{checkout / 'runs'}:{WORKSPACE}/runs:rw",
+                        f"{checkout / '.cache'}:{WORKSPACE}/.cache:rw",
+                        f"{config_path}:{CONFIG_IN_CONTAINER}:ro"],
             "working_dir": WORKSPACE,
-            "command": ["python3", "-m", "aqsgd.train.worker", "--config", config,
+            "command": ["python3", "-m", "aqsgd.train.worker", "--config", CONFIG_IN_CONTAINER,
                         "--rank", str(i), "--world-size", str(n),
                         "--master-addr", spec.addr(0), "--master-port", str(WORKER_PORT)],
         }

@@ -22,7 +22,11 @@ def test_real_worker_smoke_cell_local(tmp_path):
     assert meta["cell"]["shaped"] is False
     assert finish_sweep(out) == 0
     assert (out / "figures" / "loss_100mbps.png").is_file()
-    assert "aqsgd 2/4" in (out / "report.md").read_text()
+    assert "aqsgd:2/4" in (out / "report.md").read_text()
+    rows = json.loads((out / "summary.json").read_text())  # beside report.md, for scripts
+    assert [(r["mode_spec"], r["launcher"], r["status"]) for r in rows] == [
+        ("aqsgd:2/4", "local", "ok")]
+    assert (out / "summary.csv").read_text().startswith("sweep,cell,scenario,mode,mode_spec,")
 
 
 @pytest.mark.slow

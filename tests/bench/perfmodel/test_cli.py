@@ -4,8 +4,10 @@ columns, shows its defaults and lists the profiles there are."""
 
 from __future__ import annotations
 
+import json
 import re
 
+import pandas as pd
 import pytest
 
 from bench.__main__ import main
@@ -114,5 +116,33 @@ def test_bad_model_input_exits_2(argv, message, capsys):
     args = dict(zip(argv[::2], argv[1::2], strict=True))
     argv = [x for k, v in {**base, **args}.items() for x in (k, v)]
     assert main(["model", *argv]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and "Traceback" not in err, err
+
+
+def test_json_on_stdout_replaces_the_table_and_a_csv_path_keeps_it(capsys, tmp_path):
+    argv = [*TINY, "--scenario", "100mbps", "--modes", "fp32", "aqsgd:2/4"]
+    assert main([*argv, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)  # nothing but the JSON on stdout
+    assert [r["mode"] for r in rows] == ["fp32", "aqsgd:2/4"]
+    assert rows[1]["vs_fp32"] > 1 and (rows[1]["stages"], rows[1]["replicas"]) == (2, 1)
+    assert rows[0]["scenario"] == "100mbps" and rows[0]["profile"] == "cpu-2core"
+    csv = tmp_path / "model.csv"
+    assert main([*argv, "--csv", str(csv)]) == 0
+    assert "legend:" in capsys.readouterr().out  # the table as well
+    table = pd.read_csv(csv)
+    assert list(table["mode"]) == ["fp32", "aqsgd:2/4"]
+    assert table["step_s"].tolist() == pytest.approx([r["step_s"] for r in rows])
+    assert main([*argv, "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("mode,stages,replicas,")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--json", "--csv"], r"--json and --csv both write to stdout: give one of them a PATH"),
+    (["--csv", "DIR"], r"--csv .* is a directory: name the file to write"),
+])
+def test_bad_output_flags_exit_2(argv, message, capsys, tmp_path):
+    argv = [str(tmp_path) if a == "DIR" else a for a in argv]
+    assert main([*TINY, "--scenario", "100mbps", *argv]) == 2
     err = capsys.readouterr().err
     assert re.search(message, err) and "Traceback" not in err, err

@@ -4,10 +4,13 @@ network namespaces."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
 from aqsgd.train.config import config_from_dict
+from bench.__main__ import main
 from bench.harness.run import run_sweep
 from bench.harness.sweep import SweepSpec, Workload, parse_mode
 from bench.perfmodel.profile import load_profile
@@ -43,7 +46,7 @@ SMOKE = Workload(steps=3, train_samples=64, timeout_s=150, dist_timeout_s=60, in
 @pytest.mark.netns
 @pytest.mark.workers
 @pytest.mark.timeout(300)
-def test_smoke_validation_on_real_cells(tmp_path):
+def test_smoke_validation_on_real_cells(tmp_path, capsys):
     """Two real cells at 100 Mbit/s: the model's bytes are the measured bytes exactly, and
     its step time is near the measured one (loosely: three measured steps on a shared
     machine; the full validation is `make paper`'s table)."""
@@ -57,6 +60,10 @@ def test_smoke_validation_on_real_cells(tmp_path):
     table = validate_cells(cells, profile).set_index("label")
     assert (table["bytes_predicted"] == table["bytes_measured"]).all(), table
     assert (table["error"].abs() < 0.30).all(), table[["measured_s", "predicted_s"]]
+    # the command line's --json: the same rows, nothing else on stdout
+    assert main(["validate", "--profile", "cpu-2core", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["label"] for r in rows) == sorted(table.index)
     # in situ, each stage's compute per step is the cell's own
     for cell in cells:
         work = in_situ(step_workload(config_from_dict(cell.meta["run_config"]),

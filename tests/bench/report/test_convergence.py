@@ -30,13 +30,13 @@ CURVE = [4.0, 3.5, 3.2]  # held-out loss at step 0 and after epochs 1 and 2; the
 # series -> (mode, fw, bw, grad, replicas, final loss per seed 0, 1, 2)
 SERIES = {
     "fp32": ("fp32", None, None, "fp32", 1, (3.00, 3.02, 2.98)),
-    "aqsgd 2/4": ("aqsgd", 2, 4, "fp32", 1, (3.01, 3.03, 2.99)),  # +0.33%, 0.5 spreads
-    "aqsgd 3/6": ("aqsgd", 3, 6, "fp32", 1, (3.00, 3.02, 2.98)),
-    "aqsgd 4/8": ("aqsgd", 4, 8, "fp32", 1, (3.00, 3.02, 2.98)),
-    "directq 2/4": ("directq", 2, 4, "fp32", 1, (3.30, 3.32, 3.28)),  # +10%, 15 spreads
-    "directq 3/6": ("directq", 3, 6, "fp32", 1, (3.00, 3.02, 2.98)),  # same as fp32
+    "aqsgd:2/4": ("aqsgd", 2, 4, "fp32", 1, (3.01, 3.03, 2.99)),  # +0.33%, 0.5 spreads
+    "aqsgd:3/6": ("aqsgd", 3, 6, "fp32", 1, (3.00, 3.02, 2.98)),
+    "aqsgd:4/8": ("aqsgd", 4, 8, "fp32", 1, (3.00, 3.02, 2.98)),
+    "directq:2/4": ("directq", 2, 4, "fp32", 1, (3.30, 3.32, 3.28)),  # +10%, 15 spreads
+    "directq:3/6": ("directq", 3, 6, "fp32", 1, (3.00, 3.02, 2.98)),  # same as fp32
     "fp32 dp2": ("fp32", None, None, "fp32", 2, (3.10, 3.12, 3.08)),
-    "aqsgd+gc/ef21 2/4 dp2": ("aqsgd+gc", 2, 4, "ef21", 2, (3.10, 3.12, 3.08)),
+    "aqsgd+gc/ef21:2/4 dp2": ("aqsgd+gc", 2, 4, "ef21", 2, (3.10, 3.12, 3.08)),
 }
 # (mode, fw, bw, grad, replicas) -> (warm-up s/step, steady s/step) at 100mbps; 10x faster
 # at 10gbps
@@ -53,7 +53,7 @@ def _conv(root, *, variants: bool = False):
             write_fixture_cell(root, mode=mode, fw=fw, bw=bw, grad_mode=grad, replicas=dp,
                                seed=seed, scenario="local", rate_mbit=None, launcher="local",
                                eval_losses=[*CURVE, final])
-    if variants:  # without dropout aqsgd 2/4 matches fp32; its directq stays behind
+    if variants:  # without dropout aqsgd:2/4 matches fp32; its directq stays behind
         for (mode, fw, bw), finals in {("fp32", None, None): (2.90, 2.92, 2.88),
                                        ("aqsgd", 2, 4): (2.90, 2.92, 2.88),
                                        ("directq", 2, 4): (3.19, 3.21, 3.17)}.items():
@@ -85,23 +85,23 @@ def _quality(conv_dir) -> pd.DataFrame:
 
 def test_final_loss_over_seeds_and_gap_to_fp32_of_the_same_layout(dirs):
     q = _quality(dirs[0])
-    assert q.loc["aqsgd 2/4", "n_seeds"] == 3 and q.loc["aqsgd 2/4", "seeds"] == [0, 1, 2]
-    assert q.loc["aqsgd 2/4", "mean"] == pytest.approx(3.01)
-    assert q.loc["aqsgd 2/4", "sd"] == pytest.approx(0.02)
-    assert q.loc["aqsgd 2/4", "gap_pct"] == pytest.approx(100 * 0.01 / 3.0)
-    assert q.loc["aqsgd 2/4", "gap_spreads"] == pytest.approx(0.5)
-    assert q.loc["directq 2/4", "gap_spreads"] == pytest.approx(15.0)
+    assert q.loc["aqsgd:2/4", "n_seeds"] == 3 and q.loc["aqsgd:2/4", "seeds"] == [0, 1, 2]
+    assert q.loc["aqsgd:2/4", "mean"] == pytest.approx(3.01)
+    assert q.loc["aqsgd:2/4", "sd"] == pytest.approx(0.02)
+    assert q.loc["aqsgd:2/4", "gap_pct"] == pytest.approx(100 * 0.01 / 3.0)
+    assert q.loc["aqsgd:2/4", "gap_spreads"] == pytest.approx(0.5)
+    assert q.loc["directq:2/4", "gap_spreads"] == pytest.approx(15.0)
     # the dp2 mode is measured against fp32 dp2 (3.10), not fp32 with one replica (3.00)
-    assert q.loc["aqsgd+gc/ef21 2/4 dp2", "fp32_mean"] == pytest.approx(3.10)
-    assert q.loc["aqsgd+gc/ef21 2/4 dp2", "gap_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert q.loc["aqsgd+gc/ef21:2/4 dp2", "fp32_mean"] == pytest.approx(3.10)
+    assert q.loc["aqsgd+gc/ef21:2/4 dp2", "gap_pct"] == pytest.approx(0.0, abs=1e-9)
     # a variant is measured against fp32 of the same variant
-    assert q.loc["aqsgd 2/4 [dropout0]", "fp32_mean"] == pytest.approx(2.90)
+    assert q.loc["aqsgd:2/4 [dropout0]", "fp32_mean"] == pytest.approx(2.90)
     assert not q["diverged"].any()
 
 
 def test_bands_are_min_to_max_over_seeds_per_eval_step(dirs):
     bands = seed_bands(eval_curves(load_results([dirs[0]])))
-    mine = bands[bands["series"] == "directq 2/4"].set_index("step")
+    mine = bands[bands["series"] == "directq:2/4"].set_index("step")
     assert list(mine.index) == [0, 2, 4, 6]
     assert list(mine["epoch_done"]) == [0.0, 1.0, 2.0, 3.0]
     assert (mine.loc[6, "lo"], mine.loc[6, "mean"], mine.loc[6, "hi"]) == pytest.approx(
@@ -135,7 +135,7 @@ def test_claims_verdicts_with_their_numbers(dirs):
                                                     load_claims())}
     quality = verdicts["quality_2_4_bits"]
     assert quality.verdict == "matched" and len(quality.evidence) == 3
-    assert quality.evidence[0].startswith("aqsgd 2/4: 3.0100 vs fp32 3.0000 (+0.33%, +0.5 "
+    assert quality.evidence[0].startswith("aqsgd:2/4: 3.0100 vs fp32 3.0000 (+0.33%, +0.5 "
                                           "spreads, 3 seeds): matched")
     assert "within 1%" in quality.rule and "every width" in quality.rule
     directq = verdicts["directq_worse"]  # worse at 2 bits, not at 3: partly
@@ -195,7 +195,7 @@ def test_a_run_that_ends_above_its_start_diverged(tmp_path):
     write_fixture_cell(tmp_path, mode="directq", fw=2, bw=4, eval_losses=[4.0, 4.5])
     write_fixture_cell(tmp_path, mode="directq", fw=3, bw=6, eval_losses=[4.0, float("nan")])
     q = _quality(tmp_path)
-    assert q.loc["directq 2/4", "diverged"] and q.loc["directq 3/6", "diverged"]
+    assert q.loc["directq:2/4", "diverged"] and q.loc["directq:3/6", "diverged"]
     assert not q.loc["fp32", "diverged"]
     verdict = next(v for v in judge_claims(q.reset_index(), load_claims())
                    if v.claim_id == "directq_worse")
@@ -211,21 +211,21 @@ def test_time_axis_and_time_to_quality(dirs):
     conv = analyse(dirs[0], dirs[1], load_claims())
     timed = conv.timed[conv.timed["step"] == 6].set_index("series")
     # 2 warm-up steps at 1 s, 4 steps at 0.25 s, from the 100mbps cell of the same mode
-    assert timed.loc["aqsgd 2/4", "time_s"] == pytest.approx(3.0)
-    assert timed.loc["aqsgd 2/4", "source"] == "100mbps__aqsgd-fw2-bw4__s0"
+    assert timed.loc["aqsgd:2/4", "time_s"] == pytest.approx(3.0)
+    assert timed.loc["aqsgd:2/4", "source"] == "100mbps__aqsgd-fw2-bw4__s0"
     assert timed.loc["fp32", "time_s"] == pytest.approx(6.0)
-    assert "aqsgd 3/6" not in timed.index  # no throughput cell: no time axis
+    assert "aqsgd:3/6" not in timed.index  # no throughput cell: no time axis
     ttq = conv.ttq.set_index(["series", "scenario"])
     assert list(dict.fromkeys(conv.ttq["scenario"])) == ["10gbps", "100mbps"]
     assert ttq.loc[("fp32", "100mbps"), "time_s"] == pytest.approx(6.0)
-    assert ttq.loc[("aqsgd 2/4", "100mbps"), "time_s"] == pytest.approx(3.0)
-    assert ttq.loc[("aqsgd 2/4", "10gbps"), "time_s"] == pytest.approx(0.3)
-    assert ttq.loc[("directq 2/4", "100mbps"), "status"] == "not reached"  # 3.30 > 3.03
-    assert ttq.loc[("aqsgd 3/6", "100mbps"), "status"] == "no throughput cell"
+    assert ttq.loc[("aqsgd:2/4", "100mbps"), "time_s"] == pytest.approx(3.0)
+    assert ttq.loc[("aqsgd:2/4", "10gbps"), "time_s"] == pytest.approx(0.3)
+    assert ttq.loc[("directq:2/4", "100mbps"), "status"] == "not reached"  # 3.30 > 3.03
+    assert ttq.loc[("aqsgd:3/6", "100mbps"), "status"] == "no throughput cell"
     # dp2 against fp32 dp2's target (3.10 * 1.01), at dp2's own step times
-    assert ttq.loc[("aqsgd+gc/ef21 2/4 dp2", "100mbps"), "time_s"] == pytest.approx(
+    assert ttq.loc[("aqsgd+gc/ef21:2/4 dp2", "100mbps"), "time_s"] == pytest.approx(
         2 * 2.0 + 4 * 0.5)
-    assert ttq.loc[("aqsgd+gc/ef21 2/4 dp2", "100mbps"), "target"] == pytest.approx(3.131)
+    assert ttq.loc[("aqsgd+gc/ef21:2/4 dp2", "100mbps"), "target"] == pytest.approx(3.131)
 
 
 def test_report_writes_tables_figures_and_verdicts(dirs, tmp_path, capsys):
@@ -236,11 +236,11 @@ def test_report_writes_tables_figures_and_verdicts(dirs, tmp_path, capsys):
                  "convergence_dropout"):
         assert f"![{stem}]({stem}.png)" in text
         assert (tmp_path / "out" / f"{stem}.svg").stat().st_size > 2000
-    assert "| aqsgd 2/4 | 3 | 3.0100 | 0.0200 | 2.9900..3.0300 | +0.33 | +0.5 | fp32 |" in text
-    assert "| aqsgd 2/4 | 6 | 0.30 s | 3.00 s |" in text
-    assert "| directq 2/4 | not reached | not reached | not reached |" in text
-    assert "| aqsgd 2/4 | 100mbps__aqsgd-fw2-bw4__s0 | 1.000 | 0.250 |" in text
-    assert "| aqsgd 2/4 | 3.0100 +- 0.0200 (+0.33%) | 2.9000 +- 0.0200 (+0.00%) |" in text
+    assert "| aqsgd:2/4 | 3 | 3.0100 | 0.0200 | 2.9900..3.0300 | +0.33 | +0.5 | fp32 |" in text
+    assert "| aqsgd:2/4 | 6 | 0.30 s | 3.00 s |" in text
+    assert "| directq:2/4 | not reached | not reached | not reached |" in text
+    assert "| aqsgd:2/4 | 100mbps__aqsgd-fw2-bw4__s0 | 1.000 | 0.250 |" in text
+    assert "| aqsgd:2/4 | 3.0100 +- 0.0200 (+0.33%) | 2.9000 +- 0.0200 (+0.00%) |" in text
     assert "dropout0 (dropout 0, random masks)" in text
     assert "| Activations compressed to 2-4 bits without loss of model quality | matched |" \
         in text

@@ -42,9 +42,9 @@ def test_loss_ratio_of_a_dp2_mode_is_against_fp32_with_two_replicas(dirs):
     conv = analyse(dirs[0], dirs[1], load_claims())
     rel = relative_final(conv.quality).set_index("series")
     # against fp32 with one replica this would read 1.10
-    assert rel.loc["aqsgd+gc/qadam 2/4 dp2", "rel"] == pytest.approx(1.0)
-    assert rel.loc["directq 2/4", "rel"] == pytest.approx(1.2)
-    assert (rel.loc["directq 2/4", "rel_lo"], rel.loc["directq 2/4", "rel_hi"]) == \
+    assert rel.loc["aqsgd+gc/qadam:2/4 dp2", "rel"] == pytest.approx(1.0)
+    assert rel.loc["directq:2/4", "rel"] == pytest.approx(1.2)
+    assert (rel.loc["directq:2/4", "rel_lo"], rel.loc["directq:2/4", "rel_hi"]) == \
         pytest.approx((3.58 / 3.0, 3.62 / 3.0))
 
 
@@ -56,9 +56,9 @@ def test_paper_quality_claims_and_loss_figure_come_from_convergence_cells(dirs, 
     text = (tmp_path / "out" / "paper.md").read_text()
     assert f"Quality claims: the convergence cells under `{dirs[0]}`" in text
     assert "| Activations compressed to 2-4 bits without loss of model quality | ~1.0 | " \
-        "matched: aqsgd 2/4: 3.0000 vs fp32 3.0000" in text
+        "matched: aqsgd:2/4: 3.0000 vs fp32 3.0000" in text
     # worse at 2 bits; no cells at 3 bits, so only partly
-    assert "| >1.0 | partly matched: directq 2/4: 3.6000 vs fp32 3.0000 (+20.00%" in text
+    assert "| >1.0 | partly matched: directq:2/4: 3.6000 vs fp32 3.0000 (+20.00%" in text
     assert "no directq cells at forward 3 bits |" in text
 
 

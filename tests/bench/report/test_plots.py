@@ -8,7 +8,7 @@ from report_fixtures import write_fixture_cell
 from bench.report.claims import load_claims
 from bench.report.convergence import analyse
 from bench.report.paper import claims_table, draw_paper_figures, relative_throughput
-from bench.report.plots import make_figures, mode_colors, mode_order
+from bench.report.plots import make_figures, mode_colors, mode_order, series_color
 from bench.report.summary import summarize
 from bench.report.tables import format_table, write_report
 
@@ -57,7 +57,7 @@ def test_report_has_table_figures_and_probe(sweep_dir, tmp_path):
     summary = summarize([sweep_dir])
     figures = make_figures([sweep_dir], sweep_dir / "figures")
     report = write_report(sweep_dir, summary, figures).read_text()
-    assert "| scenario | mode |" in report and "aqsgd 2/4" in report
+    assert "| scenario | mode |" in report and "aqsgd:2/4" in report
     assert "![throughput_vs_bandwidth](figures/throughput_vs_bandwidth.png)" in report
     assert "## Link probe" in report
     text = format_table(summary)
@@ -142,7 +142,81 @@ def test_report_draws_the_placement_and_what_each_probed_link_carries(sweep_dir)
             "activations stage 0->1 |") in report
 
 
-def test_mode_colors_stay_distinct_beyond_ten_series():
-    labels = [f"mode{i}" for i in range(12)]
-    assert len(set(mode_colors(labels).values())) == 12
-    assert len(set(mode_colors(labels[:4]).values())) == 4
+def test_one_colour_per_series_in_every_figure_and_twelve_stay_distinct():
+    """The convergence sweep's twelve series in one figure: twelve colours; a series keeps
+    its colour whatever else a figure shows (the panels of model_projection drop fp32)."""
+    series = ["fp32", "fp32 dp2", "directq:2/4", "directq:3/6", "aqsgd:2/4", "aqsgd:3/6",
+              "aqsgd:4/8", "aqsgd-lowbits:2/4", "aqsgd+gc/qadam:2/4 dp2",
+              "aqsgd+gc/ef21:2/4 dp2", "aqsgd:2/4 [dropout0]", "bf16"]
+    colors = mode_colors(series)
+    assert len(set(colors.values())) == 12
+    assert mode_colors(series[2:5]) == {s: colors[s] for s in series[2:5]}
+    # a result file's label and the projection's names read as the same series
+    assert series_color("aqsgd-fw2-bw4") == colors["aqsgd:2/4"]
+    assert series_color("aqsgd+gc-qadam-fw2-bw4-dp2") == colors["aqsgd+gc/qadam:2/4 dp2"]
+    assert series_color("gone:2/4") == series_color("nosuch")  # unregistered: grey
+
+
+def _drawn(monkeypatch) -> dict:
+    """The figures the plot functions draw, by stem, instead of writing them."""
+    from bench.report import paper, plots
+
+    drawn = {}
+    for module in (plots, paper):
+        monkeypatch.setattr(module, "save", lambda fig, out_dir, stem: drawn.update(
+            {stem: fig}) or [])
+    return drawn
+
+
+def test_one_link_rate_draws_bars_not_points_on_one_log_tick(tmp_path, monkeypatch):
+    from bench.report.plots import plot_loss, plot_throughput_vs_bandwidth
+    from bench.results.files import load_results
+
+    for name, (fw, bw) in MODES.items():
+        write_fixture_cell(tmp_path, mode=name, fw=fw, bw=bw, step_time_s=0.3)
+    drawn = _drawn(monkeypatch)
+    plot_throughput_vs_bandwidth(summarize([tmp_path]), tmp_path)
+    ax = drawn["throughput_vs_bandwidth"].axes[0]
+    assert ax.get_xscale() == "linear" and len(ax.patches) == len(MODES)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["fp32", "directq:4/8", "aqsgd:2/4"]
+    assert "at 100 Mbit/s" in ax.get_title()
+    # the loss figure's one legend sits outside both panels, covering no curve
+    plot_loss(load_results([tmp_path]), tmp_path)
+    fig = drawn["loss_100mbps"]
+    assert all(a.get_legend() is None for a in fig.axes) and len(fig.legends) == 1
+    fig.canvas.draw()
+    box = fig.legends[0].get_window_extent()
+    assert all(box.x0 >= a.get_window_extent().x1 for a in fig.axes)
+
+
+def test_several_link_rates_draw_lines_on_a_log_axis(sweep_dir, tmp_path, monkeypatch):
+    from bench.report.plots import plot_throughput_vs_bandwidth
+
+    drawn = _drawn(monkeypatch)
+    plot_throughput_vs_bandwidth(summarize([sweep_dir]), tmp_path)
+    ax = drawn["throughput_vs_bandwidth"].axes[0]
+    assert ax.get_xscale() == "log" and len(ax.get_lines()) == len(MODES)
+    assert {line.get_label() for line in ax.get_lines()} == {"fp32", "directq:4/8",
+                                                            "aqsgd:2/4"}
+
+
+def test_a_mode_keeps_its_colour_in_every_panel_of_the_projection(monkeypatch, tmp_path):
+    import pandas as pd
+
+    from bench.report.paper import _fig_projection
+
+    rows = [{"model": "gpt2-xl", "mode": mode, "family": mode.split(":")[0].split(" ")[0],
+             "rate_mbit": rate, "throughput_samples_s": tp * rate,
+             "speedup_vs_fp32": tp, "speedup_vs_bf16": tp / 2}
+            for mode, tp in (("fp32", 1.0), ("bf16", 2.0), ("aqsgd:2/4", 4.0),
+                             ("fp32 dp2", 0.9))
+            for rate in (100.0, 1000.0)]
+    drawn = _drawn(monkeypatch)
+    _fig_projection(pd.DataFrame(rows), [], tmp_path)
+    colours: dict[str, set] = {}
+    for ax in drawn["model_projection"].axes:
+        for line in ax.get_lines():
+            if not line.get_label().startswith("_"):
+                colours.setdefault(line.get_label(), set()).add(line.get_color())
+    assert set(colours) == {"fp32", "bf16", "aqsgd:2/4", "fp32 dp2"}
+    assert all(len(c) == 1 for c in colours.values()), colours

@@ -59,8 +59,8 @@ def test_speedups_compare_the_same_replicas_and_variant(tmp_path):
     table["mode_text"] = table.apply(mode_text, axis=1)
     speedup = table.set_index(["mode_text", "replicas"])["speedup_vs_fp32"]
     # dp2 against fp32 dp2 (2 s per step of 128 samples), a variant against its own fp32
-    assert speedup[("aqsgd+gc/ef21 2/4", 2)] == pytest.approx(2.0)
-    assert speedup[("aqsgd 2/4 [dropout0]", 1)] == pytest.approx(2.0)
+    assert speedup[("aqsgd+gc/ef21:2/4", 2)] == pytest.approx(2.0)
+    assert speedup[("aqsgd:2/4 [dropout0]", 1)] == pytest.approx(2.0)
 
 
 def test_failed_cells_are_left_out_unless_asked(tmp_path):

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 from launch_helpers import delay_scenario
 
 from bench.launch.docker.compose import compose_dict, write_compose
@@ -59,3 +60,47 @@ def test_compose_file_validates_under_docker_compose(tmp_path):
         done = subprocess.run(["docker-compose", "-f", str(path), "config", "--quiet"],
                               capture_output=True, text=True, cwd=tmp_path, timeout=60)
         assert done.returncode == 0, (name, done.stderr)
+
+
+def test_the_compose_command_follows_the_scenarios_layout_with_absolute_volumes(
+        tmp_path, monkeypatch, capsys):
+    """`bench docker compose --scenario 100mbps`: one service per host of the 4-host
+    layout, as `bench run` places the cell; every volume absolute, so the file validates
+    (and runs) from another folder."""
+    from bench import REPO_ROOT
+    from bench.__main__ import main
+
+    out = tmp_path / "sub" / "compose.yaml"
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["docker", "compose", "--scenario", "100mbps", "--out", str(out)]) == 0
+    assert "4 services (4 stages x 1 replica(s)" in capsys.readouterr().out
+    doc = yaml.safe_load(out.read_text())
+    assert list(doc["services"]) == ["host0", "host1", "host2", "host3"]
+    run = yaml.safe_load((tmp_path / "sub" / "compose.run.yaml").read_text())
+    assert (run["pipeline"]["stages"], run["pipeline"]["replicas"]) == (4, 1)
+    assert run["forward"]["bits"] == 2  # the default mode, aqsgd:2/4
+    for service in doc["services"].values():
+        hosts = [v.split(":")[0] for v in service["volumes"]]
+        assert all(h.startswith("/") for h in hosts), hosts
+        assert hosts[0] == str(REPO_ROOT) and hosts[-1] == str(out.with_name("compose.run.yaml"))
+        assert service["command"][service["command"].index("--world-size") + 1] == "4"
+    # aqsgd+gc: 2 stages x 2 replicas on the same 4 hosts, as in `bench run`
+    assert main(["docker", "compose", "--scenario", "100mbps", "--mode", "aqsgd+gc:2/4",
+                 "--out", str(out)]) == 0
+    assert "4 services (2 stages x 2 replica(s)" in capsys.readouterr().out
+    if shutil.which("docker-compose") is not None:
+        done = subprocess.run(["docker-compose", "-f", str(out), "config", "--quiet"],
+                              capture_output=True, text=True, cwd="/", timeout=60)
+        assert done.returncode == 0, done.stderr
+
+
+def test_a_run_config_that_needs_more_hosts_than_the_scenario_is_refused(tmp_path, capsys):
+    from bench.__main__ import main
+
+    config = tmp_path / "big.yaml"
+    config.write_text("model: {preset: tiny-8}\npipeline: {stages: 8}\n")
+    code = main(["docker", "compose", "--scenario", "100mbps", "--config", str(config),
+                 "--out", str(tmp_path / "c.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--config" in err and "8 hosts" in err and "Traceback" not in err, err
