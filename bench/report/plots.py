@@ -7,7 +7,10 @@ Every figure is written as PNG and SVG with units on its axes:
 - throughput_vs_bandwidth: samples/s against link rate (log x), one line per mode; a
   bar per mode instead when the cells have one link rate (a one-scenario run);
 - speedup: throughput over fp32 at the same scenario, grouped by scenario;
-  speedup_vs_bf16: the same over bf16 (when the cells have a bf16 reference);
+  speedup_vs_bf16: the same over bf16 (when the cells have a bf16 reference); hatched
+  bars: the cell was compute-bound on this machine (bench.report.summary);
+- a sweep's repeats of one cell are drawn as their median, with a min..max band (lines)
+  or error bar (bars); a line's hollow point: compute-bound there;
 - loss_<scenario>: training loss against step and against wall-clock time (one legend,
   right of both panels);
 - bytes_per_step: bytes on the wire per optimizer step, stacked by kind.
@@ -172,14 +175,41 @@ def mark_host_limited(ax, rows: pd.DataFrame, y: str) -> None:
                     ha="center", fontsize=7, color="red")
 
 
+def over_repeats_of(rows: pd.DataFrame, y: str, by: list[str]) -> pd.DataFrame:
+    """Per group of `by`: the median of `y` over its rows (a sweep's repeats of one
+    cell), `lo` and `hi` (min, max), `n`, and `compute_bound` (any row's)."""
+    values = pd.to_numeric(rows[y], errors="coerce")
+    bound = rows["compute_bound"].astype(bool)
+    grouped = pd.DataFrame({**{k: rows[k] for k in by}, "v": values, "cb": bound}).groupby(
+        by, sort=False, dropna=False)
+    return grouped.agg(median=("v", "median"), lo=("v", "min"), hi=("v", "max"),
+                       n=("v", "count"), compute_bound=("cb", "any")).reset_index()
+
+
 def plot_rate_lines(ax, rows: pd.DataFrame, y: str) -> None:
-    """One line per series of `y` against the configured link rate; host-limited
-    points marked. `rows` needs a `series` column (series_labels)."""
+    """One line per series of `y` against the configured link rate, through the median
+    over a cell's repeats, its min..max band shaded; points where the cell was
+    compute-bound on this machine hollow; host-limited points marked. `rows` needs a
+    `series` column (series_labels)."""
     labels = mode_order(rows["series"])
     colors = mode_colors(labels)
+    stats = over_repeats_of(rows, y, ["series", "rate_mbit"])
     for label in labels:
-        mine = rows[rows["series"] == label].sort_values("rate_mbit")
-        ax.plot(mine["rate_mbit"], mine[y], marker="o", label=label, color=colors[label])
+        mine = stats[stats["series"] == label].sort_values("rate_mbit")
+        color = colors[label]
+        ax.plot(mine["rate_mbit"], mine["median"], marker="o", label=label, color=color)
+        if (mine["n"] > 1).any():
+            ax.fill_between(mine["rate_mbit"], mine["lo"], mine["hi"], color=color,
+                            alpha=0.15, lw=0)
+        bound = mine[mine["compute_bound"]]
+        ax.scatter(bound["rate_mbit"], bound["median"], s=40, facecolors="white",
+                   edgecolors=[color], zorder=4)
+    if stats["compute_bound"].any():
+        ax.scatter([], [], s=40, facecolors="white", edgecolors="black",
+                   label="compute-bound here (link allows 2x)")
+    if (stats["n"] > 1).any():
+        ax.fill_between([], [], [], color="grey", alpha=0.15,
+                        label=f"min..max over {int(stats['n'].max())} repeats")
     mark_host_limited(ax, rows, y)
 
 
@@ -196,8 +226,13 @@ def _throughput_bars(ax, ok: pd.DataFrame) -> None:
     one tick of a log axis)."""
     labels = mode_order(ok["series"])
     colors = mode_colors(labels)
-    values = ok.groupby("series")["throughput_samples_s"].first().reindex(labels)
-    ax.bar(labels, values, color=[colors[label] for label in labels])
+    stats = over_repeats_of(ok, "throughput_samples_s", ["series"]).set_index(
+        "series").reindex(labels)
+    values = stats["median"]
+    spread = None if (stats["n"] <= 1).all() else \
+        [values - stats["lo"], stats["hi"] - values]  # min..max over repeats
+    ax.bar(labels, values, color=[colors[label] for label in labels], yerr=spread,
+           capsize=3)
     limited = set(ok.loc[host_limited_flags(ok), "series"])
     for i, label in enumerate(labels):
         if label in limited:
@@ -261,10 +296,16 @@ def plot_speedup(summary: pd.DataFrame, out_dir: Path, reference: str = "fp32"
     width = 0.8 / len(labels)
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(scenarios) * len(labels) * 0.35 + 3), 4.5))
     x = np.arange(len(scenarios))
+    stats = over_repeats_of(ok, column, ["series", "scenario"])
     for i, label in enumerate(labels):
-        rows = ok[ok["series"] == label].set_index("scenario").reindex(scenarios)
-        ax.bar(x + (i - (len(labels) - 1) / 2) * width, rows[column], width,
-               label=label, color=colors[label])
+        rows = stats[stats["series"] == label].set_index("scenario").reindex(scenarios)
+        spread = None if (rows["n"].fillna(0) <= 1).all() else \
+            [rows["median"] - rows["lo"], rows["hi"] - rows["median"]]
+        bars = ax.bar(x + (i - (len(labels) - 1) / 2) * width, rows["median"], width,
+                      label=label, color=colors[label], yerr=spread, capsize=2)
+        for bar, bound in zip(bars, rows["compute_bound"], strict=True):
+            if bound is True:  # hatched: compute-bound on this machine
+                bar.set_hatch("//")
     ax.axhline(1.0, color="black", linewidth=0.8)
     limited = set(ok.loc[host_limited_flags(ok), "scenario"])
     ax.set_xticks(x, [f"{s}\n(HOST-LIMITED)" if s in limited else s for s in scenarios])

@@ -25,6 +25,10 @@ Definitions (docs/results-schema.md, "Summary"):
 - host_limited / rate_mbit_achieved: from the link probe (meta.json `cell`):
   the machine carried less than twice the scenario's rate even unshaped, and the
   lowest rate a shaped link achieved; old cells without them read False/empty.
+- link_share: steady-state throughput over what the cell's shaped links allow with
+  compute taking no time (bench.report.linkbound's schedule bound, from its bytes per
+  link); compute_bound: a shaped cell whose link_share is below COMPUTE_BOUND_SHARE
+  (the link would carry twice what it did: this machine's compute set the pace).
 - speed-up: steady-state throughput over that of the fp32 cell of the same sweep,
   scenario, stages, replicas, variant and seed; `speedup_e2e_vs_fp32` the same with
   end-to-end throughputs; `speedup_vs_unshaped_fp32` over the fp32 cell of the
@@ -45,6 +49,7 @@ import pandas as pd
 
 from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES
 from aqsgd.filecache import atomic_write_text
+from bench.report.linkbound import cell_bound
 from bench.results.files import BYTE_KINDS, load_metas, load_results
 from bench.results.records import records_json
 
@@ -63,8 +68,15 @@ SUMMARY_COLUMNS = (
     "throughput_tokens_s", "throughput_mean_samples_s", "throughput_e2e_samples_s",
     *(f"speedup{kind}_vs_{ref}" for ref in SPEEDUP_REFERENCES for kind in ("", "_e2e")),
     "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
-    "final_loss", "final_eval_loss", "comm_compute_ratio", "wall_s",
+    "final_loss", "final_eval_loss", "comm_compute_ratio", "link_share", "compute_bound",
+    "wall_s",
 )
+
+# A shaped cell whose links would carry at least 1 / COMPUTE_BOUND_SHARE times its
+# measured throughput (bench.report.linkbound's schedule bound, compute left out) is
+# compute-bound on the machine that ran it: its speed-ups say how fast this machine
+# computes, not what compression buys on that link.
+COMPUTE_BOUND_SHARE = 0.5
 
 
 def _num(series: pd.Series) -> pd.Series:
@@ -186,17 +198,30 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
         if meta["status"] == "ok":
             mine = frames[frames["cell_dir"] == meta["cell_dir"]]
             row.update(summarize_cell(mine))
+            row["link_share"] = _link_share(meta, row)
         rows.append(row)
     table = pd.DataFrame(rows)
     for col in SUMMARY_COLUMNS:
         if col not in table.columns:
             table[col] = np.nan
     table["host_limited"] = host_limited_flags(table)
+    table["compute_bound"] = table["shaped"].astype(bool) & \
+        (pd.to_numeric(table["link_share"], errors="coerce") < COMPUTE_BOUND_SHARE)
     if not table.empty:
         table = _add_speedups(table)
         table = _in_reading_order(table)
     extra = [c for c in table.columns if c not in SUMMARY_COLUMNS]
     return table[list(SUMMARY_COLUMNS) + extra]
+
+
+def _link_share(meta: dict, row: dict) -> float:
+    """Measured samples/s over the link's schedule bound (NaN: no shaped used link, or
+    no measured step)."""
+    measured = row.get("throughput_samples_s", np.nan)  # absent: no measured step
+    if not np.isfinite(measured):
+        return np.nan
+    bound = cell_bound(meta, measured * row["step_time_s"], measured)
+    return np.nan if bound is None else measured / bound.schedule_samples_s
 
 
 def mode_text(row) -> str:

@@ -34,11 +34,13 @@ from rich.text import Text
 from aqsgd.compress.registry import SPEEDUP_REFERENCES
 from aqsgd.filecache import atomic_write_text
 from bench.report.linkbound import bound_lines
-from bench.report.summary import mode_text, write_summary_files
+from bench.report.repeats import REPEATED, over_repeats
+from bench.report.summary import COMPUTE_BOUND_SHARE, mode_text, write_summary_files
 from bench.report.timeline import timeline_section
 from bench.results.files import load_metas
 
-__all__ = ["TABLE_COLUMNS", "DROP_ORDER", "fit_columns", "format_table", "held_out_header",
+__all__ = ["TABLE_COLUMNS", "DROP_ORDER", "compute_bound_note", "fit_columns", "format_table",
+           "held_out_header",
            "host_limited_notes", "markdown_table", "mode_text", "print_table", "text_table",
            "write_report"]
 
@@ -87,11 +89,53 @@ def _rows(summary: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def _repeated(summary: pd.DataFrame) -> bool:
+    return bool((pd.to_numeric(summary["repeat"], errors="coerce") > 0).any())
+
+
+def _table_frame(summary: pd.DataFrame) -> pd.DataFrame:
+    """The rows the table shows: one per cell, or with a sweep's repeats one per cell
+    and its repeats (bench.report.repeats: the median, `_lo`/`_hi` its min..max), the
+    failed measurements after them."""
+    if not _repeated(summary):
+        return summary.assign(n_repeats=1)
+    failed = summary[summary["status"] != "ok"].assign(n_repeats=1)
+    return pd.concat([over_repeats(summary), failed], ignore_index=True)
+
+
+def _with_band(fmt, column: str):
+    """`fmt` of a row's median, with its min..max over repeats when it has several."""
+    def cell(row) -> str:
+        text = fmt(row[column])
+        if row["n_repeats"] > 1 and not _missing(row[f"{column}_lo"]):
+            text += f" [{fmt(row[f'{column}_lo'])}-{fmt(row[f'{column}_hi'])}]"
+        return text
+    return cell
+
+
+def compute_bound_note(summary: pd.DataFrame) -> list[str]:
+    """The lines under a table: how repeats are shown, what '*' marks."""
+    notes = []
+    if _repeated(summary):
+        n = int(pd.to_numeric(summary["repeat"], errors="coerce").max()) + 1
+        notes.append(f"each number: the median over a cell's {n} repeats, [min-max] beside "
+                     f"it (the repeats ran interleaved; speed-ups pair each repeat with "
+                     f"its own reference)")
+    if not summary["compute_bound"].astype(bool).any():
+        return notes
+    return [*notes, f"* compute-bound on this machine: its links would carry at least "
+            f"{1 / COMPUTE_BOUND_SHARE:g}x its samples/s (bench.report.summary, link_share); "
+            f"its speed-ups measure this machine's compute, not the link"]
+
+
 def _keyed_rows(summary: pd.DataFrame) -> tuple[list[str], list[str], list[list[str]]]:
-    """(summary column of each table column, headers, rows)."""
-    table = summary.copy()
-    table["scenario_label"] = [f"{s} (host-limited)" if limited else s for s, limited
-                               in zip(table["scenario"], table["host_limited"], strict=True)]
+    """(summary column of each table column, headers, rows); a sweep's repeats of a cell
+    are one row, each number its median with [min-max] over the repeats."""
+    table = _table_frame(summary)
+    table["scenario_label"] = [
+        f"{s}{'*' if bound is True else ''}{' (host-limited)' if limited else ''}"
+        for s, limited, bound in zip(table["scenario"], table["host_limited"],
+                                     table["compute_bound"], strict=True)]
     table["mode_text"] = table.apply(mode_text, axis=1) if len(table) else []
     columns = list(TABLE_COLUMNS)
     if table["speedup_vs_unshaped_fp32"].isna().all():
@@ -102,7 +146,9 @@ def _keyed_rows(summary: pd.DataFrame) -> tuple[list[str], list[str], list[list[
     headers = [header.get(c, h) for c, h, _ in columns]
     rows = []
     for _, r in table.iterrows():
-        rows.append(["-" if _missing(r.get(c)) else fmt(r[c]) for c, _, fmt in columns])
+        rows.append(["-" if _missing(r.get(c)) else
+                     (_with_band(fmt, c)(r) if c in REPEATED and _repeated(summary)
+                      else fmt(r[c])) for c, _, fmt in columns])
     return [c for c, _, _ in columns], headers, rows
 
 
@@ -134,7 +180,8 @@ def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 def format_table(summary: pd.DataFrame) -> str:
     """The summary table as plain text, host-limited notes below it."""
     headers, rows = _rows(summary)
-    return "\n".join([text_table(headers, rows), *host_limited_notes(summary)])
+    return "\n".join([text_table(headers, rows), *host_limited_notes(summary),
+                      *compute_bound_note(summary)])
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -218,7 +265,8 @@ def print_table(summary: pd.DataFrame, console: Console | None = None) -> None:
     keys, headers, rows = _keyed_rows(summary)
     keep, widths = fit_columns(console.width, keys, headers, rows)
     table = _console_table([headers[i] for i in keep], [[r[i] for i in keep] for r in rows],
-                           "\n".join(host_limited_notes(summary)) or None, widths)
+                           "\n".join(host_limited_notes(summary)
+                                     + compute_bound_note(summary)) or None, widths)
     console.print(table)
     dropped = [h for i, h in enumerate(headers) if i not in keep]
     if dropped:
@@ -340,7 +388,8 @@ def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
     lines = [f"# {title or 'Benchmark report: ' + sweep_dir.name}", "",
              *_provenance_lines(metas), "",
              "## Summary", "", markdown_table(headers, rows), "",
-             *[line for note in host_limited_notes(summary) for line in (f"**{note}**", "")],
+             *[line for note in host_limited_notes(summary) + compute_bound_note(summary)
+               for line in (f"**{note}**", "")],
              "The steady-state speed-up counts measured steps only (after the "
              "uncompressed warm-up epoch); the end-to-end one counts every step, the "
              "warm-up epoch's at their measured time. Both are shown over fp32 and over "

@@ -4,15 +4,13 @@ sweep's interleaved order of repeats."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 from report_fixtures import write_fixture_cell
 
 from bench.harness.modes import ModeSpec
 from bench.harness.sweep import SweepSpec, Workload
-from bench.report.repeats import COMPUTE_BOUND_SHARE, link_shares, over_repeats
-from bench.report.summary import summarize
-from bench.results.files import load_metas
+from bench.report.repeats import over_repeats
+from bench.report.summary import COMPUTE_BOUND_SHARE, summarize
 
 # repeat -> step time (s) of fp32 and of AQ-SGD 2/4; 64 samples a step
 STEP_S = {0: (0.40, 0.20), 1: (0.50, 0.20), 2: (0.40, 0.10)}
@@ -30,7 +28,7 @@ def sweep_dir(tmp_path):
 def test_repeats_become_one_row_with_median_and_band(sweep_dir):
     summary = summarize([sweep_dir])
     assert sorted(summary["repeat"]) == [0, 0, 1, 1, 2, 2]
-    rows = over_repeats(summary, pd.Series(dtype=float)).set_index("label")
+    rows = over_repeats(summary).set_index("label")
     assert list(rows.index) == ["fp32", "aqsgd-fw2-bw4"]
     fp32, aqsgd = rows.loc["fp32"], rows.loc["aqsgd-fw2-bw4"]
     assert fp32["n_repeats"] == 3
@@ -45,22 +43,20 @@ def test_repeats_become_one_row_with_median_and_band(sweep_dir):
 
 def test_a_cell_whose_link_allows_twice_its_throughput_is_compute_bound(sweep_dir):
     summary = summarize([sweep_dir])
-    names = summary.set_index("label")["cell"]
-    shares = pd.Series({n: 0.9 for n in names["fp32"]} |
-                       {n: COMPUTE_BOUND_SHARE - 0.1 for n in names["aqsgd-fw2-bw4"]})
-    rows = over_repeats(summary, shares).set_index("label")
+    # the fixtures carry no per-peer bytes: no link bound, no share, not marked
+    assert summary["link_share"].isna().all() and not summary["compute_bound"].any()
+    by_label = summary["label"]
+    summary["link_share"] = [0.9 if label == "fp32" else COMPUTE_BOUND_SHARE - 0.1
+                             for label in by_label]
+    rows = over_repeats(summary).set_index("label")
     assert not rows.loc["fp32", "compute_bound"]
     assert rows.loc["aqsgd-fw2-bw4", "compute_bound"]
     assert rows.loc["fp32", "link_share"] == pytest.approx(0.9)
-    # the fixtures carry no per-peer bytes: no link bound to share, so compute-bound
-    assert link_shares(load_metas([sweep_dir]), summary).empty
-    assert over_repeats(summary, link_shares(load_metas([sweep_dir]), summary))[
-        "compute_bound"].all()
 
 
 def test_failed_cells_are_left_out_and_nothing_finished_is_an_empty_frame(tmp_path):
     write_fixture_cell(tmp_path, status="failed")
-    rows = over_repeats(summarize([tmp_path]), pd.Series(dtype=float))
+    rows = over_repeats(summarize([tmp_path]))
     assert rows.empty and "throughput_samples_s_hi" in rows.columns
 
 
@@ -78,3 +74,28 @@ def test_a_sweeps_repeats_are_interleaved_and_the_first_keeps_its_name():
     assert len(keys) == 10  # a repeat is its own cell
     with pytest.raises(ValueError, match="SweepSpec.repeats must be"):
         SweepSpec(name="r", scenarios=("100mbps",), modes=(ModeSpec("fp32"),), repeats=0)
+
+
+def test_the_table_shows_one_row_per_cell_with_its_band(sweep_dir):
+    from bench.report.tables import format_table
+
+    text = format_table(summarize([sweep_dir]))
+    assert "each number: the median over a cell's 3 repeats, [min-max] beside it" in text
+    fp32 = next(line for line in text.splitlines() if line.split()[:2] == ["100mbps", "fp32"])
+    assert "160.00 [128.00-160.00]" in fp32
+    aqsgd = next(line for line in text.splitlines() if "aqsgd:2/4" in line)
+    assert "2.50x [2.00x-4.00x]" in aqsgd
+    assert sum("100mbps" in line for line in text.splitlines()) == 2
+
+
+def test_figures_draw_the_median_and_band_of_repeats(tmp_path):
+    from bench.report.plots import make_figures
+
+    for scenario, rate in (("100mbps", 100.0), ("10gbps", 10000.0)):
+        for repeat, (fp32_s, aqsgd_s) in STEP_S.items():
+            write_fixture_cell(tmp_path, scenario=scenario, rate_mbit=rate, repeat=repeat,
+                               step_time_s=fp32_s)
+            write_fixture_cell(tmp_path, scenario=scenario, rate_mbit=rate, mode="aqsgd",
+                               fw=2, bw=4, repeat=repeat, step_time_s=aqsgd_s)
+    figures = {p.stem for p in make_figures([tmp_path], tmp_path / "figures")}
+    assert {"throughput_vs_bandwidth", "speedup"} <= figures
