@@ -25,8 +25,10 @@ Definitions (docs/results-schema.md, "Summary"):
 - host_limited / rate_mbit_achieved: from the link probe (meta.json `cell`):
   the machine carried less than twice the scenario's rate even unshaped, and the
   lowest rate a shaped link achieved; old cells without them read False/empty.
+- launcher_label: which launcher and mechanisms produced the row ('netns (htb+netem)',
+  'docker (htb+netem)', 'local (none)'; meta.json `cell.launcher` and `cell.shaping`).
 - speed-up: steady-state throughput over that of the fp32 cell of the same sweep,
-  scenario, stages, replicas, variant and seed; `speedup_e2e_vs_fp32` the same with
+  scenario, launcher, stages, replicas, variant and seed; `speedup_e2e_vs_fp32` the same with
   end-to-end throughputs; `speedup_vs_unshaped_fp32` over the fp32 cell of the
   sweep's unshaped reference scenario when one was run. `speedup_vs_bf16` and
   `speedup_e2e_vs_bf16` are the same over the bf16 cell (activations and gradients in
@@ -53,7 +55,7 @@ SUMMARY_COLUMNS = (
     "sweep", "cell", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
     "stages", "replicas", "seed", "variant", "dropout", "dropout_masks", "epochs",
     "steps_per_epoch", "warmup_epochs", "eval_windows",
-    "launcher", "shaped", "rate_mbit", "rate_mbit_achieved",
+    "launcher", "shaping", "launcher_label", "shaped", "rate_mbit", "rate_mbit_achieved",
     "host_limited", "delay_ms", "status",
     "measured_steps", "step_time_s", "step_time_spread_s", "throughput_samples_s",
     "throughput_tokens_s", "throughput_mean_samples_s", "throughput_e2e_samples_s",
@@ -132,8 +134,8 @@ def _over(table: pd.DataFrame, ref: pd.DataFrame, keys: list[str],
 
 
 def _add_speedups(table: pd.DataFrame) -> pd.DataFrame:
-    # like against like: the same layout, and the same seed and variant of a sweep
-    same = ["sweep", "stages", "replicas", "variant", "seed"]
+    # like against like: the same launcher and layout, the same seed and variant of a sweep
+    same = ["sweep", "launcher_label", "stages", "replicas", "variant", "seed"]
     for name in SPEEDUP_REFERENCES:
         ref = table[(table["mode"] == name) & (table["status"] == "ok")]
         table[f"speedup_vs_{name}"] = _over(table, ref, ["scenario", *same],
@@ -160,14 +162,17 @@ def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
         _rate=table["rate_mbit"].fillna(np.inf),
         _mode=table["mode"].map(MODE_RANK).fillna(UNKNOWN_RANK),
         _fw=table["fw_bits"].fillna(0))
-    keys = ["sweep", "_rate", "scenario", "_mode", "_fw", "grad_mode", "replicas",
-            "variant", "seed"]
+    keys = ["sweep", "_rate", "scenario", "launcher_label", "_mode", "_fw", "grad_mode",
+            "replicas", "variant", "seed"]
     order = order.sort_values(keys, ascending=[k != "_rate" for k in keys], kind="stable")
     return order.drop(columns=["_rate", "_mode", "_fw"]).reset_index(drop=True)
 
 
 def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """One row per cell (failed cells included, with empty numbers)."""
+    """One row per cell (failed cells included, with empty numbers; a finished cell
+    whose metrics.csv cannot be read has status 'unreadable', bench.results.files names
+    the file in a ResultFileWarning). No cells (no paths, or none under them): an empty
+    table with every column."""
     paths = list(paths)
     metas = load_metas(paths)
     frames = load_results(paths)
@@ -176,18 +181,24 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
         cell = meta["cell"]
         row = {k: cell[k] for k in SUMMARY_COLUMNS if k in cell}
         row["cell"] = cell["name"]
+        row["launcher_label"] = f"{cell['launcher']} ({cell['shaping']})"
         row["status"] = meta["status"]
         row["wall_s"] = meta["wall_s"]
         if meta["status"] == "ok":
             mine = frames[frames["cell_dir"] == meta["cell_dir"]]
-            row.update(summarize_cell(mine))
+            if mine.empty:
+                row["status"] = "unreadable"
+            else:
+                row.update(summarize_cell(mine))
         rows.append(row)
     table = pd.DataFrame(rows)
     for col in SUMMARY_COLUMNS:
         if col not in table.columns:
             table[col] = np.nan
     table["host_limited"] = host_limited_flags(table)
-    if not table.empty:
+    if table.empty:
+        table["speedup_vs_unshaped_fp32"] = pd.Series(dtype=float)
+    else:
         table = _add_speedups(table)
         table = _in_reading_order(table)
     extra = [c for c in table.columns if c not in SUMMARY_COLUMNS]

@@ -46,6 +46,7 @@ def _times(v) -> str:
 TABLE_COLUMNS = (
     ("scenario_label", "scenario", str),
     ("mode_text", "mode", str),
+    ("launcher_label", "launcher", str),
     ("replicas", "dp", lambda v: f"{int(v)}"),
     ("seed", "seed", lambda v: f"{int(v)}"),
     ("throughput_samples_s", "samples/s", lambda v: f"{v:.2f}"),
