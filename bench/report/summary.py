@@ -52,7 +52,7 @@ __all__ = ["MODE_RANK", "UNKNOWN_RANK", "SPEEDUP_REFERENCES", "SUMMARY_COLUMNS",
            "host_limited_flags", "summarize_cell", "summarize"]
 
 SUMMARY_COLUMNS = (
-    "sweep", "cell", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
+    "sweep", "cell", "spec_name", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
     "stages", "replicas", "seed", "variant", "dropout", "dropout_masks", "epochs",
     "steps_per_epoch", "warmup_epochs", "eval_windows",
     "launcher", "shaping", "launcher_label", "shaped", "rate_mbit", "rate_mbit_achieved",
