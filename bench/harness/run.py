@@ -46,6 +46,7 @@ from pathlib import Path
 from bench import REPO_ROOT
 from bench.harness.cells import run_config, write_run_config
 from bench.harness.checkpoint import prepare_checkpoints
+from bench.harness.lock import sweep_lock
 from bench.harness.meta import cell_dir_name, expected_identity, meta_head
 from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
 from bench.harness.outages import survivable as survivable_config
@@ -363,12 +364,24 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     scenario, a cell that does not fit its hosts or its preset, ...) before anything
     runs. States the estimated time (estimate_line) before the first cell; the progress
     bar counts estimated seconds. `launcher_options`: the launcher's own (ssh: hostfile,
-    shaping), for choose_launcher."""
+    shaping), for choose_launcher. The results directory is locked while the sweep runs
+    (bench.harness.lock: a second sweep into it raises SweepLocked, a ValueError naming
+    the holder)."""
     plan = check_sweep(spec)
     cells, scenarios, placements = list(plan.cells), plan.scenarios, plan.placements
     choice = choose_launcher(launcher, **(launcher_options or {}))
     tone = "" if choice.shaped else "WARNING: "
     echo(f"{tone}launcher {choice.name}: {choice.reason}")
+    with sweep_lock(sweep_dir, echo):
+        return _run_locked(spec, cells, scenarios, placements, sweep_dir, choice,
+                           fresh=fresh, quiet=quiet, echo=echo, worker_cmd=worker_cmd)
+
+
+def _run_locked(spec: SweepSpec, cells: list[CellSpec], scenarios: dict[str, NetworkScenario],
+                placements: dict[str, Placement], sweep_dir: Path, choice: LauncherChoice, *,
+                fresh: bool, quiet: bool, echo: Callable[[str], None],
+                worker_cmd: tuple[str, ...]) -> list[CellOutcome]:
+    """run_sweep's work, with the results directory locked."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
     write_json(sweep_dir / "sweep.json", sweep_listing(spec, cells, sweep_dir, choice))
     prov = provenance(REPO_ROOT)
