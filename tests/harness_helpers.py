@@ -183,6 +183,36 @@ def smoke_sweep(tmp_path, launcher: str, workload: Workload = SMOKE, scenario="1
     return out, outcomes
 
 
+def two_launchers_in_one_dir(tmp_path, first: str, second: str) -> pd.DataFrame:
+    """The smoke cell on `first`, then the same sweep into the same directory on
+    `second`: the second run measures its own cell (never reuses the first's), the
+    first's files stay as they were, and the sweep's summary and table name both
+    launchers with their mechanisms; returns the summary."""
+    from bench.report.summary import summarize
+    from bench.report.tables import _rows
+
+    out, outcomes = smoke_sweep(tmp_path, first)
+    assert [o.status for o in outcomes] == ["ok"]
+    check_smoke_cell(out, first)
+    kept = out / outcomes[0].name
+    before = {p.name: p.stat().st_mtime_ns for p in kept.rglob("*") if p.is_file()}
+    out, outcomes = smoke_sweep(tmp_path, second)
+    assert [o.status for o in outcomes] == ["ok"], outcomes  # measured, not "skipped"
+    check_smoke_cell(out, second)
+    assert {p.name: p.stat().st_mtime_ns for p in kept.rglob("*") if p.is_file()} == before
+    listed = json.loads((out / "sweep.json").read_text())["cells"]
+    assert sorted(listed) == sorted([kept.name, outcomes[0].name])
+    summary = summarize([out])
+    labels = dict(zip(summary["launcher"], summary["launcher_label"], strict=True))
+    assert set(labels) == {first, second}, labels
+    headers, rows = _rows(summary)
+    shown = {r[headers.index("launcher")] for r in rows}
+    assert shown == set(labels.values())
+    # like against like: no speed-up of one launcher's cell over the other's
+    assert summary["speedup_vs_fp32"].isna().all()
+    return summary
+
+
 def check_smoke_cell(out, launcher: str):
     """The smoke cell finished on `launcher` with its warm-up and coded steps; its meta.
     Its directory carries the launcher's tag (none on netns, bench.harness.meta)."""
