@@ -29,8 +29,8 @@ from typing import Any
 from bench.launch.base import Launcher
 from bench.net.executor import Executor
 
-__all__ = ["FACTORIES", "LAUNCHERS", "REFERENCE_LAUNCHER", "TEARDOWNS", "LauncherChoice", "choose_launcher",
-           "docker_usable", "launcher_factory", "netns_usable", "state_teardown"]
+__all__ = ["FACTORIES", "LAUNCHERS", "REFERENCE_LAUNCHER", "TEARDOWNS", "LauncherChoice",
+           "choose_launcher", "docker_usable", "launcher_factory", "netns_usable", "state_teardown"]
 
 LAUNCHERS = ("auto", "netns", "docker", "local", "ssh")  # the --launcher choices
 

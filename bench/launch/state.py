@@ -50,9 +50,9 @@ from bench.launch.choice import state_teardown
 from bench.launch.process import ProcessIdentity, kill_identified
 from bench.net.executor import Executor
 
-__all__ = ["DEFAULT_STATE_DIR", "REGISTRY_DIR", "RUNTIME_DIR", "StateFileError", "all_recorded_state_files",
-           "cleanup", "launcher_fields", "recorded_state_files", "register_state_dir",
-           "registered_state_dirs", "remove_killed_runs", "run_is_live"]
+__all__ = ["DEFAULT_STATE_DIR", "REGISTRY_DIR", "RUNTIME_DIR", "StateFileError",
+           "all_recorded_state_files", "cleanup", "launcher_fields", "recorded_state_files",
+           "register_state_dir", "registered_state_dirs", "remove_killed_runs", "run_is_live"]
 
 
 
