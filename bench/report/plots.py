@@ -10,6 +10,10 @@ Every figure is written as PNG and SVG with units on its axes:
 - loss_<scenario>: training loss against step and against wall-clock time;
 - bytes_per_step: bytes on the wire per optimizer step, stacked by kind.
 
+Every figure names the launcher and shaping mechanisms its rows come from
+(`launchers_line` under its title); where cells of several launchers are drawn, each
+series names its own (`series_labels`: 'fp32 [docker (htb+netem)]').
+
 Points measured on a host-limited link (the machine carried less than twice the
 configured rate even unshaped; bench.net.probe.rate_verdict) stay at their
 configured rate on the x axis, ringed in red and annotated with the rate the
@@ -34,6 +38,7 @@ from bench.report.summary import (  # noqa: E402
     SPEEDUP_REFERENCES,
     UNKNOWN_RANK,
     host_limited_flags,
+    launcher_labels,
     summarize,
 )
 from bench.results.files import BYTE_KINDS, load_results  # noqa: E402
@@ -43,6 +48,7 @@ __all__ = [
     "mode_order",
     "mode_colors",
     "series_labels",
+    "launchers_line",
     "plot_rate_lines",
     "mark_host_limited",
     "plot_loss_curves",
@@ -103,9 +109,18 @@ def print_figure_paths(figures: Iterable[Path]) -> None:
 
 
 def series_labels(frame: pd.DataFrame) -> pd.Series:
-    """Mode label per row, with ' xN dp' when the cell has N > 1 data-parallel replicas."""
+    """Mode label per row, with ' xN dp' when the cell has N > 1 data-parallel replicas,
+    and ' [LAUNCHER (SHAPING)]' when the rows come from more than one launcher."""
     dp = frame["replicas"].fillna(1).astype(int)
-    return frame["label"] + np.where(dp > 1, " x" + dp.astype(str) + " dp", "")
+    labels = frame["label"] + np.where(dp > 1, " x" + dp.astype(str) + " dp", "")
+    launchers = launcher_labels(frame)
+    return labels + " [" + launchers + "]" if launchers.nunique() > 1 else labels
+
+
+def launchers_line(frame: pd.DataFrame) -> str:
+    """'launcher: netns (htb)' or 'launchers: netns (htb), local (none)', for a title."""
+    names = sorted(set(launcher_labels(frame)))
+    return f"launcher{'s' if len(names) > 1 else ''}: {', '.join(names)}"
 
 
 def mark_host_limited(ax, rows: pd.DataFrame, y: str) -> None:
@@ -150,9 +165,10 @@ def plot_throughput_vs_bandwidth(summary: pd.DataFrame, out_dir: Path) -> list[P
     ax.set_ylabel("throughput (samples/s)")
     ax.set_ylim(bottom=0)
     if not ok["shaped"].astype(bool).all():
-        ax.set_title("WARNING: some links were not shaped (local launcher)", color="red")
+        ax.set_title(f"WARNING: some links were not shaped (local launcher)\n"
+                     f"{launchers_line(ok)}", color="red")
     else:
-        ax.set_title("Training throughput against bandwidth")
+        ax.set_title(f"Training throughput against bandwidth\n{launchers_line(ok)}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return save(fig, out_dir, "throughput_vs_bandwidth")
@@ -186,8 +202,9 @@ def plot_speedup(summary: pd.DataFrame, out_dir: Path, reference: str = "fp32"
             tick.set_color("red")
     ax.set_xlabel("scenario")
     ax.set_ylabel(f"speed-up over {reference} (x, same link)")
-    ax.set_title("Throughput relative to uncompressed fp32" if reference == "fp32" else
-                 f"Throughput relative to {reference} on the wire (activations and gradients)")
+    ax.set_title(("Throughput relative to uncompressed fp32" if reference == "fp32" else
+                  f"Throughput relative to {reference} on the wire (activations and "
+                  f"gradients)") + f"\n{launchers_line(ok)}")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     return save(fig, out_dir, "speedup" if reference == "fp32" else f"speedup_vs_{reference}")
@@ -208,7 +225,7 @@ def plot_loss(metrics: pd.DataFrame, out_dir: Path) -> list[Path]:
             ax_step.axvspan(warm.min() - 0.5, warm.max() + 0.5, color="grey", alpha=0.15,
                             label="warm-up (uncompressed)")
         ax_step.legend(fontsize=8)
-        title = f"Training loss, scenario {scenario}"
+        title = f"Training loss, scenario {scenario} ({launchers_line(rows)})"
         if host_limited_flags(rows).any():
             title += " (HOST-LIMITED link: below its configured rate on this machine)"
         fig.suptitle(title)
@@ -251,7 +268,7 @@ def plot_bytes_per_step(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
         bottom += values
     ax.set_xlabel("mode")
     ax.set_ylabel("bytes on the wire per optimizer step (MB, all ranks)")
-    ax.set_title("Communication volume per step")
+    ax.set_title(f"Communication volume per step\n{launchers_line(ok)}")
     ax.tick_params(axis="x", rotation=30)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(title="traffic", fontsize=8)

@@ -49,7 +49,7 @@ from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES
 from bench.results.files import BYTE_KINDS, load_metas, load_results
 
 __all__ = ["MODE_RANK", "UNKNOWN_RANK", "SPEEDUP_REFERENCES", "SUMMARY_COLUMNS",
-           "host_limited_flags", "summarize_cell", "summarize"]
+           "host_limited_flags", "launcher_labels", "summarize_cell", "summarize"]
 
 SUMMARY_COLUMNS = (
     "sweep", "cell", "spec_name", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
@@ -63,6 +63,12 @@ SUMMARY_COLUMNS = (
     "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
     "final_loss", "final_eval_loss", "comm_compute_ratio", "wall_s",
 )
+
+
+def launcher_labels(frame: pd.DataFrame) -> pd.Series:
+    """Per row: 'netns (htb+netem)', the launcher and the mechanisms that shaped its links
+    (meta.json `cell.launcher`, `cell.shaping`); for a summary or a load_results frame."""
+    return frame["launcher"].astype(str) + " (" + frame["shaping"].astype(str) + ")"
 
 
 def _num(series: pd.Series) -> pd.Series:
@@ -181,7 +187,6 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
         cell = meta["cell"]
         row = {k: cell[k] for k in SUMMARY_COLUMNS if k in cell}
         row["cell"] = cell["name"]
-        row["launcher_label"] = f"{cell['launcher']} ({cell['shaping']})"
         row["status"] = meta["status"]
         row["wall_s"] = meta["wall_s"]
         if meta["status"] == "ok":
@@ -196,6 +201,7 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
         if col not in table.columns:
             table[col] = np.nan
     table["host_limited"] = host_limited_flags(table)
+    table["launcher_label"] = launcher_labels(table) if len(table) else pd.Series(dtype=str)
     if table.empty:
         table["speedup_vs_unshaped_fp32"] = pd.Series(dtype=float)
     else:
