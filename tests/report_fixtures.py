@@ -70,6 +70,7 @@ def write_fixture_cell(root: Path, *, mode: str = "fp32", fw: int | None = None,
                        scenario: str = "100mbps", rate_mbit: float | None = 100.0,
                        shaped: bool = True, launcher: str = "netns", sweep: str = "synthetic",
                        stages: int = 2, replicas: int = 1, seed: int = 0, variant: str = "",
+                       repeat: int = 0,
                        dropout: float = 0.1, dropout_masks: str = "random", epochs: int = 3,
                        steps_per_epoch: int = 2, warmup_epochs: int = 1,
                        eval_windows: int = 128, step_time_s: float = 0.2,
@@ -84,7 +85,8 @@ def write_fixture_cell(root: Path, *, mode: str = "fp32", fw: int | None = None,
     mechanisms a shaped netns cell records ('htb'), 'none' unshaped."""
     label = fixture_label(mode, fw, bw, grad_mode)
     spec_name = f"{scenario}__{label}" + (f"-dp{replicas}" if replicas > 1 else "") + \
-        f"__s{seed}" + (f"__{variant}" if variant else "")
+        f"__s{seed}" + (f"__{variant}" if variant else "") + \
+        (f"__r{repeat + 1}" if repeat else "")
     name = spec_name if launcher == "netns" else f"{spec_name}__{launcher}"
     is_shaped = shaped and rate_mbit is not None
     shaping = ("htb" if is_shaped else "none") if shaping is None else shaping
@@ -111,7 +113,7 @@ def write_fixture_cell(root: Path, *, mode: str = "fp32", fw: int | None = None,
             "shaped": is_shaped, "shaping": shaping, "rate_mbit": rate_mbit,
             "delay_ms": 0.0, "host_limited": ceiling_mbit is not None,
             "rate_mbit_achieved": achieved if rate_mbit is not None else None,
-            "seed": seed, "variant": variant, "dropout": dropout,
+            "seed": seed, "variant": variant, "repeat": repeat, "dropout": dropout,
             "dropout_masks": dropout_masks, "epochs": epochs,
             "steps_per_epoch": steps_per_epoch, "warmup_epochs": warmup_epochs,
             "eval_windows": eval_windows}

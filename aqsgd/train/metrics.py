@@ -5,11 +5,14 @@ Schema (docs/ARCHITECTURE.md, "Worker, config, metrics"): OUTPUT_DIR/metrics/ran
 train records
     {"kind": "train", "step", "epoch", "warmup", "rank", "stage", "replica", "loss",
      "step_time_s", "compute_s", "comm_wait_s", "compress_s", "dp_sync_s",
-     "samples", "tokens", "lr", "grad_norm",
+     "samples", "tokens", "lr", "grad_norm", "end_unix",
      "bytes_sent": {"activation", "gradient", "dp"}, "bytes_recv": {...},
      "bytes_by_peer": {"<peer rank>": {"sent", "recv"}}}
 and eval records {"kind": "eval", "step", "epoch", "warmup": false, "rank", "stage",
-"replica", "eval_loss", "perplexity", "samples", "tokens", "eval_time_s", bytes as above}.
+"replica", "eval_loss", "perplexity", "samples", "tokens", "eval_time_s", "end_unix", bytes
+as above}. "end_unix" is the wall clock (time.time()) when the record was made, the end of
+the step or evaluation: on one clock with the link schedule's start (meta.json), so a
+report can place every step in the phase of the links it ran under.
 A train record's "step" is the 0-based index of its optimizer step; an eval record's is
 the number of optimizer steps done so far (0 for the evaluation `train.eval_at_start`
 runs before training). "eval_loss" (last stage, else null) is the mean over the
@@ -101,6 +104,7 @@ class StepMeter:
         rec = dict(fields)
         rec.update(
             step_time_s=time.perf_counter() - self.step_start,
+            end_unix=time.time(),
             compute_s=self.seconds["compute"],
             comm_wait_s=self.seconds["comm_wait"] + self.seconds["dp_sync"],
             compress_s=self.seconds["compress"],

@@ -16,6 +16,8 @@ A sweep file (YAML, checked against SweepFile: unknown keys and wrong types reje
     reference: loopback               # optional: fp32 on an unshaped link too
     gc_reference: true                # fp32 (bf16) with aqsgd+gc's replicas too (default)
     seeds: [1, 2, 3]                  # optional: every cell once per seed, `__s<seed>` in names
+    repeats: 3                        # optional: every cell this many times, interleaved
+                                      # (`__r2`, `__r3` in names); tables show the median
     variants:                         # optional: some modes again with other workload values
       - {name: dropout0, modes: [fp32, "aqsgd:2/4"], workload: {dropout: 0.0}}
     timing: {start_s: 7.0, step_s_per_rank: 0.09, eval_s_per_window: 0.002}
@@ -30,6 +32,12 @@ today sends).
 (The file is longer than most: a sweep file's schema, what it expands to and the
 Workload every cell runs are one surface, read together.)
 
+Repeats measure the same cell again for its run-to-run spread: a scenario's cells run
+once each in sweep order, then all of them again (so the load a machine carries at one
+time spreads over every mode instead of falling on one), and the reports show the median
+over repeats with its min..max band (bench.report.repeats). The first repeat keeps the
+plain name, so a sweep that gains repeats keeps the cells it measured.
+
 A cell is finished when its meta.json exists with status ok, the same spec
 key and the same git commit of the suite; a rerun skips those and reruns the
 rest (including failed cells), so a killed sweep resumes where it stopped,
@@ -40,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,12 +221,14 @@ class Timing:
 @dataclass(frozen=True)
 class CellSpec:
     """One run: a scenario, a mode, a workload. Its key names its results;
-    `seed_in_name`: the sweep runs several seeds, so the name carries the seed."""
+    `seed_in_name`: the sweep runs several seeds, so the name carries the seed;
+    `repeat`: 0 for the first measurement of the cell, k for its (k+1)-th (`__r<k+1>`)."""
 
     scenario: str
     mode: ModeSpec
     workload: Workload = field(default_factory=Workload)
     seed_in_name: bool = False
+    repeat: int = 0
 
     def __post_init__(self):
         if self.mode.compresses_dp and self.workload.replicas < 2:
@@ -233,12 +244,14 @@ class CellSpec:
     @property
     def name(self) -> str:
         """Directory name, e.g. '100mbps__aqsgd-fw2-bw4' ('-dp2' with replicas),
-        'loopback__aqsgd-fw2-bw4__dropout0__s1' (a variant, one of several seeds)."""
+        'loopback__aqsgd-fw2-bw4__dropout0__s1' (a variant, one of several seeds),
+        '100mbps__fp32__r2' (the second measurement of a repeated cell)."""
         w = self.workload
         dp = f"-dp{w.replicas}" if w.replicas > 1 else ""
         variant = f"__{w.variant}" if w.variant else ""
         seed = f"__s{w.seed}" if self.seed_in_name else ""
-        return f"{self.scenario_name}__{self.mode.label}{dp}{variant}{seed}"
+        repeat = f"__r{self.repeat + 1}" if self.repeat else ""
+        return f"{self.scenario_name}__{self.mode.label}{dp}{variant}{seed}{repeat}"
 
     @property
     def world_size(self) -> int:
@@ -296,6 +309,7 @@ class SweepSpec:
     # () = the workload's one seed; else every cell once per seed, the seed in its name
     seeds: tuple[int, ...] = ()
     variants: tuple[Variant, ...] = ()
+    repeats: int = 1  # every cell this many times, interleaved (see the module docstring)
     timing: Timing | None = None  # measured rates: the time stated before the first cell
     # the sweep (a file in scenarios/sweeps/, by name) whose cells hold each mode's step
     # time at each bandwidth, for this sweep's time-to-quality (bench.harness.convergence)
@@ -310,6 +324,7 @@ class SweepSpec:
             raise ValueError("SweepSpec.modes must name at least one mode, got none")
         for seed in self.seeds:
             check_int("SweepSpec", "seeds[]", seed, 0)
+        check_int("SweepSpec", "repeats", self.repeats, 1)
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"SweepSpec.seeds must not repeat a seed, got {list(self.seeds)}")
         names = [v.workload.variant for v in self.variants]
@@ -322,8 +337,9 @@ class SweepSpec:
                                  f"not run: {', '.join(missing)}")
 
     def cells(self) -> list[CellSpec]:
-        """Cells grouped by scenario (one launcher bring-up each), then by seed (a
-        killed multi-seed sweep has whole seeds done), modes in order, variants last.
+        """Cells grouped by scenario (one launcher bring-up each), then by repeat (every
+        cell once before any twice), then by seed (a killed multi-seed sweep has whole
+        seeds done), modes in order, variants last.
         aqsgd+gc with replicas=1 runs with `gc_replicas` replicas (and `gc_stages`
         stages when set): with one replica there is no data-parallel gradient to
         compress."""
@@ -333,23 +349,25 @@ class SweepSpec:
                       if any(m.name == name for m in self.modes)]
         runs = [(m, self.workload) for m in self.modes]
         runs += [(m, v.workload) for v in self.variants for m in v.modes]
-        for scenario in self.scenarios:
+        for scenario, repeat in itertools.product(self.scenarios, range(self.repeats)):
             for seed in self.seeds or (None,):
                 for mode, base in runs:
                     workload = base if seed is None else dataclasses.replace(base, seed=seed)
                     named = seed is not None
-                    cell = CellSpec(scenario, mode, _with_replicas(workload, mode), named)
+                    cell = CellSpec(scenario, mode, _with_replicas(workload, mode), named,
+                                    repeat)
                     group = [cell]
                     if (self.gc_reference and not base.variant
                             and cell.workload.replicas != workload.replicas):
-                        group[:0] = [CellSpec(scenario, ref, cell.workload, named)
+                        group[:0] = [CellSpec(scenario, ref, cell.workload, named, repeat)
                                      for ref in references]
                     for c in group:
                         if c.name not in seen:
                             seen.add(c.name)
                             cells.append(c)
-        if self.reference_scenario is not None:
-            ref = CellSpec(self.reference_scenario, ModeSpec("fp32"), self.workload)
+        for repeat in range(self.repeats if self.reference_scenario is not None else 0):
+            ref = CellSpec(self.reference_scenario, ModeSpec("fp32"), self.workload,
+                           repeat=repeat)
             if ref.name not in seen:
                 cells.append(ref)
         return cells
@@ -388,6 +406,7 @@ class SweepFile:
     gc_reference: bool = True
     seeds: tuple[int, ...] = ()
     variants: tuple[VariantFile, ...] = ()
+    repeats: int = 1
     timing: Timing | None = None
     throughput: str | None = None
 
@@ -441,8 +460,8 @@ def _sweep(file: SweepFile) -> SweepSpec:
         return SweepSpec(name=file.name, scenarios=file.scenarios, modes=modes,
                          workload=file.workload, description=file.description,
                          reference_scenario=file.reference, gc_reference=file.gc_reference,
-                         seeds=file.seeds, variants=variants, timing=file.timing,
-                         throughput=file.throughput)
+                         seeds=file.seeds, variants=variants, repeats=file.repeats,
+                         timing=file.timing, throughput=file.throughput)
     except ValueError as e:
         raise SpecError(str(e), "") from None
 

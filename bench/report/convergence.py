@@ -200,7 +200,7 @@ def _variant_name(rows: pd.DataFrame) -> str:
 def verdict_rows(verdicts: tuple[Verdict, ...]) -> tuple[list[str], list[list[str]]]:
     """(f): each published quality claim, its verdict, the rule and the numbers."""
     return (["published claim", "verdict", "rule", "numbers"],
-            [[v.text, v.verdict, v.rule, "; ".join(v.evidence)] for v in verdicts])
+            [[v.text, v.label, v.rule, "; ".join(v.evidence)] for v in verdicts])
 
 
 # ------------------------------------------------------------------------ output

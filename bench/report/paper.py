@@ -143,7 +143,7 @@ def _quality_measured(conv: Convergence, claim_id: str) -> str:
     verdict = next((v for v in conv.verdicts if v.claim_id == claim_id), None)
     if verdict is None:
         return "not judged: no rule for this claim"
-    return f"{verdict.verdict}: " + "; ".join(verdict.evidence)
+    return f"{verdict.label}: " + "; ".join(verdict.evidence)
 
 
 def claims_table(summary: pd.DataFrame, claims: list[dict],

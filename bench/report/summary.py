@@ -52,8 +52,9 @@ __all__ = ["MODE_RANK", "UNKNOWN_RANK", "SPEEDUP_REFERENCES", "SUMMARY_COLUMNS",
            "host_limited_flags", "launcher_labels", "summarize_cell", "summarize"]
 
 SUMMARY_COLUMNS = (
-    "sweep", "cell", "spec_name", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
-    "stages", "replicas", "seed", "variant", "dropout", "dropout_masks", "epochs",
+    "sweep", "cell", "spec_name", "scenario", "mode", "label", "fw_bits", "bw_bits",
+    "grad_mode", "stages", "replicas", "seed", "variant", "repeat", "dropout",
+    "dropout_masks", "epochs",
     "steps_per_epoch", "warmup_epochs", "eval_windows",
     "launcher", "shaping", "launcher_label", "shaped", "rate_mbit", "rate_mbit_achieved",
     "host_limited", "delay_ms", "status",
@@ -140,8 +141,10 @@ def _over(table: pd.DataFrame, ref: pd.DataFrame, keys: list[str],
 
 
 def _add_speedups(table: pd.DataFrame) -> pd.DataFrame:
-    # like against like: the same launcher and layout, the same seed and variant of a sweep
-    same = ["sweep", "launcher_label", "stages", "replicas", "variant", "seed"]
+    # like against like: the same launcher and layout, and the same seed, variant and
+    # repeat of a sweep (a repeat against the reference measured in the same pass, under
+    # the same load)
+    same = ["sweep", "launcher_label", "stages", "replicas", "variant", "seed", "repeat"]
     for name in SPEEDUP_REFERENCES:
         ref = table[(table["mode"] == name) & (table["status"] == "ok")]
         table[f"speedup_vs_{name}"] = _over(table, ref, ["scenario", *same],

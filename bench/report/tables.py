@@ -30,6 +30,7 @@ from rich.text import Text
 from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES
 from aqsgd.filecache import atomic_write_text
 from bench.report.linkbound import bound_lines
+from bench.report.timeline import timeline_section
 from bench.results.files import load_metas
 
 __all__ = ["TABLE_COLUMNS", "format_table", "held_out_header", "host_limited_notes",
@@ -290,6 +291,7 @@ def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
         for png in pngs:
             rel = os.path.relpath(png, sweep_dir)
             lines += [f"![{png.stem}]({rel})", ""]
+    lines += timeline_section(metas, sweep_dir / "figures", sweep_dir)
     lines += _placement_lines(metas)
     lines += bound_lines(metas, summary)
     lines += _probe_lines(metas)

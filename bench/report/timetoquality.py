@@ -107,13 +107,22 @@ def elapsed_s(steps, warmup_steps: int, warm_step_s: float, steady_step_s: float
 
 def match_step_time(fact: pd.Series, times: pd.DataFrame, scenario: str) -> pd.Series | None:
     """The throughput cell of `scenario` that serves the series of `fact` (same label,
-    stages, replicas and samples per step), None when there is none."""
+    stages, replicas and samples per step), None when there is none. A cell measured
+    several times (a sweep's repeats) serves with the median of its step times, and
+    `cell` names every repeat."""
     if times.empty:
         return None
     hit = times[(times["scenario"] == scenario) & (times["label"] == fact["label"])
                 & (times["stages"] == fact["stages"]) & (times["replicas"] == fact["replicas"])
                 & (times["samples_per_step"] == fact["samples_per_step"])]
-    return None if hit.empty else hit.iloc[-1]
+    if hit.empty:
+        return None
+    row = hit.iloc[0].copy()
+    if len(hit) > 1:
+        row["warm_step_s"] = float(hit["warm_step_s"].median())
+        row["steady_step_s"] = float(hit["steady_step_s"].median())
+        row["cell"] = ", ".join(hit["cell"])
+    return row
 
 
 def timed_bands(bands: pd.DataFrame, facts: pd.DataFrame, times: pd.DataFrame,

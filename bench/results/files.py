@@ -68,9 +68,11 @@ __all__ = [
 # the held-out windows of an evaluation (CELL_KEYS); reports read those keys directly.
 # 3: meta.json has `placement` (bench.net.placement.Placement.to_dict(): which rank ran
 # on which host, the links each used and what they carried).
-# 4: meta.json has `identity` (IDENTITY_KEYS and the mechanisms the launcher used), the
+# 4: the `cell` block names the `repeat` of a repeated cell; train and eval records (and
+# metrics.csv) carry `end_unix`, the wall clock at the end of the step.
+# 5: meta.json has `identity` (IDENTITY_KEYS and the mechanisms the launcher used), the
 # `cell` block `spec_name` and `shaping`, and `name` carries the launcher's tag.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # What a run must share with a finished cell to reuse it (meta.json `identity`; the
 # harness builds them, bench.harness.meta.expected_identity, Note [cell identity] there).
 IDENTITY_KEYS = ("spec_key", "scenario_key", "launcher", "machine", "git_commit")
@@ -83,7 +85,7 @@ METRIC_COLUMNS = (
     "compress_s", "samples", "tokens", "lr",
     *(f"bytes_sent_{k}" for k in BYTE_KINDS), "bytes_sent_total",
     *(f"bytes_recv_{k}" for k in BYTE_KINDS), "bytes_recv_total",
-    "wall_s",
+    "wall_s", "end_unix",
 )
 
 

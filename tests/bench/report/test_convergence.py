@@ -13,9 +13,11 @@ from report_fixtures import write_fixture_cell
 from bench.report.claims import load_claims
 from bench.report.convergence import analyse, write_convergence_report
 from bench.report.quality import (
+    at_edge,
     eval_curves,
     judge_claims,
     judge_width,
+    margin_pct,
     quality_table,
     seed_bands,
 )
@@ -138,7 +140,42 @@ def test_claims_verdicts_with_their_numbers(dirs):
     assert "within 1%" in quality.rule and "every width" in quality.rule
     directq = verdicts["directq_worse"]  # worse at 2 bits, not at 3: partly
     assert directq.verdict == "partly matched"
-    assert [e.rsplit(": ", 1)[1] for e in directq.evidence] == ["matched", "not matched"]
+    assert [e.split("): ", 1)[1].split(",")[0] for e in directq.evidence] == [
+        "matched", "not matched"]
+    # each width states its margin to the 1% line; none of these is at the edge
+    assert ", 9.00 points over the 1% line and 13.0 spreads beyond" in directq.evidence[0]
+    assert ", 1.00 points under the 1% line and 2.0 spreads within" in directq.evidence[1]
+    assert not quality.at_edge and quality.label == "matched"
+
+
+@pytest.mark.parametrize(("claim", "row", "margin", "edge"), [
+    ("no_loss", _row(1.00, 3.1), 0.0, True),     # the fresh clone's +1.00%: on the line
+    ("no_loss", _row(1.08, 3.3), -0.08, True),   # another CPU's +1.08% of the same cells
+    ("no_loss", _row(0.85, 2.0), 0.15, False),
+    ("no_loss", _row(1.15, 4.0), -0.15, False),
+    ("no_loss", _row(1.0, 3.0, diverged=True), 0.0, False),  # divergence decides
+    ("worse", _row(1.05, 9.0), 0.05, True),
+    ("worse", _row(2.4, 9.0), 1.4, False),
+])
+def test_a_verdict_states_its_margin_and_whether_it_is_at_the_edge(claim, row, margin, edge):
+    assert margin_pct(row, claim) == pytest.approx(margin)
+    assert at_edge(row, claim) is edge
+
+
+def test_a_claim_on_the_line_is_reported_at_the_edge(tmp_path):
+    # fp32 3.00 every seed; AQ-SGD 2/4 +1.00% (3.03), 3/6 and 4/8 equal to fp32
+    for seed in range(3):
+        write_fixture_cell(tmp_path, seed=seed, eval_losses=[4.0, 3.0 + 0.01 * seed])
+        for fw, final in ((2, 3.03), (3, 3.0), (4, 3.0)):
+            write_fixture_cell(tmp_path, mode="aqsgd", fw=fw, bw=2 * fw, seed=seed,
+                               eval_losses=[4.0, final + 0.01 * seed])
+    verdict = next(v for v in judge_claims(_quality(tmp_path).reset_index(), load_claims())
+                   if v.claim_id == "quality_2_4_bits")
+    assert verdict.verdict == "matched" and verdict.at_edge
+    assert verdict.label == "matched (at the edge)"
+    assert "0.00 points under the 1% line" in verdict.evidence[0]
+    assert "(at the edge: within 0.1 points" in verdict.evidence[0]
+    assert "(at the edge" not in verdict.evidence[1]
 
 
 def test_a_missing_bit_width_keeps_the_claim_from_being_matched(tmp_path):

@@ -153,3 +153,56 @@ def test_a_corrupt_sweep_json_is_named_and_every_cell_under_it_read(tmp_path):
     (sweep_dir / "sweep.json").write_text('{"cells": ["a"')
     with pytest.warns(ResultFileWarning, match=re.escape(str(sweep_dir / "sweep.json"))):
         assert find_cells([sweep_dir]) == [cell]
+
+
+def _rewrite_meta(cell_dir, change) -> None:
+    meta = json.loads((cell_dir / "meta.json").read_text())
+    change(meta)
+    (cell_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def test_a_cell_of_schema_1_is_refused_by_name_and_version(tmp_path):
+    cell_dir = write_fixture_cell(tmp_path, spec_key="k1")
+    _rewrite_meta(cell_dir, lambda m: m.update(schema_version=1))
+    with pytest.raises(SchemaError, match=rf"{cell_dir / 'meta.json'}: schema_version 1, "
+                                          rf"this suite reads schema {SCHEMA_VERSION} only"):
+        load_results([tmp_path])
+    with pytest.raises(SchemaError, match="schema_version 1"):
+        summarize([tmp_path])
+    # measured again, never reused
+    assert reuse_refusal(cell_dir) == f"schema 1, not {SCHEMA_VERSION}"
+
+
+def test_a_cell_block_without_a_schema_2_key_is_refused(tmp_path):
+    cell_dir = write_fixture_cell(tmp_path)
+    _rewrite_meta(cell_dir, lambda m: m["cell"].pop("eval_windows"))
+    with pytest.raises(SchemaError, match="the `cell` block lacks eval_windows"):
+        load_results([tmp_path])
+
+
+def test_provenance_records_git_versions_and_hardware():
+    prov = provenance(results.__file__.rsplit("/bench/", 1)[0])
+    assert len(prov["git"]["commit"]) == 40 and isinstance(prov["git"]["dirty"], bool)
+    assert prov["versions"]["torch"] and prov["versions"]["python"]
+    assert prov["hardware"]["cpu_cores"] >= 1 and prov["hardware"]["memory_gib"] > 0
+
+
+def test_load_results_of_a_missing_path_says_which(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_results([tmp_path / "nowhere"])
+    assert isinstance(load_results([tmp_path]), pd.DataFrame)
+
+
+def test_a_sweep_directory_reads_only_the_cells_its_sweep_json_lists(tmp_path):
+    # A cell left from an earlier version of the sweep (here: renamed, of schema 1) must
+    # neither be read nor stop the reader; outside a sweep directory every cell counts.
+    sweep_dir = tmp_path / "results" / "regress"
+    kept = write_fixture_cell(sweep_dir, spec_key="k1")
+    stale = write_fixture_cell(sweep_dir, mode="aqsgd", fw=2, bw=4, spec_key="k2")
+    _rewrite_meta(stale, lambda m: m.update(schema_version=1))
+    with pytest.raises(SchemaError):
+        load_metas([sweep_dir])
+    (sweep_dir / "sweep.json").write_text(json.dumps({"cells": [kept.name, "never-ran"]}))
+    assert find_cells([sweep_dir]) == [kept]
+    assert [m["cell_dir"] for m in load_metas([sweep_dir])] == [str(kept)]
+    assert find_cells([tmp_path / "results"]) == [kept]

@@ -1,0 +1,266 @@
+"""Cells whose links followed a schedule: every step placed in the link phase it ran
+under, throughput per phase, and a timeline figure of step times above the scheduled
+rates. Made from result files only (docs/results-schema.md).
+
+    phases = phase_spans(meta)               # one row per applied phase of each link
+    steps = step_times(frame, meta)          # per train step: its start and end on the
+                                             # schedule's clock, wall time, samples
+    table = phase_table(steps, phases)       # per phase: steps, median step, samples/s
+    plot_timeline(steps, phases, "timeline.png", title=...)
+    time_under_schedule(12, [(3.0, 0.2), (3.0, 0.6), (1.5, math.inf)], loop=True)
+    lines = timeline_section(metas, out_dir, report_dir)  # report.md's section
+
+The clock: the schedule's t = 0 is `launcher.schedule.run.started_unix` (the runner
+started when the workers were spawned); a change's `applied_s` is on that clock; a
+step's end is its slowest rank's `end_unix` minus t = 0, its start that end minus its
+wall time (the slowest rank's `step_time_s`). A step belongs to the phase its midpoint
+falls in; a phase is a link's index in its schedule's phase list (a looping schedule's
+laps share the index), and when several links change together (a scenario's `link`
+schedule gives every link the same one) the phase of the first scheduled link names
+the step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.results.files import load_results
+
+__all__ = ["has_schedule", "phase_spans", "step_times", "phase_table", "plot_timeline",
+           "time_under_schedule", "timeline_section"]
+
+PHASE_COLUMNS = ("src", "dst", "phase", "lap", "start_s", "end_s", "rate_mbit", "down")
+
+
+def has_schedule(meta: dict) -> bool:
+    """True when the cell ran with link schedules (meta.json has its `schedule` block
+    only then) and applied at least one change."""
+    if "schedule" not in meta:
+        return False
+    run = meta["launcher"]["schedule"]["run"]
+    return run is not None and bool(run["changes"])
+
+
+def phase_spans(meta: dict) -> pd.DataFrame:
+    """One row per applied phase of each scheduled link: `src, dst, phase, lap`,
+    `start_s` (when its change was applied, on the schedule's clock), `end_s` (the next
+    change of that link, or the run's stop), `rate_mbit` (the phase's, or the link's
+    own when the phase leaves it), `down`. The restoring change (phase -1) ends the last."""
+    schedule = meta["launcher"]["schedule"]
+    run = schedule["run"]
+    stop_s = (run["stopped_unix"] - run["started_unix"]) if run["stopped_unix"] else math.inf
+    own_rate = {(link["src"], link["dst"]): meta["scenario"]["link"]["rate_mbit"]
+                for link in schedule["links"]}
+    rows = []
+    changes = sorted(run["changes"], key=lambda c: (c["src"], c["dst"], c["applied_s"]))
+    for k, change in enumerate(changes):
+        if change["phase"] < 0:
+            continue
+        nxt = changes[k + 1] if k + 1 < len(changes) else None
+        same_link = nxt is not None and (nxt["src"], nxt["dst"]) == (change["src"],
+                                                                     change["dst"])
+        rate = change["rate_mbit"]
+        rows.append({"src": change["src"], "dst": change["dst"], "phase": change["phase"],
+                     "lap": change["lap"], "start_s": float(change["applied_s"]),
+                     "end_s": float(nxt["applied_s"]) if same_link else stop_s,
+                     "rate_mbit": float(own_rate[(change["src"], change["dst"])]
+                                        if rate is None else rate),
+                     "down": bool(change["down"])})
+    return pd.DataFrame(rows, columns=list(PHASE_COLUMNS)).sort_values(
+        ["start_s", "src", "dst"], kind="stable").reset_index(drop=True)
+
+
+def step_times(frame: pd.DataFrame, meta: dict) -> pd.DataFrame:
+    """Per train step of one cell's tidy metrics: `step`, `warmup`, `end_s` and
+    `start_s` on the schedule's clock, `wall_s` (slowest rank's step time), `samples`
+    (summed over the stage-0 rank of every replica)."""
+    started = float(meta["launcher"]["schedule"]["run"]["started_unix"])
+    train = frame[frame["kind"] == "train"].copy()
+    for col in ("end_unix", "step_time_s", "samples", "stage"):
+        train[col] = pd.to_numeric(train[col], errors="coerce")
+    if train["end_unix"].isna().any():
+        raise ValueError(f"cell {meta['cell']['name']}: its metrics have no end_unix "
+                         f"(written before the workers stamped their steps): measure it "
+                         f"again for a timeline")
+    by_step = train.groupby("step")
+    out = pd.DataFrame({
+        "warmup": by_step["warmup"].agg(lambda v: bool(v.astype(bool).any())),
+        "end_s": by_step["end_unix"].max() - started,
+        "wall_s": by_step["step_time_s"].max(),
+        "samples": train[train["stage"] == 0].groupby("step")["samples"].sum(),
+    }).reset_index()
+    out["start_s"] = out["end_s"] - out["wall_s"]
+    return out[["step", "warmup", "start_s", "end_s", "wall_s", "samples"]]
+
+
+def _first_link(phases: pd.DataFrame) -> pd.DataFrame:
+    src, dst = min(zip(phases["src"], phases["dst"], strict=True))
+    return phases[(phases["src"] == src) & (phases["dst"] == dst)]
+
+
+def phase_of(t_s: np.ndarray, phases: pd.DataFrame) -> np.ndarray:
+    """The first scheduled link's phase index at each time of `t_s` (-1 before its
+    first change and after its last)."""
+    link = _first_link(phases)
+    out = np.full(len(t_s), -1, dtype=int)
+    for row in link.itertuples():
+        out[(t_s >= row.start_s) & (t_s < row.end_s)] = row.phase
+    return out
+
+
+def phase_table(steps: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
+    """Per phase of the first scheduled link (in schedule order): `phase`,
+    `rate_mbit`, `down`, `time_s` (how long the run spent in it, all laps), `steps`
+    (measured steps whose midpoint fell in it), `step_time_s` (their median wall time),
+    `samples_s` (median samples per step over that; NaN without a step). Warm-up steps
+    are left out, as in every throughput."""
+    link = _first_link(phases)
+    measured = steps[~steps["warmup"]]
+    mid = ((measured["start_s"] + measured["end_s"]) / 2).to_numpy(dtype=float)
+    in_phase = phase_of(mid, phases)
+    rows = []
+    for phase, spans in link.groupby("phase", sort=True):
+        mine = measured[in_phase == phase]
+        finite = spans["end_s"].where(np.isfinite(spans["end_s"]), spans["start_s"])
+        median = float(mine["wall_s"].median()) if len(mine) else math.nan
+        rows.append({"phase": int(phase), "rate_mbit": float(spans["rate_mbit"].iloc[0]),
+                     "down": bool(spans["down"].iloc[0]),
+                     "time_s": float((finite - spans["start_s"]).sum()),
+                     "steps": len(mine), "step_time_s": median,
+                     "samples_s": float(mine["samples"].median()) / median
+                     if len(mine) and median > 0 else math.nan})
+    return pd.DataFrame(rows, columns=["phase", "rate_mbit", "down", "time_s", "steps",
+                                       "step_time_s", "samples_s"])
+
+
+def time_under_schedule(steps_needed: float, phases: Sequence[tuple[float, float]],
+                        loop: bool) -> float:
+    """Seconds until `steps_needed` steps are done when the link runs through `phases`
+    ((duration_s, step_s) each: the phase's length and the measured step time in it; an
+    infinite step time for a phase where no step finishes, a link that is down), from
+    t = 0, lapping when `loop` (after the last phase a schedule that does not loop stays
+    in its last phase). Steps are fluid: a phase does duration / step_s of them. inf when
+    they are never done."""
+    if steps_needed <= 0:
+        return 0.0
+    if not phases:
+        raise ValueError("time_under_schedule: no phases")
+    per_lap = sum(d / s for d, s in phases if math.isfinite(s) and s > 0)
+    lap_s = sum(d for d, _ in phases)
+    t, left = 0.0, float(steps_needed)
+    if loop and per_lap > 0 and left > per_lap:  # whole laps at once
+        laps = math.floor(left / per_lap)
+        if laps * per_lap == left:
+            laps -= 1
+        t, left = laps * lap_s, left - laps * per_lap
+    while True:
+        for duration, step_s in phases:
+            rate = 1.0 / step_s if math.isfinite(step_s) and step_s > 0 else 0.0
+            if rate and left <= duration * rate:
+                return t + left / rate
+            t, left = t + duration, left - duration * rate
+        if not loop:
+            _, step_s = phases[-1]  # the last phase lasts from then on
+            return t + left * step_s if math.isfinite(step_s) and step_s > 0 else math.inf
+        if per_lap == 0:
+            return math.inf
+
+
+def plot_timeline(steps: pd.DataFrame, phases: pd.DataFrame, path: str | Path, *,
+                  title: str) -> Path:
+    """Two panels on the schedule's clock: each step's wall time at its end (warm-up
+    steps hollow), and beneath it every scheduled link's rate, down phases shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 5),
+                                      gridspec_kw={"height_ratios": [3, 2]})
+    warm = steps[steps["warmup"]]
+    measured = steps[~steps["warmup"]]
+    top.plot(measured["end_s"], measured["wall_s"], "o-", ms=3, lw=1, label="measured step")
+    if len(warm):
+        top.plot(warm["end_s"], warm["wall_s"], "o", ms=3, mfc="none", label="warm-up step")
+    top.set_ylabel("step wall time (s)")
+    top.set_title(title)
+    top.legend(loc="upper left", fontsize=8, frameon=False)
+    top.grid(alpha=0.3)
+    for (src, dst), link in phases.groupby(["src", "dst"], sort=True):
+        ends = link["end_s"].where(np.isfinite(link["end_s"]), steps["end_s"].max())
+        xs = np.column_stack([link["start_s"], ends]).ravel()
+        rates = np.where(link["down"], 0.0, link["rate_mbit"])
+        ys = np.repeat(rates, 2)
+        bottom.plot(xs, ys, lw=1.2, label=f"{src} -> {dst}")
+    for row in _first_link(phases).itertuples():
+        if row.down:
+            end = row.end_s if math.isfinite(row.end_s) else steps["end_s"].max()
+            for ax in (top, bottom):
+                ax.axvspan(row.start_s, end, color="tab:red", alpha=0.12, lw=0)
+    bottom.set_ylabel("scheduled rate (Mbit/s)")
+    bottom.set_xlabel("time since the workers started (s); red: link down")
+    bottom.set_ylim(bottom=0)
+    bottom.grid(alpha=0.3)
+    if phases[["src", "dst"]].drop_duplicates().shape[0] <= 6:
+        bottom.legend(loc="upper right", fontsize=7, frameon=False, ncol=3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _fmt(value: float, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else format(value, spec)
+
+
+def timeline_section(metas: list[dict], out_dir: str | Path,
+                     report_dir: str | Path) -> list[str]:
+    """report.md's "Links that change" section for the ok cells of `metas` that ran on a
+    schedule: per cell its timeline figure (written to `out_dir/timeline_<cell>.png`,
+    linked relative to `report_dir`, where the report lies) and
+    its per-phase table beside its overall throughput (samples over summed step wall
+    time, measured steps). [] when no cell ran on a schedule."""
+    cells = [m for m in metas if m["status"] == "ok" and has_schedule(m)]
+    if not cells:
+        return []
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = ["## Links that change", "",
+             "Each step is placed in the phase of the first scheduled link its midpoint "
+             "fell in (the schedule's clock starts when the workers are spawned); warm-up "
+             "steps are left out. samples/s of a phase: median samples per step over the "
+             "median step wall time in it; overall: measured samples over their summed "
+             "step time.", ""]
+    for meta in cells:
+        cell_dir = Path(meta["cell_dir"])
+        name = meta["cell"]["name"]
+        steps = step_times(load_results([cell_dir]), meta)
+        phases = phase_spans(meta)
+        table = phase_table(steps, phases)
+        png = plot_timeline(steps, phases, out_dir / f"timeline_{name}.png",
+                            title=f"{name}: step times on the scheduled links")
+        measured = steps[~steps["warmup"]]
+        overall = float(measured["samples"].sum()) / float(measured["wall_s"].sum()) \
+            if len(measured) and measured["wall_s"].sum() > 0 else math.nan
+        rows = [[str(r.phase), "down" if r.down else _fmt(r.rate_mbit, ".0f"),
+                 _fmt(r.time_s, ".1f"), str(r.steps), _fmt(r.step_time_s, ".3f"),
+                 _fmt(r.samples_s, ".1f")] for r in table.itertuples()]
+        rows.append(["all", "", _fmt(float(steps["end_s"].max()), ".1f"),
+                     str(len(measured)), _fmt(float(measured["wall_s"].median()), ".3f")
+                     if len(measured) else "-", _fmt(overall, ".1f")])
+        header = ["phase", "Mbit/s", "time in phase (s)", "steps", "median step (s)",
+                  "samples/s"]
+        rel = os.path.relpath(png, report_dir)
+        lines += [f"### {name}", "", f"![timeline_{name}]({rel})", "",
+                  "| " + " | ".join(header) + " |",
+                  "|" + "|".join("---" for _ in header) + "|",
+                  *("| " + " | ".join(r) + " |" for r in rows), ""]
+    return lines

@@ -1,0 +1,127 @@
+"""Timelines of cells on scheduled links, on hand-made records whose answers are worked
+out by hand: each applied phase's span, each step's place on the schedule's clock, the
+per-phase throughput, the time to a number of steps under a schedule, and the figure."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from bench.report.timeline import (
+    has_schedule,
+    phase_spans,
+    phase_table,
+    plot_timeline,
+    step_times,
+    time_under_schedule,
+)
+
+T0 = 1_700_000_000.0
+
+
+def _change(phase, applied_s, *, lap=0, rate=None, down=False, src=0, dst=1):
+    return {"src": src, "dst": dst, "phase": phase, "lap": lap, "t_s": applied_s,
+            "applied_s": applied_s, "done_s": applied_s + 0.01, "rate_mbit": rate,
+            "delay_ms": None, "jitter_ms": None, "loss_pct": None, "down": down,
+            "commands": []}
+
+
+def _meta(changes, stopped_s=9.0):
+    return {"cell": {"name": "dyn__fp32"}, "scenario": {"link": {"rate_mbit": 100.0}},
+            "schedule": {"outages": []},
+            "launcher": {"schedule": {
+                "links": [{"src": 0, "dst": 1}, {"src": 1, "dst": 0}],
+                "run": {"started_unix": T0, "stopped_unix": T0 + stopped_s, "error": None,
+                        "changes": changes}}}}
+
+
+# both directions: 100 Mbit/s for 3 s, 25 for 3 s, down for 1 s, then 100 again (lap 1)
+CHANGES = [c for src, dst in ((0, 1), (1, 0)) for c in (
+    _change(0, 0.0, src=src, dst=dst), _change(1, 3.0, rate=25.0, src=src, dst=dst),
+    _change(2, 6.0, down=True, src=src, dst=dst),
+    _change(0, 7.0, lap=1, src=src, dst=dst), _change(-1, 9.0, src=src, dst=dst))]
+
+
+def _frame(steps):
+    """Tidy metrics of two ranks: (end_s, wall_s, warmup) per step; rank 1 ends 0.05 s
+    later and its step takes 0.05 s longer (the slowest rank decides)."""
+    rows = []
+    for k, (end_s, wall_s, warmup) in enumerate(steps):
+        for rank in (0, 1):
+            rows.append({"kind": "train", "step": k, "rank": rank, "stage": rank,
+                         "warmup": warmup, "samples": 64,
+                         "end_unix": T0 + end_s + 0.05 * rank,
+                         "step_time_s": wall_s + 0.05 * rank})
+    rows.append({"kind": "eval", "step": len(steps), "rank": 1, "stage": 1, "warmup": False,
+                 "samples": 128, "end_unix": T0 + 9.0, "step_time_s": None})
+    return pd.DataFrame(rows)
+
+
+STEPS = [(0.5, 0.45, True), (1.0, 0.45, False), (1.5, 0.45, False), (2.0, 0.45, False),
+         (3.95, 1.95, False), (5.95, 1.95, False),    # midpoints 3.0 and 5.0: phase 1
+         (7.5, 1.45, False),                           # midpoint 6.8: down
+         (8.0, 0.45, False)]                           # lap 1, phase 0
+
+
+def test_phase_spans_follow_each_links_applied_changes():
+    spans = phase_spans(_meta(CHANGES))
+    link = spans[(spans["src"] == 0) & (spans["dst"] == 1)]
+    assert list(link["phase"]) == [0, 1, 2, 0]
+    assert list(link["start_s"]) == [0.0, 3.0, 6.0, 7.0]
+    assert list(link["end_s"]) == [3.0, 6.0, 7.0, 9.0]  # the restoring change ends the last
+    assert list(link["rate_mbit"]) == [100.0, 25.0, 100.0, 100.0]  # unset: the link's own
+    assert list(link["down"]) == [False, False, True, False]
+    assert len(spans) == 8
+
+
+def test_steps_take_the_slowest_rank_on_the_schedules_clock():
+    steps = step_times(_frame(STEPS), _meta(CHANGES))
+    assert list(steps["step"]) == list(range(8))
+    assert steps.loc[4, "end_s"] == pytest.approx(4.0)
+    assert steps.loc[4, "wall_s"] == pytest.approx(2.0)
+    assert steps.loc[4, "start_s"] == pytest.approx(2.0)
+    assert steps.loc[0, "warmup"] and not steps.loc[1, "warmup"]
+    assert steps["samples"].tolist() == [64] * 8  # stage 0's only
+
+
+def test_per_phase_throughput_and_time():
+    steps = step_times(_frame(STEPS), _meta(CHANGES))
+    table = phase_table(steps, phase_spans(_meta(CHANGES))).set_index("phase")
+    assert table["steps"].tolist() == [4, 2, 1]  # the warm-up step is left out
+    assert table.loc[0, "time_s"] == pytest.approx(3.0 + 2.0)  # both laps
+    assert table.loc[0, "step_time_s"] == pytest.approx(0.5)
+    assert table.loc[0, "samples_s"] == pytest.approx(64 / 0.5)
+    assert table.loc[1, "rate_mbit"] == 25.0
+    assert table.loc[1, "samples_s"] == pytest.approx(64 / 2.0)
+    assert table.loc[2, "down"] and table.loc[2, "step_time_s"] == pytest.approx(1.5)
+
+
+def test_a_cell_without_a_schedule_or_without_stamps():
+    assert not has_schedule({"launcher": {}})
+    assert has_schedule(_meta(CHANGES))
+    frame = _frame(STEPS)
+    frame["end_unix"] = None
+    with pytest.raises(ValueError, match="dyn__fp32: its metrics have no end_unix"):
+        step_times(frame, _meta(CHANGES))
+
+
+@pytest.mark.parametrize(("steps", "phases", "loop", "expected"), [
+    (10, [(5.0, 1.0)], False, 10.0),                      # one phase, then it lasts on
+    (6, [(3.0, 1.0), (3.0, 3.0)], False, 3.0 + 3.0 * 3),  # 3 fast, then 3 at 3 s each
+    (5, [(3.0, 1.0), (1.0, math.inf)], True, 3 + 1 + 2),  # down 1 s every lap
+    (7, [(3.0, 1.0), (1.0, math.inf)], True, 2 * 4 + 1),  # two whole laps, then 1 step
+    (6, [(3.0, 1.0), (1.0, math.inf)], True, 4 + 3),      # ends exactly on a lap's fast end
+    (3, [(2.0, 1.0), (1.0, math.inf)], False, math.inf),  # stays down
+    (0, [(1.0, 1.0)], True, 0.0),
+])
+def test_time_under_schedule(steps, phases, loop, expected):
+    assert time_under_schedule(steps, phases, loop) == pytest.approx(expected)
+
+
+def test_the_timeline_figure_is_written(tmp_path):
+    meta = _meta(CHANGES)
+    path = plot_timeline(step_times(_frame(STEPS), meta), phase_spans(meta),
+                         tmp_path / "timeline.png", title="dyn fp32")
+    assert path.is_file() and path.stat().st_size > 10_000
