@@ -14,6 +14,11 @@ data-parallel cells), 'scenarios[1]', 'reference'. load_checked_sweep(path) puts
 file's name in front; `python -m bench run` names its flags instead (bench.__main__).
 
     spec = load_checked_sweep("scenarios/sweeps/paper.yaml")   # parsed and checked
+    refuse_unsupported(spec, plan, "docker") # a scenario the launcher cannot run
+
+Competing flows and stragglers (bench.net.competing, bench.net.straggler) run on the
+launchers `RUNS_DURING_RUN` names (each such launcher's `during_run`); on any other a
+sweep naming such a scenario is refused before anything is brought up (exit code 2).
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ from bench.net.placement import Placement, PlacementError, place
 from bench.net.scenario import NetworkScenario, load_scenario
 from specfile import SpecError, raising
 
-__all__ = ["SWEEPS_DIR", "SweepPlan", "UnplacedCellError", "check_sweep",
-           "load_checked_sweep", "place_cells"]
+__all__ = ["RUNS_DURING_RUN", "SWEEPS_DIR", "SweepPlan", "UnplacedCellError", "check_sweep",
+           "load_checked_sweep", "place_cells", "refuse_unsupported"]
 
 SWEEPS_DIR = REPO_ROOT / "scenarios" / "sweeps"
+# which launcher runs which of a scenario's events beside link schedules (the launcher
+# classes' `during_run`, bench/launch/schedules.py; a test keeps the two equal)
+RUNS_DURING_RUN = {"netns": frozenset({"competing", "stragglers"})}
 
 
 class UnplacedCellError(SpecError, PlacementError):
@@ -150,6 +158,23 @@ def check_sweep(spec: SweepSpec) -> SweepPlan:
     scenarios = _load_scenarios(spec, cells)
     placements = {c.name: _check_cell(spec, c, scenarios[c.scenario]) for c in cells}
     return SweepPlan(tuple(cells), scenarios, placements)
+
+
+def refuse_unsupported(spec: SweepSpec, plan: SweepPlan, launcher: str) -> None:
+    """A SpecError naming the scenario (its `scenarios[I]` field) whose competing flows or
+    stragglers the launcher `launcher` does not run (module doc)."""
+    runs = RUNS_DURING_RUN.get(launcher, frozenset())
+    for cell in plan.cells:
+        scenario = plan.scenarios[cell.scenario]
+        n = cell.world_size
+        asked = {"competing": scenario.competing_within(n),
+                 "stragglers": scenario.stragglers_within(n)}
+        missing = [what for what, entries in asked.items() if entries and what not in runs]
+        if missing:
+            where = [name for name, r in RUNS_DURING_RUN.items() if set(missing) <= r]
+            raise SpecError(f"scenario {scenario.name} has {' and '.join(missing)}, which "
+                            f"the {launcher} launcher does not run: use --launcher "
+                            f"{' or '.join(where)}", _scenario_field(spec, cell.scenario))
 
 
 def load_checked_sweep(path: str | Path) -> SweepSpec:

@@ -50,7 +50,7 @@ from bench.harness.lock import sweep_lock
 from bench.harness.meta import cell_dir_name, expected_identity, meta_head
 from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
 from bench.harness.outages import survivable as survivable_config
-from bench.harness.preflight import SweepPlan, check_sweep
+from bench.harness.preflight import SweepPlan, check_sweep, refuse_unsupported
 from bench.harness.progress import Progress
 from bench.harness.sweep import CellSpec, SweepSpec
 from bench.launch.base import Launcher
@@ -307,6 +307,7 @@ def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: 
     host, builds no checkpoint and writes no file (`sweep_dir` only read)."""
     plan = check_sweep(spec)
     choice = choose_launcher(launcher, **(launcher_options or {}))
+    refuse_unsupported(spec, plan, choice.name)
     why = None if fresh else refusals(spec, sweep_dir, choice, scenarios=plan.scenarios)
     todo = [c for c in plan.cells if why is None or why[c.name]]
     echo(f"dry run of sweep {spec.name} into {sweep_dir}: nothing is brought up, "
@@ -370,6 +371,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     plan = check_sweep(spec)
     cells, scenarios, placements = list(plan.cells), plan.scenarios, plan.placements
     choice = choose_launcher(launcher, **(launcher_options or {}))
+    refuse_unsupported(spec, plan, choice.name)
     tone = "" if choice.shaped else "WARNING: "
     echo(f"{tone}launcher {choice.name}: {choice.reason}")
     with sweep_lock(sweep_dir, echo):

@@ -20,6 +20,14 @@ last run, the wall-clock start and each change: planned and applied time (s afte
 start), the phase, and the commands it ran. A change that fails stops the runner; the
 failure is in the record and `stop_schedule` raises it (the run measured the wrong link).
 
+The same clock starts and stops a scenario's competing flows and stragglers
+(bench/launch/competing.py: `run_events`): a launcher that runs them gives how a link's
+htb class counter is read (`_class_bytes`), its framing (`_framing`), where the flows'
+logs go (`_flow_log_dir`) and how a host's CPU is capped (`_set_cpu`), and names them in
+`during_run`; `check_schedule` refuses a scenario asking another launcher for them.
+The record's `competing` and `stragglers` blocks say what each flow sent, the training's
+share of each link per interval, and when each CPU cap was applied.
+
 The time-resolved probe (`probe_timeline`, through any launcher's `spawn`) streams over
 one link while its schedule runs; `schedule_windows` gives each phase's window and rate,
 and bench.net.probe.phase_rates / check_phases read the stream phase by phase.
@@ -40,6 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.launch.base import Launcher
+from bench.launch.competing import (
+    CounterRead,
+    CpuChange,
+    FlowEvent,
+    FlowProcesses,
+    competing_record,
+    run_events,
+)
 from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, stop_group
 from bench.net.executor import Argv, format_argv
 from bench.net.probe import PhaseWindow
@@ -75,6 +91,9 @@ class LinkChange:
     spec: LinkSpec
     down: bool
     was_down: bool
+
+    def describe(self) -> str:
+        return f"link {self.src} -> {self.dst}, phase {self.index}"
 
     def to_dict(self) -> dict:
         return {"t_s": self.t_s, "src": self.src, "dst": self.dst, "phase": self.index,
@@ -117,11 +136,25 @@ def changes_impairments(scenario: NetworkScenario, n_hosts: int) -> bool:
                for _, _, spec in scenario.scheduled_links(n_hosts) for p in spec.schedule.phases)
 
 
+Event = LinkChange | FlowEvent | CounterRead | CpuChange
+
+
+def merged_events(scenario: NetworkScenario, n_hosts: int) -> Iterator[Event]:
+    """The link changes (`link_changes`, unending where a schedule loops) and the
+    competing flows' and stragglers' events (`run_events`), in time order (at one time
+    the link changes first)."""
+    def key(e: Event) -> tuple[float, int]:
+        return e.t_s, 0 if isinstance(e, LinkChange) else 1
+
+    yield from heapq.merge(link_changes(scenario, n_hosts), run_events(scenario, n_hosts),
+                           key=key)
+
+
 class ScheduleRunner:
     """A thread applying `changes` (in time order) at their times: `apply(change)`
     returns the commands it ran (as text). `clock` gives seconds (monotonic)."""
 
-    def __init__(self, changes: Iterable[LinkChange], apply: Callable[[LinkChange], list[str]],
+    def __init__(self, changes: Iterable[Event], apply: Callable[[Event], list[str]],
                  clock: Callable[[], float] = time.monotonic):
         self._changes = iter(changes)
         self._apply = apply
@@ -132,7 +165,7 @@ class ScheduleRunner:
         self.started_unix: float | None = None
         self.stopped_unix: float | None = None
         self.applied: list[dict[str, Any]] = []
-        self.last: dict[tuple[int, int], LinkChange] = {}
+        self.last: dict[tuple[int, int], LinkChange] = {}  # each link's last change
         self.error: str | None = None
 
     def start(self) -> None:
@@ -151,18 +184,18 @@ class ScheduleRunner:
             if self.error is not None:
                 return
 
-    def apply_now(self, change: LinkChange) -> None:
+    def apply_now(self, change: Event) -> None:
         """Apply one change at once and record it (an error stops the runner)."""
         applied_s = self.elapsed_s()
         entry = {**change.to_dict(), "applied_s": round(applied_s, 4)}
         try:
             entry["commands"] = self._apply(change)
         except Exception as err:  # recorded, and raised again by stop()
-            self.error = (f"link {change.src} -> {change.dst}, phase {change.index} at "
-                          f"{change.t_s:g} s: {type(err).__name__}: {err}")
+            self.error = f"{change.describe()} at {change.t_s:g} s: {type(err).__name__}: {err}"
             entry["error"] = self.error
         else:
-            self.last[(change.src, change.dst)] = change
+            if isinstance(change, LinkChange):
+                self.last[(change.src, change.dst)] = change
         entry["done_s"] = round(self.elapsed_s(), 4)
         self.applied.append(entry)
 
@@ -187,9 +220,15 @@ class ScheduledLinks:
     scenario: NetworkScenario
     n_hosts: int
     mechanisms: dict[str, str]
+    # what besides link schedules this launcher runs on the clock: "competing" (flows),
+    # "stragglers" (CPU caps); bench.harness.preflight refuses the others before bring-up
+    during_run: frozenset[str] = frozenset()
     _schedule: ScheduleRunner | None = None
     _last_schedule: dict | None = None
     _delay_line_changes = False  # the delay line gets every change (start_schedule)
+    _flows: FlowProcesses | None = None
+    _readings: list[dict] | None = None  # the counter reads of the running schedule
+    _last_dynamics: dict | None = None  # the `competing` / `stragglers` blocks of the last run
 
     def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:
         raise NotImplementedError
@@ -203,9 +242,34 @@ class ScheduledLinks:
         raise ShapingError(f"{type(self).__name__}: this launcher's delay line cannot change "
                            f"a link's delay, jitter or loss during a run")
 
+    def _class_bytes(self, src: int, dst: int) -> int:
+        """The bytes link src -> dst's htb class has sent so far (its tc counter)."""
+        raise NotImplementedError
+
+    def _framing(self) -> float:
+        """Bytes the link's class counts per byte of TCP payload of a full segment."""
+        raise NotImplementedError
+
+    def _flow_log_dir(self) -> Path:
+        """A folder of this run for the competing flows' logs (removed at teardown)."""
+        raise NotImplementedError
+
+    def _set_cpu(self, host: int, factor: float | None) -> str:
+        """Cap host's CPU for `factor` (bench.net.straggler; None: lift the cap); returns
+        what was done, as text."""
+        raise NotImplementedError
+
     def check_schedule(self) -> None:
         """Refuse, before anything runs, a schedule this launcher cannot apply: delay,
-        jitter or loss changes on a delay line without a control channel."""
+        jitter or loss changes on a delay line without a control channel; competing
+        flows or stragglers on a launcher that does not run them (`during_run`)."""
+        name = getattr(self, "name", type(self).__name__)
+        asked = {"competing": self.scenario.competing_within(self.n_hosts),
+                 "stragglers": self.scenario.stragglers_within(self.n_hosts)}
+        for what, entries in asked.items():
+            if entries and what not in self.during_run:
+                raise ShapingError(f"scenario {self.scenario.name}: the {name} launcher "
+                                   f"does not run {what} (the netns launcher does)")
         delay_line = "delayline" in self.mechanisms.values()
         if delay_line and changes_impairments(self.scenario, self.n_hosts) and \
                 type(self)._set_delay_line is ScheduledLinks._set_delay_line:
@@ -215,7 +279,18 @@ class ScheduledLinks:
                 f"delay line cannot change during a run (netem can, where the kernel has "
                 f"it); give those phases rates only")
 
-    def _apply_change(self, change: LinkChange) -> list[str]:
+    def _apply_change(self, change: Event) -> list[str]:
+        if isinstance(change, FlowEvent):
+            if change.start:
+                return [self._flows.start(change.flow, self._flow_remaining_s(change.flow))]
+            return [self._flows.stop(change.flow)]
+        if isinstance(change, CounterRead):
+            counted = self._class_bytes(change.src, change.dst)
+            self._readings.append({**change.to_dict(), "bytes": counted,
+                                   "applied_s": round(self._schedule.elapsed_s(), 4)})
+            return [f"class counter of link {change.src} -> {change.dst}: {counted} bytes"]
+        if isinstance(change, CpuChange):
+            return [self._set_cpu(change.host, change.factor)]
         plan, interfaces = self._schedule_plan()
         done = []
         for host, argv in plan.phase_argvs(change.src, change.dst, change.spec,
@@ -227,17 +302,27 @@ class ScheduledLinks:
             done.append(self._set_delay_line(change))
         return done
 
+    def _flow_remaining_s(self, k: int) -> float:
+        return self.scenario.competing[k].end_s - self._schedule.elapsed_s()
+
     def start_schedule(self) -> None:
-        """Start every link's schedule now (nothing when no link has one)."""
+        """Start every link's schedule, competing flow and straggler now (nothing when
+        the scenario has none); the flows' receivers listen before t = 0."""
         if self._schedule is not None:
             raise RuntimeError("start_schedule: a schedule runs already; stop_schedule first")
-        if not self.scenario.scheduled_links(self.n_hosts):
+        if not self.scenario.changes_during_run(self.n_hosts):
             return
         on_delay_line = any(self.mechanisms.get(p) == "delayline"
                             for p in ("delay", "jitter", "loss"))
         self._delay_line_changes = on_delay_line and changes_impairments(self.scenario,
                                                                          self.n_hosts)
-        self._schedule = ScheduleRunner(link_changes(self.scenario, self.n_hosts),
+        flows = {k: f for k, f in enumerate(self.scenario.competing)
+                 if f.src < self.n_hosts and f.dst < self.n_hosts}
+        self._readings = []
+        if flows:
+            self._flows = FlowProcesses(self, flows, self._flow_log_dir())
+            self._flows.start_receivers()
+        self._schedule = ScheduleRunner(merged_events(self.scenario, self.n_hosts),
                                         self._apply_change)
         self._schedule.start()
 
@@ -251,24 +336,59 @@ class ScheduledLinks:
         runner.stop()
         for change in restore_changes(self.scenario, runner.last, runner.elapsed_s()):
             runner.apply_now(change)
+        self._last_dynamics = self._finish_dynamics(runner)
         self._last_schedule = runner.record()
         self._schedule = None
         if runner.error is not None:
             raise ScheduleFailed(runner.error)
         return self._last_schedule
 
+    def _finish_dynamics(self, runner: ScheduleRunner) -> dict:
+        """Lift the CPU caps still on and read the flows' receivers: the record's
+        `competing` and `stragglers` blocks of this run."""
+        out: dict[str, Any] = {}
+        stragglers = self.scenario.stragglers_within(self.n_hosts)
+        if stragglers:
+            capped = {}
+            for c in runner.applied:
+                if c.get("kind") == "cpu" and "error" not in c:
+                    capped[c["host"]] = c["factor"] is not None
+            for host in [h for h, on in capped.items() if on]:
+                runner.apply_now(CpuChange(runner.elapsed_s(), host, None, -1))
+            out["stragglers"] = {
+                "mechanism": self._cpu_mechanism(),
+                "stragglers": [s.to_dict() for s in self.scenario.stragglers],
+                "applied": [c for c in runner.applied if c.get("kind") == "cpu"]}
+        if self._flows is not None:
+            for src, dst in dict.fromkeys((f.src, f.dst) for f in self._flows.flows.values()):
+                runner.apply_now(CounterRead(runner.elapsed_s(), src, dst, final=True))
+            for k in self._flows.senders:
+                if k not in {c["flow"] for c in runner.applied
+                             if c.get("kind") == "flow_stop"}:
+                    runner.apply_now(FlowEvent(runner.elapsed_s(), k, False))
+            replies = self._flows.finish()
+            out["competing"] = competing_record(self.scenario, self.n_hosts, self._readings,
+                                                replies, runner.started_unix, self._framing())
+            self._flows = None
+        return out
+
+    def _cpu_mechanism(self) -> str:
+        """What caps a straggler's CPU, in words (the launcher's)."""
+        raise NotImplementedError
+
     def schedule_record(self) -> dict | None:
         """record()'s `schedule`: every scheduled link's schedule and the last run
         (None when no link has a schedule)."""
-        links = self.scenario.scheduled_links(self.n_hosts)
-        if not links:
+        if not self.scenario.changes_during_run(self.n_hosts):
             return None
+        links = self.scenario.scheduled_links(self.n_hosts)
         runner = self._schedule
         run = runner.record() if runner is not None else self._last_schedule
         return {"clock": "one thread of the launcher process, time.monotonic(); "
                          "started_unix is time.time() at t = 0",
                 "links": [{"src": a, "dst": b, **s.schedule.to_dict()} for a, b, s in links],
-                "run": run}
+                "run": run,
+                **(self._last_dynamics if runner is None and self._last_dynamics else {})}
 
 
 # -- the time-resolved probe ----------------------------------------------------------

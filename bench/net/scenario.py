@@ -19,11 +19,17 @@ File format (every unit is in the key's name):
       - {hosts: [0, 1], schedule: {phases: [{duration_s: 60, rate_mbit: 5}, ...]}}
     hosts:                               # optional per-host aggregate caps
       - {host: 3, uplink_mbit: 50, downlink_mbit: 200}
+    competing:                           # optional bulk TCP flows beside the training
+      - {src: 0, dst: 1, start_s: 20, duration_s: 30}
+    stragglers:                          # optional: a host computing slower for a while
+      - {host: 2, factor: 2, start_s: 20, duration_s: 30}
 
 Every mistake (unknown key, missing field, wrong type such as "100mbps" where a
 number is expected, a value out of range) raises `ScenarioError` naming the file,
 the field and the value. A link's `schedule` (phases or a trace file: how the link
-changes during the run) is bench.net.schedule's `LinkSchedule`. The keys and types of a
+changes during the run) is bench.net.schedule's `LinkSchedule`, a competing flow
+bench.net.competing's `CompetingFlow`, a straggler bench.net.straggler's `Straggler`; all
+of them run on one clock from the cell's start (bench/launch/schedules.py). The keys and types of a
 file are bench.net.scenario_file's (which also gives the JSON Schema,
 scenarios/scenario.schema.json); the dataclasses here say what the values mean and check
 their bounds.
@@ -38,9 +44,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench import REPO_ROOT
+from bench.net.competing import CompetingFlow
 from bench.net.scenario_file import (
     DEFAULT_QUEUE_PACKETS,
     LINK_KEYS,
+    MAX_COMPETING_FLOWS,
     MAX_DELAY_MS,
     MAX_HOSTS,
     MAX_LOSS_PCT,
@@ -55,6 +63,7 @@ from bench.net.scenario_file import (
     ScenarioFile,
 )
 from bench.net.schedule import LinkSchedule, Phase, schedule_from_entry
+from bench.net.straggler import Straggler
 from specfile import SpecError, raising, read_file, validate
 
 __all__ = [
@@ -223,6 +232,8 @@ class NetworkScenario:
     link: LinkSpec
     overrides: tuple[LinkOverride, ...] = ()
     host_caps: tuple[HostCaps, ...] = ()
+    competing: tuple[CompetingFlow, ...] = ()
+    stragglers: tuple[Straggler, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.description.strip():
@@ -235,6 +246,34 @@ class NetworkScenario:
                 if not 0 <= getattr(o, end) < n:
                     raise ScenarioError.at(f"links.{end}", f"a host index in [0, {n})",
                                            getattr(o, end))
+        self._check_competing(n)
+        self._check_stragglers(n)
+
+    def _check_competing(self, n: int) -> None:
+        if len(self.competing) > MAX_COMPETING_FLOWS:
+            raise ScenarioError.at("competing", f"at most {MAX_COMPETING_FLOWS} flows",
+                                   len(self.competing))
+        for k, flow in enumerate(self.competing):
+            for end in ("src", "dst"):
+                if not 0 <= getattr(flow, end) < n:
+                    raise ScenarioError.at(f"competing[{k}].{end}",
+                                           f"a host index in [0, {n})", getattr(flow, end))
+            if self.payload_rate_mbit(flow.src, flow.dst) is None:
+                raise ScenarioError.at(f"competing[{k}]", f"a flow on a shaped link (link "
+                                       f"{flow.src} -> {flow.dst} has no rate_mbit, so "
+                                       f"nothing is shared)", flow.to_dict())
+
+    def _check_stragglers(self, n: int) -> None:
+        for k, s in enumerate(self.stragglers):
+            if not 0 <= s.host < n:
+                raise ScenarioError.at(f"stragglers[{k}].host", f"a host index in [0, {n})",
+                                       s.host)
+            for j, other in enumerate(self.stragglers[:k]):
+                if other.host == s.host and s.start_s < other.end_s \
+                        and other.start_s < s.end_s:
+                    raise ScenarioError.at(f"stragglers[{k}].start_s", f"an interval of "
+                                           f"host {s.host} apart from stragglers[{j}]'s "
+                                           f"({other.start_s:g}-{other.end_s:g} s)", s.start_s)
 
     @property
     def n_hosts(self) -> int:
@@ -265,6 +304,20 @@ class NetworkScenario:
     def specs(self, n_hosts: int) -> list[LinkSpec]:
         return [self.link_spec(a, b) for a in range(n_hosts) for b in range(n_hosts) if a != b]
 
+    def competing_within(self, n_hosts: int) -> tuple[CompetingFlow, ...]:
+        """The competing flows between the first n_hosts hosts (a cell may use fewer)."""
+        return tuple(f for f in self.competing if f.src < n_hosts and f.dst < n_hosts)
+
+    def stragglers_within(self, n_hosts: int) -> tuple[Straggler, ...]:
+        """The stragglers among the first n_hosts hosts."""
+        return tuple(s for s in self.stragglers if s.host < n_hosts)
+
+    def changes_during_run(self, n_hosts: int) -> bool:
+        """Whether anything changes during a run on n_hosts hosts: a link's schedule, a
+        competing flow or a straggler."""
+        return bool(self.scheduled_links(n_hosts) or self.competing_within(n_hosts)
+                    or self.stragglers_within(n_hosts))
+
     def scheduled_links(self, n_hosts: int) -> list[tuple[int, int, LinkSpec]]:
         """(src, dst, spec) of every directed link between n_hosts hosts with a schedule."""
         return [(a, b, self.link_spec(a, b)) for a in range(n_hosts) for b in range(n_hosts)
@@ -276,7 +329,8 @@ class NetworkScenario:
                    default=0.0)
 
     def to_dict(self) -> dict:
-        return {
+        """The scenario's values; `competing` and `stragglers` only where it has them."""
+        out = {
             "name": self.name, "description": self.description,
             "layout": {"stages": self.layout.stages, "replicas": self.layout.replicas},
             "link": self.link.to_dict(),
@@ -284,6 +338,11 @@ class NetworkScenario:
             "hosts": [{"host": c.host, "uplink_mbit": c.uplink_mbit,
                        "downlink_mbit": c.downlink_mbit} for c in self.host_caps],
         }
+        if self.competing:
+            out["competing"] = [f.to_dict() for f in self.competing]
+        if self.stragglers:
+            out["stragglers"] = [s.to_dict() for s in self.stragglers]
+        return out
 
 
 def _within(prefix: str, build: Callable[..., T], *args: Any) -> T:
@@ -342,8 +401,13 @@ def _scenario(file: ScenarioFile, name: str, directory: Path) -> NetworkScenario
         if any(c.host == entry.host for c in caps):
             raise ScenarioError.at(f"{where}.host", "each host listed once", entry.host)
         caps.append(_within(where, HostCaps, entry.host, entry.uplink_mbit, entry.downlink_mbit))
+    flows = tuple(_within(f"competing[{k}]", CompetingFlow, e.src, e.dst, e.start_s,
+                          e.duration_s, e.max_rate_mbit) for k, e in enumerate(file.competing))
+    stragglers = tuple(_within(f"stragglers[{k}]", Straggler, e.host, e.factor, e.start_s,
+                               e.duration_s) for k, e in enumerate(file.stragglers))
     return NetworkScenario(name=name, description=file.description.strip(), layout=layout,
-                           link=default, overrides=tuple(overrides), host_caps=tuple(caps))
+                           link=default, overrides=tuple(overrides), host_caps=tuple(caps),
+                           competing=flows, stragglers=stragglers)
 
 
 def parse_scenario(raw: Any, name: str, source: str | None = None,

@@ -21,6 +21,7 @@ from specfile import SPEC_CONFIG, SpecError, Unit, json_schema
 __all__ = [
     "DEFAULT_QUEUE_PACKETS",
     "LINK_KEYS",
+    "CompetingEntry",
     "HostEntry",
     "LayoutEntry",
     "LinkEntry",
@@ -28,6 +29,7 @@ __all__ = [
     "PhaseEntry",
     "ScenarioFile",
     "ScheduleEntry",
+    "StragglerEntry",
     "scenario_schema",
 ]
 
@@ -71,6 +73,12 @@ MAX_PHASE_S = 86_400.0
 MAX_PHASES = 20_000
 MAX_OUTAGE_S = 300.0
 MAX_BIN_MS = 3_600_000
+# A competing flow or straggler interval lies within a day of the run's start, like a
+# phase; at most MAX_COMPETING_FLOWS flows (each a sender and a receiver process beside
+# the workers); a straggler computes at most 100 times slower (the CPU quota's floor of
+# 1 ms per 100 ms period: bench.net.straggler).
+MAX_COMPETING_FLOWS = 64
+MAX_STRAGGLER_FACTOR = 100.0
 
 LINK_KEYS = ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "queue_packets", "queue_bytes",
              "schedule")
@@ -88,6 +96,7 @@ QueueBytes = Annotated[int, Unit("bytes"), _range("integer", MIN_QUEUE_BYTES, MA
 HostIndex = Annotated[int, _range("integer", 0, MAX_HOSTS - 1)]
 PhaseS = Annotated[float, Unit("s"), WithJsonSchema(
     {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_PHASE_S})]
+StartS = Annotated[float, Unit("s"), _range("number", 0, MAX_PHASE_S)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +223,36 @@ class HostEntry:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CompetingEntry:
+    """A bulk TCP flow beside the training (bench.net.competing): from host src to host
+    dst, from start_s for duration_s seconds of the run's clock."""
+
+    src: HostIndex
+    dst: HostIndex
+    start_s: StartS
+    """When the flow starts, in s after the cell's workers start."""
+    duration_s: PhaseS
+    """How long it sends, in s."""
+    max_rate_mbit: RateMbit | None = None
+    """Pace the flow at most at this rate in Mbit/s (null: as fast as the link lets it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StragglerEntry:
+    """A host whose compute runs `factor` times slower over an interval
+    (bench.net.straggler: a CPU quota on its processes' cgroup)."""
+
+    host: HostIndex
+    factor: Annotated[float, Unit("times slower"), WithJsonSchema(
+        {"type": "number", "exclusiveMinimum": 1, "maximum": MAX_STRAGGLER_FACTOR})]
+    """How many times slower the host computes (> 1)."""
+    start_s: StartS
+    """When the slowdown starts, in s after the cell's workers start."""
+    duration_s: PhaseS
+    """How long it lasts, in s."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ScenarioFile:
     """A network scenario: the hosts of one pipeline and the links between them."""
 
@@ -228,6 +267,10 @@ class ScenarioFile:
     """Links that differ from the default; later entries win."""
     hosts: tuple[HostEntry, ...] = ()
     """Per-host aggregate caps."""
+    competing: tuple[CompetingEntry, ...] = ()
+    """Bulk TCP flows beside the training, on chosen links over chosen intervals."""
+    stragglers: tuple[StragglerEntry, ...] = ()
+    """Hosts whose compute runs slower over an interval."""
 
 
 def scenario_schema() -> dict:

@@ -56,14 +56,17 @@ from bench.net.scenario_file import (
 )
 from specfile import SpecError
 
-__all__ = ["MAHIMAHI_PACKET_BYTES", "LinkSchedule", "Phase", "PhaseStart", "read_csv_trace",
+__all__ = ["MAHIMAHI_PACKET_BYTES", "LinkSchedule", "Phase", "PhaseStart", "bounded_number",
+           "read_csv_trace",
            "read_mahimahi_trace", "schedule_from_entry"]
 
 MAHIMAHI_PACKET_BYTES = 1500  # what one delivery opportunity of mm-link carries
 
 
-def _number(field: str, value: Any, lo: float, hi: float, unit: str, *,
-            open_lo: bool = False) -> float:
+def bounded_number(field: str, value: Any, lo: float, hi: float, unit: str, *,
+                   open_lo: bool = False) -> float:
+    """`value` as a float in [lo, hi] (`open_lo`: (lo, hi]), else a SpecError naming
+    `field` (bool, an int subclass, is refused)."""
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or value > hi or value < lo \
             or (open_lo and value == lo):
@@ -86,7 +89,7 @@ class Phase:
 
     def __post_init__(self) -> None:
         limit = MAX_OUTAGE_S if self.down is True else MAX_PHASE_S
-        object.__setattr__(self, "duration_s", _number("duration_s", self.duration_s, 0.0,
+        object.__setattr__(self, "duration_s", bounded_number("duration_s", self.duration_s, 0.0,
                                                        limit, "s", open_lo=True))
         for name, lo, hi, unit in (("rate_mbit", MIN_RATE_MBIT, MAX_RATE_MBIT, "Mbit/s"),
                                    ("delay_ms", 0.0, MAX_DELAY_MS, "ms"),
@@ -94,7 +97,7 @@ class Phase:
                                    ("loss_pct", 0.0, MAX_LOSS_PCT, "percent")):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, _number(name, value, lo, hi, unit))
+                object.__setattr__(self, name, bounded_number(name, value, lo, hi, unit))
         if not isinstance(self.down, bool):
             raise SpecError.at("down", "true or false", self.down)
         if self.down and self.rate_mbit is not None:

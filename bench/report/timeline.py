@@ -44,7 +44,7 @@ def has_schedule(meta: dict) -> bool:
     if "schedule" not in meta:
         return False
     run = meta["launcher"]["schedule"]["run"]
-    return run is not None and bool(run["changes"])
+    return run is not None and any("kind" not in c for c in run["changes"])
 
 
 def phase_spans(meta: dict) -> pd.DataFrame:
@@ -58,7 +58,9 @@ def phase_spans(meta: dict) -> pd.DataFrame:
     own_rate = {(link["src"], link["dst"]): meta["scenario"]["link"]["rate_mbit"]
                 for link in schedule["links"]}
     rows = []
-    changes = sorted(run["changes"], key=lambda c: (c["src"], c["dst"], c["applied_s"]))
+    # a link's changes; competing flows' and stragglers' entries carry a `kind` instead
+    links = [c for c in run["changes"] if "kind" not in c]
+    changes = sorted(links, key=lambda c: (c["src"], c["dst"], c["applied_s"]))
     for k, change in enumerate(changes):
         if change["phase"] < 0:
             continue

@@ -11,10 +11,13 @@ NetnsLauncher composes one module per concern, in this folder:
   topology.py  namespaces, switch, veths; the userspace delay line and its TUNs
   shaping.py   the host shaping plan (bench.net.shaping) rendered on the veths or TUNs
                (lifted and restored by the probe)
+  cgroups.py   a CPU cgroup per straggler host (bench.net.straggler), its processes in it
 and, from the core of bench/launch:
   probing.py   the link probe and the host-ceiling measurement (LinkProbing.probe)
   schedules.py links that change during the run (ScheduledLinks.start_schedule): the
-               plan's tc changes with `tc -n`, the delay line's through its control socket
+               plan's tc changes with `tc -n`, the delay line's through its control socket;
+               competing flows (`ip netns exec` of the hosts' own addresses) and the
+               stragglers' CPU caps on the same clock (competing.py)
   process.py   starting and stopping process groups
   lifecycle.py bring-up and signal-safe teardown
   state.py     the state dirs, and cleanup of killed runs (which calls state.py here)
@@ -30,12 +33,14 @@ SIGTERM. `python -m bench.launch cleanup` does the same for a run that was kille
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from bench.launch.base import links_record, new_run_id
 from bench.launch.lifecycle import HostsLifecycle
+from bench.launch.netns.cgroups import CpuCgroups, cgroup_name
 from bench.launch.netns.names import MTU, TopologyNames, host_addr, new_prefix
 from bench.launch.netns.shaping import NetnsShaping, plan_shaping
 from bench.launch.netns.state import (
@@ -61,12 +66,20 @@ from bench.launch.process import (
 )
 from bench.launch.schedules import LinkChange, ScheduledLinks
 from bench.launch.state import DEFAULT_STATE_DIR
+from bench.net.competing import sent_bytes
 from bench.net.delayline import set_link
 from bench.net.executor import Argv, Executor
 from bench.net.probe import ProbePlan, ProbeRecord
 from bench.net.scenario import NetworkScenario
 from bench.net.shaping import Interface, ShapingPlan
-from bench.net.tc import Capabilities, mechanisms_for, payload_factor, probe_capabilities
+from bench.net.straggler import PERIOD_US, cpu_quota_us
+from bench.net.tc import (
+    ETHERNET_HEADER_BYTES,
+    Capabilities,
+    mechanisms_for,
+    payload_factor,
+    probe_capabilities,
+)
 
 __all__ = ["NetnsLauncher", "require_netns"]
 
@@ -92,6 +105,7 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
 
     name = "netns"
     shaped = True
+    during_run = frozenset({"competing", "stragglers"})
 
     def __init__(self, scenario: NetworkScenario, n_hosts: int | None = None, *,
                  run_id: str | None = None, state_dir: Path | str | None = None,
@@ -120,6 +134,8 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         self._created_namespaces: list[str] = []
         self._probe_records: list[ProbeRecord] = []
         self._timing: dict[str, float] = {}
+        self.cgroups: CpuCgroups | None = None
+        self._cgroups: dict[int, Path] = {}  # straggler host -> its cgroup, once created
 
     # -- names and addresses -------------------------------------------------------
     @property
@@ -151,7 +167,15 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
             raise IndexError(f"host index {i} out of range [0, {self.n_hosts})")
 
     def _write_state(self) -> None:
-        write_state(self.files, self.names, self.run_id, self._started)
+        write_state(self.files, self.names, self.run_id, self._started,
+                    list(self._cgroup_paths().values()))
+
+    def _cgroup_paths(self) -> dict[int, Path]:
+        """The cgroup this run may create per straggler host, by exact name."""
+        if self.cgroups is None:
+            return {}
+        hosts = sorted({s.host for s in self.scenario.stragglers_within(self.n_hosts)})
+        return {h: self.cgroups.path(cgroup_name(self.names.prefix, h)) for h in hosts}
 
     def _started_process(self, proc: subprocess.Popen) -> None:
         """Record a process this run started (before anything else can happen to it)."""
@@ -177,6 +201,11 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
                                          self.allow_drop)
         self.use_delay_line = "delayline" in self.mechanisms.values()
         self.check_schedule()
+        if self.scenario.stragglers_within(self.n_hosts):
+            self.cgroups = CpuCgroups.find()
+            self._write_state()  # the cgroups' names, before they exist
+            for host, path in self._cgroup_paths().items():
+                self._cgroups[host] = self.cgroups.create(path.name)
         create_namespaces(ex, nm, self._created_namespaces)
         ex.run_all(switch_argvs(nm))
         if self.use_delay_line:
@@ -198,6 +227,10 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         stop_all([*self._procs, self.delay_line], TEARDOWN_GRACE_S)
         # only what this launcher created: a name it failed to create may be another's
         teardown_recorded(self._created_namespaces, self.names.devices(), self.executor)
+        for path in self._cgroups.values():  # empty now: every process was stopped
+            CpuCgroups.remove(path)
+        if self.files.flow_logs.is_dir():
+            shutil.rmtree(self.files.flow_logs)
         for path in (self.files.state, self.files.delay_line_config,
                      self.files.delay_line_log, self.files.delay_line_control):
             path.unlink(missing_ok=True)
@@ -214,10 +247,14 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
               log_path: Path | str | None = None) -> subprocess.Popen:
         """Run argv inside host i's namespace, in its own process group (so teardown can
         kill it and its children). Environment: `env` (default: this process's) with
-        worker_env(i) on top; stdout and stderr go to log_path (appended)."""
+        worker_env(i) on top; stdout and stderr go to log_path (appended). A straggler
+        host's processes run in its CPU cgroup from their start."""
         full_env = dict(os.environ if env is None else env)
         full_env.update(self.worker_env(i))
-        proc = spawn_group(["ip", "netns", "exec", self.netns(i), *argv], full_env, log_path)
+        command = ["ip", "netns", "exec", self.netns(i), *argv]
+        if i in self._cgroups:
+            command = self.cgroups.enter_argv(self._cgroups[i], command)
+        proc = spawn_group(command, full_env, log_path)
         self._procs.append(proc)
         self._started_process(proc)
         return proc
@@ -256,6 +293,35 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         return (f"delay line: link {change.src} -> {change.dst} delay_ms={s.delay_ms:g} "
                 f"jitter_ms={s.jitter_ms:g} loss_pct={s.loss_pct:g}")
 
+    def _class_bytes(self, src: int, dst: int) -> int:
+        iface = self.shaping.interfaces[src]
+        classid = self.shaping.plan.hosts[src].link_to(dst).classid
+        out = self.executor.run(("tc", "-n", iface.netns, "-s", "class", "show", "dev",
+                                 iface.dev, "classid", classid)).stdout
+        return sent_bytes(out)
+
+    def _framing(self) -> float:
+        return payload_factor(MTU, 0 if self.use_delay_line else ETHERNET_HEADER_BYTES)
+
+    def _flow_log_dir(self) -> Path:
+        return self.files.flow_logs
+
+    def _cpu_mechanism(self) -> str:
+        return (f"cgroup v{self.cgroups.version} cpu quota ({self.cgroups.base}), period "
+                f"{PERIOD_US} us, quota = period x cores / factor, cores = "
+                f"{self._host_cores():g} (bench.net.straggler)")
+
+    def _host_cores(self) -> float:
+        """One emulated host's share of the CPUs this process may run on (they share
+        one machine: bench.net.straggler, Note [straggler quota])."""
+        return len(os.sched_getaffinity(0)) / self.n_hosts
+
+    def _set_cpu(self, host: int, factor: float | None) -> str:
+        path = self._cgroups[host]
+        quota = None if factor is None else cpu_quota_us(factor, self._host_cores())
+        done = self.cgroups.set_quota(path, quota, PERIOD_US)
+        return f"{done}; cpu.stat {self.cgroups.stat(path)}"
+
     def _payload_ratio(self) -> float:
         # configured literally, a link carries rate x 1448/1514 of TCP payload
         return 1.0 if self.payload_correction else 1.0 / payload_factor(MTU)
@@ -285,6 +351,7 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
             "hosts": [{"host": i, "netns": self.names.host_ns(i), "device": self.device(i),
                        "addr": self.addr(i)} for i in range(self.n_hosts)],
             "namespaces": self.names.namespaces(),
+            "cgroups": [str(p) for p in self._cgroups.values()],
             "removed_before_start": list(self.removed_before_start),
             "links": links_record(self.scenario, self.n_hosts),
             "schedule": self.schedule_record(),

@@ -8,18 +8,21 @@ start). Beside it, P-delayline.json and P-delayline.log are the delay line's con
 log. Teardown, in the launcher's `finally` or later by `python -m bench.launch cleanup`
 (through `teardown_state`, which bench.launch.choice names for "netns"), removes exactly
 those names: every process inside the namespaces, the devices (with their qdiscs), the
-namespaces; nothing is ever matched by pattern.
+namespaces, the straggler hosts' CPU cgroups (`cgroups`), the competing flows' log
+folder P-flows; nothing is ever matched by pattern.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text
+from bench.launch.netns.cgroups import CpuCgroups
 from bench.launch.netns.names import TopologyNames
 from bench.launch.process import ProcessIdentity
 from bench.launch.state import launcher_fields
@@ -49,19 +52,26 @@ class StateFiles:
         return self.state_dir / f"{self.prefix}-delayline.log"
 
     @property
+    def flow_logs(self) -> Path:
+        """The folder of the competing flows' logs (bench/launch/competing.py)."""
+        return self.state_dir / f"{self.prefix}-flows"
+
+    @property
     def delay_line_control(self) -> Path:
         """The delay line's control socket (bench.net.delayline.set_link)."""
         return self.state_dir / f"{self.prefix}-delayline.sock"
 
 
 def write_state(files: StateFiles, names: TopologyNames, run_id: str,
-                processes: list[ProcessIdentity]) -> None:
+                processes: list[ProcessIdentity], cgroups: list[Path]) -> None:
     """(Re)write a netns run's state file atomically: a kill at any moment leaves a whole
-    one. `processes`: what the run started (delay line, workers)."""
+    one. `processes`: what the run started (delay line, workers); `cgroups`: the CPU
+    cgroups of its straggler hosts (bench/launch/netns/cgroups.py), by path."""
     state = {**launcher_fields("netns", run_id, names.prefix),
              "namespaces": names.namespaces(),
              "devices": [list(d) for d in names.devices()],
-             "processes": [p.to_dict() for p in processes]}
+             "processes": [p.to_dict() for p in processes],
+             "cgroups": [str(p) for p in cgroups]}
     atomic_write_text(files.state, json.dumps(state, indent=1))
 
 
@@ -113,7 +123,13 @@ def teardown_state(state: dict, path: Path, ex: Executor) -> list[str]:
     with its delay line's config and log (bench.launch.state.cleanup calls this; the
     processes the file lists are killed before). Returns what was removed."""
     removed = teardown_recorded(state["namespaces"], [tuple(d) for d in state["devices"]], ex)
+    # a state file written before cgroups were recorded has none
+    for cgroup in state.get("cgroups", []):
+        if CpuCgroups.remove(Path(cgroup)):
+            removed.append(f"cgroup {cgroup}")
     files = StateFiles(path.parent, state["prefix"])
     for helper in (files.delay_line_config, files.delay_line_log, files.delay_line_control):
         helper.unlink(missing_ok=True)
+    if files.flow_logs.is_dir():
+        shutil.rmtree(files.flow_logs)
     return removed

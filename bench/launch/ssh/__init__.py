@@ -5,7 +5,9 @@ interface shaped with the one host shaping plan, one torchrun agent per host.
   remote.py    commands and SFTP on the hosts, for synchronous code
   checks.py    every host checked before anything is changed
   hostside.py  what runs on each host: facts, its own record, `tied`, teardown
+  proctree.py  the process tree below `tied`, stopped by identity (on each host)
   relay.py     one remote command as a local process (what spawn returns)
+  commands.py  the command lines run on a host: `tied`, torchrun, mirrored files
   state.py     the state file, and teardown on every recorded host
   launcher.py  SshLauncher, composing them on the core of bench/launch
 

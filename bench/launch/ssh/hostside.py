@@ -12,17 +12,22 @@ launcher's checks compare them with the harness machine's before anything is cha
 The host keeps its own record of a run in D = HOST_RECORD_ROOT/PREFIX-hI (tmpfs, cleared
 at reboot as the qdiscs it names are): `state.json`, written by `record` before the
 launcher shapes anything (the tc commands that remove what it makes), and one file in
-`procs/` per process `tied` started (its pid, start time and boot, so that a reused pid
-is never signalled). `teardown` kills those processes, runs the removal commands (its
-own and those `--commands` adds, each once; one whose qdisc or device is already gone is
-skipped), deletes D and prints what it removed as JSON: the harness machine's record and
-the host's own lead to the same removal, and an administrator on the host can run it by
-hand.
+`procs/` per running `tied` (its pid, start time and boot, so that a reused pid is never
+signalled). `teardown` kills those processes and everything below them, runs the removal
+commands (its own and those `--commands` adds, each once; one whose qdisc or device is
+already gone is skipped), deletes D and prints what it removed as JSON: the harness
+machine's record and the host's own lead to the same removal, and an administrator on
+the host can run it by hand.
 
-`tied` starts ARGV in a process group of its own and stops that group (SIGTERM, then
-SIGKILL) when its standard input closes: the SSH channel it came through closing (the
-harness stopping it, the harness or its relay killed, the connection lost) stops the
-command on the host, as the Docker launcher's entrypoint does for `docker exec`.
+`tied` starts ARGV and stops its whole process tree (bench/launch/ssh/proctree.py:
+SIGTERM to every process below `tied`, then SIGKILL after STOP_GRACE_S) when its
+standard input closes: the SSH channel it came through closing (the harness stopping
+it, the harness or its relay killed, the connection lost and sshd giving up on it)
+stops the command on the host, as the Docker launcher's entrypoint does for `docker
+exec`. The tree, not ARGV's process group: torchrun starts each worker in a session of
+its own, which a signal to torchrun's group misses. `tied` is a subreaper, so the
+workers of a torchrun that died first stay below it; `procs/` records `tied` itself,
+and `teardown` stops the tree below each recorded process the same way (no grace).
 Imports the standard library and bench.launch.process only.
 """
 
@@ -39,7 +44,8 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
-from bench.launch.process import STOP_GRACE_S, ProcessIdentity, kill_identified, stop_group
+from bench.launch.process import STOP_GRACE_S, TEARDOWN_GRACE_S, ProcessIdentity
+from bench.launch.ssh.proctree import become_subreaper, stop_tree
 
 __all__ = ["HOST_RECORD_ROOT", "facts", "main", "teardown"]
 
@@ -104,20 +110,21 @@ def _record(directory: Path, state: dict) -> None:
 def tied(directory: Path, argv: list[str]) -> None:
     """Run argv (see module doc), then exit this process with its exit status (128 + N
     for a signal N)."""
+    become_subreaper()  # orphans below stay below: the tree stays whole (module doc)
+    me = ProcessIdentity.of(os.getpid())
+    mark = directory / "procs" / f"{me.pid}.json"
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text(json.dumps(me.to_dict()))  # before the child: a kill finds it
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
-    mark = directory / "procs" / f"{child.pid}.json"
-    ident = ProcessIdentity.of(child.pid)
-    if ident is not None:
-        mark.parent.mkdir(parents=True, exist_ok=True)
-        mark.write_text(json.dumps(ident.to_dict()))
 
     def watch_stdin() -> None:
         while sys.stdin.buffer.read(4096):
             pass
-        stop_group(child, STOP_GRACE_S)  # the channel closed: stop the command
+        stop_tree(me, STOP_GRACE_S)  # the channel closed: stop the command, all of it
 
     threading.Thread(target=watch_stdin, daemon=True).start()
     code = child.wait()
+    stop_tree(me, TEARDOWN_GRACE_S)  # what ARGV left running below (or the watch stops)
     mark.unlink(missing_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -130,8 +137,10 @@ def teardown(directory: Path, commands: list[list[str]]) -> list[str]:
     """What D records (see module doc), removed; returns what was removed."""
     removed = []
     procs = sorted((directory / "procs").glob("*.json")) if directory.is_dir() else []
-    removed += kill_identified([ProcessIdentity.from_dict(json.loads(p.read_text()))
-                                for p in procs])
+    for p in procs:
+        ident = ProcessIdentity.from_dict(json.loads(p.read_text()))
+        removed += [f"process {i.pid}"
+                    for i in stop_tree(ident, grace_s=0.0, include_root=True)]
     state_file = directory / "state.json"
     recorded = json.loads(state_file.read_text())["removal"] if state_file.exists() else []
     for argv in dict.fromkeys(tuple(a) for a in [*recorded, *commands]):

@@ -31,13 +31,14 @@ shaped for it. For the same reason the workers build their process group on the 
 their own `--master-addr/--master-port` name, not on the agents' (Note [own store]:
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; torchrun would otherwise tell every worker, rank
 0 too, to connect to a store that then nobody hosts). GLOO_SOCKET_IFNAME (and NCCL's,
-TP's) name the host's interface; gloo or NCCL is the worker's choice by device. Each
-command goes through a local relay process (bench/launch/ssh/relay.py: the Popen the
-harness supervises) and `hostside tied` on the host, so that stopping, killing or
-losing the relay stops the command on the host. The relay prefixes every log line
-with the host, copies the files argv names under the results directory to the same
-path on the host before the start, and that folder back afterwards (SFTP: the hosts
-need not share a filesystem with this machine).
+TP's) name the host's interface; gloo or NCCL is the worker's choice by device (the
+command lines: bench/launch/ssh/commands.py). Each command goes through a local relay
+process (bench/launch/ssh/relay.py: the Popen the harness supervises) and `hostside
+tied` on the host, so that stopping, killing or losing the relay stops the command on
+the host, its whole process tree. The relay prefixes every log line with the host,
+copies the files argv names under the results directory to the same path on the host
+before the start, and that folder back afterwards (SFTP: the hosts need not share a
+filesystem with this machine).
 
 Teardown removes on every host exactly what its record names (`hostside teardown`);
 `python -m bench.launch cleanup --all-recorded` (`make net-cleanup`) does the same for a
@@ -73,9 +74,9 @@ from bench.launch.ssh.checks import (
     check_hosts,
     check_interfaces_free,
     gather_facts,
-    host_env,
     hostside_argv,
 )
+from bench.launch.ssh.commands import FREE_PORT, Rendezvous, mirrored, remote_argv, torchrun_argv
 from bench.launch.ssh.hostfile import HostEntry, load_hostfile
 from bench.launch.ssh.hostside import HOST_RECORD_ROOT
 from bench.launch.ssh.relay import relay_argv
@@ -95,9 +96,6 @@ from bench.net.tc import (
 
 __all__ = ["SshLauncher", "real_links"]
 
-# Variables of this process a command on a host keeps besides what the caller changed.
-PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
-LOCAL_ONLY = ("PYTHONPATH", "DOCKER_HOST")  # meaningless on another machine
 MECHANISMS = {"htb": "htb qdisc (kernel, on each host's interface)",
               "netem": "netem qdisc (kernel, on each host's interface)"}
 
@@ -114,16 +112,6 @@ def _new_prefix(run_id: str) -> str:
     """'aq' + 5 hex digits, as every state file of the suite is named."""
     digest = hashlib.sha1(f"{run_id}-{os.getpid()}-{time.time_ns()}".encode())
     return "aq" + digest.hexdigest()[:5]
-
-
-@dataclasses.dataclass
-class _Job:
-    """One set of spawns that meet in one torchrun rendezvous."""
-
-    rdzv_id: str
-    port: int
-    world_size: int
-    hosts: set[int]
 
 
 class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
@@ -176,7 +164,7 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         self._records: list[dict] = []
         self._procs: list[subprocess.Popen] = []
         self._started: list[ProcessIdentity] = []
-        self._job: _Job | None = None
+        self._job: Rendezvous | None = None
         self._probe_records: list[ProbeRecord] = []
         self._timing: dict[str, float] = {}
 
@@ -312,52 +300,20 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
 
     # -- processes -----------------------------------------------------------------
     def remote_argv(self, i: int, argv: list[str], env: dict[str, str] | None) -> list[str]:
-        """argv as host i runs it: in its checkout of the suite, with the variables the
-        caller set (and this process's PASSED_PREFIXES ones), under `hostside tied`."""
-        h = self.hosts[i]
-        given = {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES)}
-        if env is not None:
-            given.update({k: v for k, v in env.items()
-                          if os.environ.get(k) != v or k.startswith(PASSED_PREFIXES)})
-        given.update(self.worker_env(i))
-        for key in LOCAL_ONLY:
-            given.pop(key, None)
-        if argv and Path(argv[0]).name.startswith("python"):
-            argv = [h.python, *argv[1:]]
-        settings = [f"{k}={v}" for k, v in sorted(given.items())]
-        return [*host_env(h), *settings, h.python, "-m", "bench.launch.ssh.hostside", "tied",
-                "--dir", self.record_dir(i), "--", *argv]
+        """argv as host i runs it (bench.launch.ssh.commands.remote_argv)."""
+        return remote_argv(self.hosts[i], self.record_dir(i), argv, env, self.worker_env(i))
 
     def _torchrun(self, i: int, argv: list[str], world_size: int) -> list[str]:
-        """argv under one torchrun agent of host i, in the rendezvous of the current job."""
+        """argv under one torchrun agent of host i, in the rendezvous of the current job
+        (a new one when host i is in it already or it is full)."""
         job = self._job
-        if job is None or i in job.hosts or len(job.hosts) >= job.world_size:
-            port = int(self.remote.run(0, [self.hosts[0].python, "-c", _FREE_PORT,
+        if job is None or job.full_or_has(i):
+            port = int(self.remote.run(0, [self.hosts[0].python, "-c", FREE_PORT,
                                            self.addr(0)]).stdout)
-            job = self._job = _Job(f"{self.prefix}-{secrets.token_hex(3)}", port,
-                                   world_size, set())
+            job = self._job = Rendezvous(f"{self.prefix}-{secrets.token_hex(3)}", port,
+                                         world_size)
         job.hosts.add(i)
-        opts = [f"--nnodes={job.world_size}", "--nproc-per-node=1", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={self.addr(0)}:{job.port}", f"--rdzv-id={job.rdzv_id}",
-                f"--rdzv-conf=is_host={1 if i == 0 else 0}", f"--local-addr={self.addr(i)}",
-                "--max-restarts=0"]
-        # Note [own store]: the workers' own `--master-addr/--master-port` store, not the
-        # agent's (torchrun would otherwise tell rank 0 not to host the store it names)
-        head = ["env", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", self.hosts[i].python, "-m",
-                "torch.distributed.run", *opts]
-        if argv and Path(argv[0]).name.startswith("python"):
-            return [*head, *argv[1:]]
-        return [*head, "--no-python", *argv]
-
-    def _mirrored(self, argv: list[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        """(files argv names under the results folder: put at the same path; their
-        folders: brought back)."""
-        if self.results_dir is None:
-            return [], []
-        files = [a for a in argv if a.startswith("/") and Path(a).is_file()
-                 and Path(a).resolve().is_relative_to(self.results_dir)]
-        folders = dict.fromkeys(str(Path(f).parent) for f in files)
-        return [(f, f) for f in files], [(d, d) for d in folders]
+        return torchrun_argv(self.hosts[i], i, argv, job, self.addr(0), self.addr(i))
 
     def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
               log_path: Path | str | None = None) -> subprocess.Popen:
@@ -369,7 +325,7 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         if world is None or not world.isdigit():
             raise ValueError(f"spawn: expected WORLD_SIZE (the job's ranks) in env, got "
                              f"{world!r}")
-        put, get = self._mirrored(argv)
+        put, get = mirrored(self.results_dir, argv)
         command = self.remote_argv(i, self._torchrun(i, argv, int(world)), env)
         proc = spawn_group(relay_argv(self.python, self.hosts[i], self.label(i), command,
                                       put=put, get=get), env_with_repo(), log_path)
@@ -445,8 +401,3 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
             "commands": [f"h{i}: {' '.join(a)}" for i, a in
                          (self.remote.history if self.remote else [])],
         }
-
-
-_FREE_PORT = ("import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); "
-              "print(s.getsockname()[1])")
-

@@ -10,8 +10,15 @@ import pytest
 
 from bench.__main__ import main
 from bench.harness.modes import parse_mode
-from bench.harness.preflight import UnplacedCellError, check_sweep, load_checked_sweep
+from bench.harness.preflight import (
+    RUNS_DURING_RUN,
+    UnplacedCellError,
+    check_sweep,
+    load_checked_sweep,
+    refuse_unsupported,
+)
 from bench.harness.sweep import SweepSpec, Variant, Workload
+from bench.launch.choice import launcher_factory
 from bench.net.placement import PlacementError
 from specfile import SpecError
 
@@ -102,3 +109,31 @@ def test_shipped_sweeps_pass_the_check():
     for name in ("paper", "regress", "convergence", "convergence-smoke", "eight-stage",
                  "wide-area"):
         assert load_checked_sweep(f"scenarios/sweeps/{name}.yaml").cells()
+
+
+@pytest.mark.parametrize("launcher", ["local", "docker", "ssh"])
+@pytest.mark.parametrize("scenario, what", [("dynamic-competing", "competing"),
+                                            ("dynamic-straggler", "stragglers")])
+def test_a_launcher_that_does_not_run_flows_or_stragglers_is_refused(scenario, what, launcher):
+    spec = SweepSpec(name="s", scenarios=(scenario,), modes=(parse_mode("fp32"),),
+                     workload=Workload(stages=2))
+    plan = check_sweep(spec)
+    with pytest.raises(SpecError, match=rf"scenario {scenario} has {what}, which the "
+                                        rf"{launcher} launcher does not run: use --launcher "
+                                        rf"netns") as info:
+        refuse_unsupported(spec, plan, launcher)
+    assert info.value.field == "scenarios[0]"
+    refuse_unsupported(spec, plan, "netns")
+
+
+def test_the_refusal_is_exit_code_2_before_anything_is_brought_up(capsys):
+    code = main(["run", "--scenario", "dynamic-straggler", "--modes", "fp32", "--launcher",
+                 "local", "--reference", "none", "--dry-run"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the local launcher does not run: use --launcher netns" in err[0]
+
+
+def test_the_table_of_what_runs_during_a_run_is_the_launchers_own():
+    for name in ("netns", "docker", "ssh"):
+        assert launcher_factory(name).during_run == RUNS_DURING_RUN.get(name, frozenset())

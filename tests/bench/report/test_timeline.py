@@ -42,6 +42,9 @@ CHANGES = [c for src, dst in ((0, 1), (1, 0)) for c in (
     _change(0, 0.0, src=src, dst=dst), _change(1, 3.0, rate=25.0, src=src, dst=dst),
     _change(2, 6.0, down=True, src=src, dst=dst),
     _change(0, 7.0, lap=1, src=src, dst=dst), _change(-1, 9.0, src=src, dst=dst))]
+# a competing flow's and a straggler's entries on the same clock are not link phases
+CHANGES += [{"t_s": 1.0, "kind": "flow_start", "flow": 0, "applied_s": 1.0},
+            {"t_s": 2.0, "kind": "cpu", "host": 1, "factor": 4.0, "applied_s": 2.0}]
 
 
 def _frame(steps):

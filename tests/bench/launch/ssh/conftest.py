@@ -12,7 +12,8 @@ namespaces P-h0..P-h{N-1} and the switch P-sw, whose bridge P-br joins one veth 
 /24 of 198.18.0.0/15 that no route here uses yet.
 
 Each sshd runs with a config, host key, authorized key and known_hosts file the fixture
-writes (key auth only, root allowed by key), listening on its host's address. It runs
+writes (key auth only, root allowed by key, a silent client given up after about 6 s, as
+a server with ClientAliveInterval does), listening on its host's address. It runs
 in a mount namespace of its own in which the sweep's results folder is an empty tmpfs:
 the hosts share this machine's filesystem (the suite's checkout and virtual
 environment are where the hostfile says), but not the results, so the launcher's
@@ -38,6 +39,7 @@ SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
 HOSTS = 2
 START_TIMEOUT_S = 20.0
+CLIENT_ALIVE_S, CLIENT_ALIVE_MAX = 2, 3
 
 
 def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
@@ -167,7 +169,11 @@ class SshdHosts:
             f"PidFile {self.workdir / f'sshd{i}.pid'}", "UsePAM no", "StrictModes no",
             "PermitRootLogin prohibit-password", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "Subsystem sftp internal-sftp",
-            "MaxSessions 64", "MaxStartups 64", "LogLevel ERROR", ""]))
+            "MaxSessions 64", "MaxStartups 64", "LogLevel ERROR",
+            # a client gone silent (its host dropped) is given up after about 6 s: the
+            # session closes, and `hostside tied` stops what it started
+            f"ClientAliveInterval {CLIENT_ALIVE_S}", f"ClientAliveCountMax {CLIENT_ALIVE_MAX}",
+            ""]))
         if not PRIVSEP_DIR.exists():  # sshd's privilege separation; removed afterwards
             PRIVSEP_DIR.mkdir(parents=True)
             self.made_privsep = True

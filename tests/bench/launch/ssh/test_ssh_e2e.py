@@ -4,7 +4,8 @@ same cell on the netns launcher, its probe within 5% of the rates; a harness kil
 SIGKILL mid-cell, then `python -m bench.launch cleanup --all-recorded` (what `make
 net-cleanup` runs), leaves no qdisc, process or record on any host and no state file
 here; a host that drops off the network mid-run fails the cell naming the host, within
-a bounded time."""
+a bounded time, and is left running no worker (its sshd closing the session stops the
+whole tree `hostside tied` started, torchrun's workers in their own sessions too)."""
 
 from __future__ import annotations
 
@@ -85,8 +86,8 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _workers(sshd_hosts) -> list[int]:
-    return [p for i in range(sshd_hosts.n) for p in sshd_hosts.pids(i)
+def _workers(sshd_hosts, hosts: range | None = None) -> list[int]:
+    return [p for i in (hosts or range(sshd_hosts.n)) for p in sshd_hosts.pids(i)
             if "-m aqsgd.train.worker" in _cmdline(p)
             and "torch.distributed.run" not in _cmdline(p)]
 
@@ -184,14 +185,24 @@ def test_a_host_that_drops_mid_run_fails_the_cell_naming_it(sshd_hosts, tmp_path
     harness = _harness(sshd_hosts.results, sshd_hosts.hostfile, log)
     try:
         state = _wait_for_training(sshd_hosts, harness, log)
+        assert _workers(sshd_hosts, range(1, 2))
         sshd_hosts.set_link(1, up=False)
         dropped = time.monotonic()
         code = harness.wait(timeout=180)  # never a hang
+        took_s = time.monotonic() - dropped
+        # host 1, still off the network: its sshd gives up on the silent client, the
+        # session closes, and `tied` stops torchrun and the worker in its own session
+        deadline = time.monotonic() + 60.0
+        while _suite_pids(sshd_hosts, 1) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = _suite_pids(sshd_hosts, 1)
+        assert left == [], [_cmdline(p) for p in left]
+        print(f"\nhost 1, still dropped, ran nothing of the suite "
+              f"{time.monotonic() - dropped:.1f} s after the drop")
     finally:
         if harness.poll() is None:
             _sigkill(harness)
         sshd_hosts.set_link(1, up=True)
-    took_s = time.monotonic() - dropped
     assert code == 1, log.read_text()[-3000:]
     meta = json.loads((sshd_hosts.results / "100mbps__fp32" / "meta.json").read_text())
     assert meta["status"] == "failed"
