@@ -12,7 +12,9 @@ Kill-safe. Its workers lead their own sessions (so that stopping one stops its
 children), which alone would let them outlive a harness killed with SIGKILL. Two
 things end them: each worker starts through PDEATHSIG_GUARD, which asks the kernel to
 SIGKILL it when the harness (its parent) dies (prctl PR_SET_PDEATHSIG, kept across the
-exec of the worker), and exits at once if the harness died before that; and, as every
+exec of the worker; the kernel sends it when the *thread* that spawned the worker ends,
+so spawn from a thread that outlives the workers: the harness spawns from its main
+thread), and exits at once if the harness died before that; and, as every
 launcher does, a state file (STATE_DIR/PREFIX.json: bench.launch.state.launcher_fields,
 then `processes`, the identity of every worker it started, written before the worker
 can do anything) lets `python -m bench.launch cleanup` (`make net-cleanup`) and the next
