@@ -383,7 +383,7 @@ def _cmd_slurm(args) -> int:
     from bench import REPO_ROOT
     from bench.harness.cells import run_config, write_run_config
     from bench.harness.checkpoint import prepare_checkpoints
-    from bench.harness.meta import meta_head
+    from bench.harness.meta import cell_dir_name, meta_head
     from bench.harness.preflight import check_sweep
     from bench.launch.choice import LauncherChoice
     from bench.launch.export.slurm import (
@@ -414,14 +414,16 @@ def _cmd_slurm(args) -> int:
                            netem=not args.no_netem, allow_drop=args.allow_drop,
                            allow_unshaped=args.allow_unshaped, partition=args.partition,
                            account=args.account, sbatch=tuple(args.sbatch_option))
-    job = SlurmJob(spec.name, scenario, scenario_arg,
-                   tuple(SlurmCell(c.name, c.world_size, c.workload.timeout_s) for c in cells),
-                   out, REPO_ROOT, args.python, options)  # checked before anything is written
     choice = LauncherChoice("slurm", "sbatch script of `bench slurm`", SlurmExport)
+    # the cell directories carry the launcher's tag (bench.harness.meta, Note [cell identity])
+    job = SlurmJob(spec.name, scenario, scenario_arg,
+                   tuple(SlurmCell(cell_dir_name(c, choice), c.world_size, c.workload.timeout_s)
+                         for c in cells),
+                   out, REPO_ROOT, args.python, options)  # checked before anything is written
     prepare_checkpoints(cells, REPO_ROOT, print)
     prov = provenance(REPO_ROOT)  # the job records the nodes' own when it runs
     for cell in cells:
-        cell_dir = out / cell.name
+        cell_dir = out / cell_dir_name(cell, choice)
         config = run_config(cell, cell_dir)
         write_run_config(config, cell_dir / "config.yaml")
         write_json(cell_dir / CELL_HEAD, {

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.harness.meta import meta_head
+from bench.harness.cells import run_config
+from bench.harness.meta import cell_dir_name, meta_head, scenario_key
 from bench.harness.run import collect_metrics, run_sweep
 from bench.harness.sweep import CellSpec, SweepSpec, Workload, parse_mode
 from bench.launch.choice import LauncherChoice, choose_launcher
@@ -116,8 +117,12 @@ def write_cell(sweep_dir: Path, cell: CellSpec, *, rate_mbit: float | None,
                achieved_mbit: float | None = None, ceiling_mbit: float | None = None) -> Path:
     """A finished cell directory written by the harness's own writers from
     synthetic worker JSONL (2 stages, 1 replica). The probed link achieved
-    `achieved_mbit` (default: rate_mbit); with `ceiling_mbit` it is host-limited."""
-    cell_dir = sweep_dir / cell.name
+    `achieved_mbit` (default: rate_mbit); with `ceiling_mbit` it is host-limited. Its
+    directory carries the launcher's tag (bench.harness.meta.cell_dir_name); its identity
+    is that of a run of the cell on `launcher` at commit 'abc' on this machine."""
+    factories = {"netns": NetnsLauncher, "local": LocalLauncher}
+    choice = LauncherChoice(launcher, "test", factory=factories[launcher])
+    cell_dir = sweep_dir / cell_dir_name(cell, choice)
     w = cell.workload
     for rank in range(cell.world_size):
         path = cell_dir / "metrics" / f"rank{rank}.jsonl"
@@ -126,8 +131,6 @@ def write_cell(sweep_dir: Path, cell: CellSpec, *, rate_mbit: float | None,
                             act_bytes, step_time_s, loss0, replica=rank // w.stages)
         path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert collect_metrics(cell, cell_dir) is None
-    factories = {"netns": NetnsLauncher, "local": LocalLauncher}
-    choice = LauncherChoice(launcher, "test", factory=factories[launcher])
     scn = with_link(load_scenario("100mbps"), rate_mbit=rate_mbit, delay_ms=0.0)
     achieved = (rate_mbit or 1000.0) if achieved_mbit is None else achieved_mbit
     probe = [ProbeRecord(src=0, dst=1, rate_mbit_configured=rate_mbit,
@@ -139,9 +142,12 @@ def write_cell(sweep_dir: Path, cell: CellSpec, *, rate_mbit: float | None,
             "hardware": {"cpu_model": "test cpu", "cpu_cores": 2, "memory_gib": 24.0,
                          "gpus": [], "hostname": "test", "os": "Linux"}}
     placement = place(scn, w.stages, w.replicas)
-    write_json(cell_dir / "meta.json", {**meta_head(cell, sweep, choice, scn, probe, prov,
-                                                    placement),
-                                        "status": "ok", "wall_s": 1.0})
+    meta = meta_head(cell, sweep, choice, scn, probe, prov, placement,
+                     mechanisms=choice.factory.mechanisms if launcher == "local" else
+                     {"rate": "htb" if rate_mbit else "none", "delay": "none"})
+    meta["identity"]["scenario_key"] = scenario_key(load_scenario(cell.scenario))
+    meta["run_config"] = run_config(cell, cell_dir).to_dict()  # as run_cell records it
+    write_json(cell_dir / "meta.json", {**meta, "status": "ok", "wall_s": 1.0})
     return cell_dir
 
 
@@ -179,9 +185,40 @@ def smoke_sweep(tmp_path, launcher: str, workload: Workload = SMOKE, scenario="1
     return out, outcomes
 
 
+def two_launchers_in_one_dir(tmp_path, first: str, second: str) -> pd.DataFrame:
+    """The smoke cell on `first`, then the same sweep into the same directory on
+    `second`: the second run measures its own cell (never reuses the first's), the
+    first's files stay as they were, and the sweep's summary and table name both
+    launchers with their mechanisms; returns the summary."""
+    from bench.report.summary import summarize
+    from bench.report.tables import _rows
+
+    out, outcomes = smoke_sweep(tmp_path, first)
+    assert [o.status for o in outcomes] == ["ok"]
+    check_smoke_cell(out, first)
+    kept = out / outcomes[0].name
+    before = {p.name: p.stat().st_mtime_ns for p in kept.rglob("*") if p.is_file()}
+    out, outcomes = smoke_sweep(tmp_path, second)
+    assert [o.status for o in outcomes] == ["ok"], outcomes  # measured, not "skipped"
+    check_smoke_cell(out, second)
+    assert {p.name: p.stat().st_mtime_ns for p in kept.rglob("*") if p.is_file()} == before
+    listed = json.loads((out / "sweep.json").read_text())["cells"]
+    assert sorted(listed) == sorted([kept.name, outcomes[0].name])
+    summary = summarize([out])
+    labels = dict(zip(summary["launcher"], summary["launcher_label"], strict=True))
+    assert set(labels) == {first, second}, labels
+    headers, rows = _rows(summary)
+    shown = {r[headers.index("launcher")] for r in rows}
+    assert shown == set(labels.values())
+    # like against like: no speed-up of one launcher's cell over the other's
+    assert summary["speedup_vs_fp32"].isna().all()
+    return summary
+
+
 def check_smoke_cell(out, launcher: str):
-    """The smoke cell finished on `launcher` with its warm-up and coded steps; its meta."""
-    cell = out / "100mbps__aqsgd-fw2-bw4"
+    """The smoke cell finished on `launcher` with its warm-up and coded steps; its meta.
+    Its directory carries the launcher's tag (none on netns, bench.harness.meta)."""
+    cell = out / ("100mbps__aqsgd-fw2-bw4" + ("" if launcher == "netns" else f"__{launcher}"))
     meta = json.loads((cell / "meta.json").read_text())
     assert meta["status"] == "ok", meta.get("failure")
     assert meta["cell"]["launcher"] == launcher

@@ -78,11 +78,18 @@ def write_fixture_cell(root: Path, *, mode: str = "fp32", fw: int | None = None,
                        samples: int = 64, train_loss0: float = 5.0,
                        eval_losses: list[float] | None = None, status: str = "ok",
                        achieved_mbit: float | None = None,
-                       ceiling_mbit: float | None = None, spec_key: str = "key") -> Path:
-    """One finished cell under `root`; returns its directory."""
+                       ceiling_mbit: float | None = None, spec_key: str = "key",
+                       shaping: str | None = None) -> Path:
+    """One finished cell under `root`; returns its directory. A launcher other than
+    netns tags the name (bench.harness.meta.cell_dir_name); `shaping` defaults to the
+    mechanisms a shaped netns cell records ('htb'), 'none' unshaped."""
     label = fixture_label(mode, fw, bw, grad_mode)
-    name = f"{scenario}__{label}" + (f"-dp{replicas}" if replicas > 1 else "") + \
-        f"__s{seed}" + (f"__{variant}" if variant else "") + (f"__r{repeat + 1}" if repeat else "")
+    spec_name = f"{scenario}__{label}" + (f"-dp{replicas}" if replicas > 1 else "") + \
+        f"__s{seed}" + (f"__{variant}" if variant else "") + \
+        (f"__r{repeat + 1}" if repeat else "")
+    name = spec_name if launcher == "netns" else f"{spec_name}__{launcher}"
+    is_shaped = shaped and rate_mbit is not None
+    shaping = ("htb" if is_shaped else "none") if shaping is None else shaping
     cell_dir = root / name
     metrics = cell_dir / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
@@ -99,10 +106,11 @@ def write_fixture_cell(root: Path, *, mode: str = "fp32", fw: int | None = None,
     write_csv(cell_dir / "metrics.csv", frame)
     write_csv(cell_dir / "peers.csv", peers)
     achieved = (rate_mbit or 1000.0) if achieved_mbit is None else achieved_mbit
-    cell = {"name": name, "sweep": sweep, "scenario": scenario, "mode": mode, "label": label,
+    cell = {"name": name, "spec_name": spec_name, "sweep": sweep, "scenario": scenario,
+            "mode": mode, "label": label,
             "fw_bits": fw, "bw_bits": bw, "grad_mode": grad_mode, "preset": "tiny",
             "stages": stages, "replicas": replicas, "launcher": launcher,
-            "shaped": shaped and rate_mbit is not None, "rate_mbit": rate_mbit,
+            "shaped": is_shaped, "shaping": shaping, "rate_mbit": rate_mbit,
             "delay_ms": 0.0, "host_limited": ceiling_mbit is not None,
             "rate_mbit_achieved": achieved if rate_mbit is not None else None,
             "seed": seed, "variant": variant, "repeat": repeat, "dropout": dropout,
@@ -119,6 +127,10 @@ def write_fixture_cell(root: Path, *, mode: str = "fp32", fw: int | None = None,
                          "gpus": [], "hostname": "test", "os": "Linux"}}
     write_json(cell_dir / "meta.json", {
         "schema_version": SCHEMA_VERSION, "cell": cell, "spec": {}, "spec_key": spec_key,
+        "identity": {"spec_key": spec_key, "scenario_key": "scenario", "git_commit": "abc",
+                     "launcher": {"launcher": launcher, "shaped": is_shaped, "options": {}},
+                     "machine": {"hostname": "test", "kernel": "6"},
+                     "mechanisms": {"rate": shaping}},
         "seed": seed, "placement": _placement(scenario, stages, replicas),
         "run_config": {"pipeline": {"stages": stages, "replicas": replicas,
                                     "micro_batch_size": 16, "num_micro_batches": 4,

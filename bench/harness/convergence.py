@@ -25,7 +25,7 @@ from bench import REPO_ROOT
 from bench.harness.preflight import load_checked_sweep
 from bench.harness.run import CellOutcome, estimate_line, pending_cells, run_sweep
 from bench.harness.sweep import SweepSpec
-from bench.launch.choice import LAUNCHERS
+from bench.launch.choice import LAUNCHERS, choose_launcher
 from bench.results.files import find_cells
 
 __all__ = ["CONVERGENCE_LAUNCHER", "SIZES", "ConvergencePlan", "add_arguments", "plan",
@@ -86,21 +86,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_convergence)
 
 
-def state_times(p: ConvergencePlan, fresh: bool = False) -> list[str]:
-    """The lines said before anything runs: what each sweep still has to run, how long."""
+def state_times(p: ConvergencePlan, fresh: bool = False, launcher: str = "auto") -> list[str]:
+    """The lines said before anything runs: what each sweep still has to run (the
+    throughput cells on `launcher`, the convergence cells on CONVERGENCE_LAUNCHER), how
+    long."""
     lines = []
     if p.throughput is not None:
-        todo = pending_cells(p.throughput, p.throughput_results, fresh=fresh)
-        lines.append(f"{estimate_line(p.throughput, todo, p.throughput_results)}; "
+        choice = choose_launcher(launcher)
+        todo = pending_cells(p.throughput, p.throughput_results, choice, fresh=fresh)
+        lines.append(f"{estimate_line(p.throughput, todo, p.throughput_results, choice)}; "
                      f"throughput cells for time-to-quality, into {p.throughput_results}")
-    todo = pending_cells(p.convergence, p.results, fresh=fresh)
-    lines.append(f"{estimate_line(p.convergence, todo, p.results)}; into {p.results}")
+    choice = choose_launcher(CONVERGENCE_LAUNCHER)
+    todo = pending_cells(p.convergence, p.results, choice, fresh=fresh)
+    lines.append(f"{estimate_line(p.convergence, todo, p.results, choice)}; into {p.results}")
     return lines
 
 
 def run_plan(p: ConvergencePlan, *, launcher: str, fresh: bool, quiet: bool) -> int:
     """Run (resume) both sweeps; 1 when a cell failed, else 0."""
-    for line in state_times(p, fresh):
+    for line in state_times(p, fresh, launcher):
         print(line)
     outcomes: list[CellOutcome] = []
     if p.throughput is not None:

@@ -1,12 +1,42 @@
-"""meta.json's identity of a cell: the flat `cell` block every loader row carries, and
-the keys every meta.json starts with, whatever became of the cell.
+"""meta.json's identity of a cell: the flat `cell` block every loader row carries, the
+`identity` block a run must match to reuse the cell, and the keys every meta.json starts
+with, whatever became of the cell.
 
-    meta = meta_head(cell, sweep, choice, scenario, probe, prov, placement)  # then status...
+    ident = expected_identity(cell, scenario, choice, git_commit)   # before bring-up
+    meta = meta_head(cell, sweep, choice, scenario, probe, prov, placement,
+                     mechanisms=hosts.mechanisms)                   # then status...
 
 The schema is docs/results-schema.md ("meta.json").
+
+Note [cell identity]: what a cell measures depends on more than its spec (the sweep's
+scenario name, mode and workload: `spec_key`). Its identity (IDENTITY_KEYS of
+bench.results.files) is also the scenario file's content (`scenario_key`: editing a
+rate is another cell), the launcher with its options (`launcher`: netns, docker, local,
+ssh, shaped or not), the machine (`machine`: hostname and kernel release) and the
+suite's commit (`git_commit`). A finished cell is reused only by a run whose identity
+equals it in every key (bench.results.files.reuse_refusal).
+
+The mechanisms that deliver each link property (htb or tbf for rates, netem or the
+userspace delay line for delay, jitter and loss, none when unshaped) are known only once
+the hosts are up (a launcher probes what the kernel offers), so they are recorded in
+`identity.mechanisms` and the `cell` block's `shaping`, and not compared: they are a
+function of the scenario, the launcher and the machine's kernel, all compared already,
+so a run that matches every key would have chosen the same mechanisms.
+
+Cells of different launchers never share a directory: a cell's directory (and its
+`cell.name`) is the spec's name plus the launcher's tag (`cell_dir_name`;
+bench.launch.choice.LauncherChoice.tag: none for netns, the reference launcher, so its
+names and results/baseline stay as they were; `__docker`, `__local`, `__ssh`,
+`__ssh-unshaped` otherwise). So a Docker run after a netns run of the same sweep measures
+its own cells, keeps the netns ones, and the sweep's report shows both, each row naming
+its launcher and mechanisms. `cell.spec_name` is the name without the tag.
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
+import platform
 
 from aqsgd.model.config import PRESETS
 from bench.harness.sweep import CellSpec
@@ -16,13 +46,57 @@ from bench.net.probe import ProbeRecord
 from bench.net.scenario import NetworkScenario
 from bench.results.files import SCHEMA_VERSION
 
-__all__ = ["cell_identity", "meta_head"]
+__all__ = ["cell_dir_name", "cell_identity", "expected_identity", "machine", "meta_head",
+           "scenario_key", "shaping_text"]
+
+
+def cell_dir_name(cell: CellSpec, choice: LauncherChoice) -> str:
+    """The cell's directory in its sweep, and its `cell.name`: the spec's name, then
+    `__TAG` for a launcher other than the reference one (Note [cell identity])."""
+    return f"{cell.name}__{choice.tag}" if choice.tag else cell.name
+
+
+def scenario_key(scenario: NetworkScenario) -> str:
+    """Hash of the scenario as loaded (links, hosts, schedules), like CellSpec.key."""
+    blob = json.dumps(scenario.to_dict(), sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def machine() -> dict:
+    """The machine part of the identity: hostname and kernel release (the kernel decides
+    which shaping mechanisms a launcher finds)."""
+    return {"hostname": platform.node(), "kernel": platform.release()}
+
+
+def expected_identity(cell: CellSpec, scenario: NetworkScenario | None,
+                      choice: LauncherChoice, git_commit: str | None) -> dict:
+    """What a run of `cell` on `choice` at `git_commit` must find recorded to reuse the
+    cell: every key of bench.results.files.IDENTITY_KEYS (Note [cell identity]).
+    `scenario` None: it never loaded (scenario_key None, never reused)."""
+    return {"spec_key": cell.key,
+            "scenario_key": None if scenario is None else scenario_key(scenario),
+            "launcher": choice.identity(), "machine": machine(), "git_commit": git_commit}
+
+
+def shaping_text(mechanisms: dict[str, str] | None) -> str:
+    """The `cell` block's `shaping`: the mechanisms used, short ('htb+netem',
+    'htb+delayline', 'none' when nothing was shaped; 'unknown' when the hosts never came
+    up). A launcher's mechanisms are short names, or 'none (why)' / 'dropped (why)'."""
+    if mechanisms is None:
+        return "unknown"
+    used = [m.split(" ")[0] for m in mechanisms.values()]
+    used = [m for m in dict.fromkeys(used) if m != "none"]
+    return "+".join(used) or "none"
 
 
 def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
-                  scenario: NetworkScenario | None, probe: list[ProbeRecord]) -> dict:
+                  scenario: NetworkScenario | None, probe: list[ProbeRecord],
+                  mechanisms: dict[str, str] | None = None) -> dict:
     """meta.json's `cell` block: what the cell is, in flat columns for the loader.
 
+    `name` is the directory's (cell_dir_name), `spec_name` the sweep's name of the cell
+    (the same on every launcher); `launcher` and `shaping` (shaping_text of the
+    mechanisms the hosts used) say what produced it.
     `scenario` None: it never loaded (no rate, no delay). From the link probe:
     `host_limited` (a probed shaped link could not reach its rate on this host) and
     `rate_mbit_achieved` (the lowest achieved rate of a shaped link, None without one).
@@ -36,11 +110,14 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
     delay_ms = None if scenario is None else scenario.link.delay_ms
     shaped_links = [r for r in probe if r.rate_mbit_configured is not None]
     return {
-        "name": cell.name, "sweep": sweep, "scenario": cell.scenario_name, "mode": m.name,
+        "name": cell_dir_name(cell, choice), "spec_name": cell.name, "sweep": sweep,
+        "scenario": cell.scenario_name, "mode": m.name,
         "label": m.label, "fw_bits": m.fw_bits, "bw_bits": m.bw_bits,
         "grad_mode": m.grad_mode if m.compresses_dp else "fp32",
         "preset": w.preset, "stages": w.stages, "replicas": w.replicas,
-        "launcher": choice.name, "shaped": choice.shaped and rate_mbit is not None,
+        "launcher": choice.tag or choice.name,
+        "shaped": choice.shaped and rate_mbit is not None,
+        "shaping": shaping_text(mechanisms),
         "rate_mbit": None if rate_mbit is None else float(rate_mbit),
         "delay_ms": None if delay_ms is None else float(delay_ms),
         "host_limited": any(r.host_limited for r in shaped_links),
@@ -55,11 +132,17 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
 
 def meta_head(cell: CellSpec, sweep: str, choice: LauncherChoice,
               scenario: NetworkScenario | None, probe: list[ProbeRecord], prov: dict,
-              placement: Placement) -> dict:
+              placement: Placement, mechanisms: dict[str, str] | None = None,
+              loaded: NetworkScenario | None = None) -> dict:
     """The keys every meta.json starts with: schema, identity, spec, placement, probe,
-    provenance."""
+    provenance. `mechanisms`: the hosts' (None: they never came up); `loaded`: the
+    scenario as loaded when `scenario` is None (hosts that never came up), for the
+    identity's scenario_key."""
+    identity = expected_identity(cell, scenario if loaded is None else loaded, choice,
+                                 prov["git"]["commit"])
     return {"schema_version": SCHEMA_VERSION,
-            "cell": cell_identity(cell, sweep, choice, scenario, probe),
+            "cell": cell_identity(cell, sweep, choice, scenario, probe, mechanisms),
+            "identity": {**identity, "mechanisms": mechanisms},
             "spec": cell.to_dict(), "spec_key": cell.key, "seed": cell.workload.seed,
             "placement": placement.to_dict(),
             "probe": [r.to_dict() for r in probe], "provenance": prov}

@@ -82,8 +82,11 @@ class Check:
 
 
 def baseline_rows(summary: pd.DataFrame) -> pd.DataFrame:
-    """The columns of a summary the baseline keeps (one row per cell)."""
+    """The columns of a summary the baseline keeps (one row per cell), each cell by its
+    sweep's name (`spec_name`: without the launcher's tag, so a local run compares with
+    the netns baseline)."""
     rows = summary.copy()
+    rows["cell"] = rows["spec_name"]
     for col in BASELINE_COLUMNS:
         if col not in rows.columns:
             rows[col] = pd.NA
@@ -225,9 +228,12 @@ def run_regress(args) -> int:
     results_dir = args.compare_only
     if results_dir is None:
         results_dir = args.out
-        run_sweep(load_checked_sweep(args.sweep_file), results_dir, launcher=args.launcher,
-                  fresh=True, quiet=args.quiet)
-    new = baseline_rows(summarize([results_dir]))
+        outcomes = run_sweep(load_checked_sweep(args.sweep_file), results_dir,
+                             launcher=args.launcher, fresh=True, quiet=args.quiet)
+    summary = summarize([results_dir])
+    if args.compare_only is None:  # this run's cells, not another launcher's beside them
+        summary = summary[summary["cell"].isin({o.name for o in outcomes})]
+    new = baseline_rows(summary)
     if args.update_baseline:
         failed = new[new["status"] != "ok"]
         if len(failed):

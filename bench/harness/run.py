@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 import secrets
 import shutil
@@ -45,7 +46,8 @@ from pathlib import Path
 from bench import REPO_ROOT
 from bench.harness.cells import run_config, write_run_config
 from bench.harness.checkpoint import prepare_checkpoints
-from bench.harness.meta import meta_head
+from bench.harness.lock import sweep_lock
+from bench.harness.meta import cell_dir_name, expected_identity, meta_head
 from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
 from bench.harness.outages import survivable as survivable_config
 from bench.harness.preflight import SweepPlan, check_sweep, refuse_unsupported
@@ -57,20 +59,22 @@ from bench.launch.process import free_port, stop_all, wait_for_workers
 from bench.launch.schedules import ScheduleFailed
 from bench.net.placement import Placement
 from bench.net.probe import ProbeRecord, format_table, host_limited_warning
-from bench.net.scenario import NetworkScenario
+from bench.net.scenario import NetworkScenario, load_scenario
 from bench.report.tables import text_table
 from bench.results.files import (
-    is_finished,
+    ResultFileError,
     log_tail,
     metrics_frame,
     provenance,
     read_meta,
+    reuse_refusal,
     write_csv,
     write_json,
 )
 
 __all__ = ["REPO_ROOT", "WORKER_CMD", "CellOutcome", "collect_metrics", "dry_run",
-           "estimate_line", "machine_factor", "pending_cells", "run_cell", "run_sweep"]
+           "estimate_line", "machine_factor", "pending_cells", "refusals", "run_cell",
+           "run_sweep", "sweep_listing"]
 
 LOG_TAIL_LINES = 40
 WORKER_CMD = (sys.executable, "-m", "aqsgd.train.worker")
@@ -100,7 +104,8 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
     (cell_dir / "logs").mkdir(parents=True)
     started = time.time()
     meta = {
-        **meta_head(cell, sweep, choice, scenario, probe, prov, placement),
+        **meta_head(cell, sweep, choice, scenario, probe, prov, placement,
+                    mechanisms=hosts.mechanisms),
         "scenario": scenario.to_dict(),
         "launcher": {"choice": choice.name, "reason": choice.reason, **hosts.record()},
         "started_at": _now(),
@@ -156,7 +161,7 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
     meta.update(status="ok" if failure is None else "failed", failure=failure,
                 wall_s=round(wall_s, 3), finished_at=_now())
     write_json(cell_dir / "meta.json", meta)
-    return CellOutcome(cell.name, meta["status"], wall_s,
+    return CellOutcome(cell_dir.name, meta["status"], wall_s,
                        "" if failure is None else failure["reason"])
 
 
@@ -184,51 +189,78 @@ def collect_metrics(cell: CellSpec, cell_dir: Path) -> dict | None:
 
 # -------------------------------------------------------------------- sweeps
 def _fail_group(cells: list[CellSpec], sweep_dir: Path, sweep: str, choice: LauncherChoice,
-                reason: str, prov: dict, placements: dict[str, Placement]
-                ) -> list[CellOutcome]:
+                reason: str, prov: dict, placements: dict[str, Placement],
+                scenario: NetworkScenario) -> list[CellOutcome]:
     """Record every cell of a scenario whose hosts never came up as failed (their
-    `cell` block says nothing of the link: no rate, not shaped)."""
+    `cell` block says nothing of the link: no rate, not shaped, shaping unknown)."""
     outcomes = []
     for cell in cells:
-        cell_dir = sweep_dir / cell.name
+        cell_dir = sweep_dir / cell_dir_name(cell, choice)
         if cell_dir.exists():
             shutil.rmtree(cell_dir)
         write_json(cell_dir / "meta.json", {
-            **meta_head(cell, sweep, choice, None, [], prov, placements[cell.name]),
+            **meta_head(cell, sweep, choice, None, [], prov, placements[cell.name],
+                        loaded=scenario),
             "status": "failed", "wall_s": 0.0,
             "failure": {"rank": None, "returncode": None, "reason": reason},
         })
-        outcomes.append(CellOutcome(cell.name, "failed", 0.0, reason))
+        outcomes.append(CellOutcome(cell_dir.name, "failed", 0.0, reason))
     return outcomes
 
 
-def pending_cells(spec: SweepSpec, sweep_dir: Path, *, fresh: bool = False,
-                  git_commit: str | None = None) -> list[CellSpec]:
-    """The cells of `spec` that a run into `sweep_dir` would run: all with `fresh`, else
-    those without a finished result of the same spec key and git commit."""
+def _scenarios(spec: SweepSpec) -> dict[str, NetworkScenario]:
+    return {name: load_scenario(name) for name in dict.fromkeys(c.scenario for c in spec.cells())}
+
+
+def refusals(spec: SweepSpec, sweep_dir: Path, choice: LauncherChoice, *,
+             git_commit: str | None = None,
+             scenarios: dict[str, NetworkScenario] | None = None) -> dict[str, str]:
+    """Per cell name of `spec`: '' when its finished result in `sweep_dir` may be reused
+    by a run on `choice` at `git_commit` (default: this checkout's), else why not
+    (bench.results.files.reuse_refusal; Note [cell identity], bench.harness.meta)."""
     commit = provenance(REPO_ROOT)["git"]["commit"] if git_commit is None else git_commit
-    return [c for c in spec.cells()
-            if fresh or not is_finished(sweep_dir / c.name, c.key, git_commit=commit)]
+    scenarios = _scenarios(spec) if scenarios is None else scenarios
+    return {c.name: reuse_refusal(sweep_dir / cell_dir_name(c, choice),
+                                  expected_identity(c, scenarios[c.scenario], choice, commit))
+            for c in spec.cells()}
 
 
-def machine_factor(spec: SweepSpec, sweep_dir: Path) -> tuple[float, int] | None:
+def pending_cells(spec: SweepSpec, sweep_dir: Path, choice: LauncherChoice, *,
+                  fresh: bool = False, git_commit: str | None = None,
+                  scenarios: dict[str, NetworkScenario] | None = None) -> list[CellSpec]:
+    """The cells of `spec` that a run on `choice` into `sweep_dir` would run: all with
+    `fresh`, else those without a finished result of the same identity (refusals)."""
+    if fresh:
+        return list(spec.cells())
+    why = refusals(spec, sweep_dir, choice, git_commit=git_commit, scenarios=scenarios)
+    return [c for c in spec.cells() if why[c.name]]
+
+
+def machine_factor(spec: SweepSpec, sweep_dir: Path,
+                   choice: LauncherChoice | None = None) -> tuple[float, int] | None:
     """(wall time over the sweep's estimate, summed over the cells of `spec` finished in
-    `sweep_dir` by any commit, how many there were); None without timing or such cells.
-    It scales the estimate to this machine and its load."""
+    `sweep_dir` on `choice` (None: on the reference launcher, the names without a tag)
+    by any commit, how many there were); None without timing or such cells. It scales
+    the estimate to this machine, its launcher and its load."""
     if spec.timing is None:
         return None
     wall_s = estimate_s = 0.0
     count = 0
     for cell in spec.cells():
-        meta = read_meta(sweep_dir / cell.name)
-        if meta is not None and meta["status"] == "ok" and meta["spec_key"] == cell.key:
+        name = cell.name if choice is None else cell_dir_name(cell, choice)
+        try:
+            meta = read_meta(sweep_dir / name)
+        except ResultFileError:
+            continue
+        if meta is not None and meta.get("status") == "ok" and meta.get("spec_key") == cell.key:
             wall_s += meta["wall_s"]
             estimate_s += spec.timing.cell_s(cell)
             count += 1
     return (wall_s / estimate_s, count) if count and estimate_s > 0 else None
 
 
-def estimate_line(spec: SweepSpec, todo: list[CellSpec], sweep_dir: Path) -> str:
+def estimate_line(spec: SweepSpec, todo: list[CellSpec], sweep_dir: Path,
+                  choice: LauncherChoice | None = None) -> str:
     """'sweep NAME: N of M cells to run, about T min (...)', the time stated up front:
     the sweep file's measured rates, scaled by how long the cells already finished in
     `sweep_dir` took here (machine_factor)."""
@@ -240,23 +272,30 @@ def estimate_line(spec: SweepSpec, todo: list[CellSpec], sweep_dir: Path) -> str
     source = (f"from the rates measured on the machine the sweep was sized on: {t.start_s:g} s "
               f"a cell, {t.step_s_per_rank:g} s a step per rank, {t.eval_s_per_window:g} s "
               f"an evaluated window")
-    factor = machine_factor(spec, sweep_dir)
+    factor = machine_factor(spec, sweep_dir, choice)
     if factor is not None:
         seconds *= factor[0]
         source += f"; x {factor[0]:.2f}, as the {factor[1]} cell(s) finished here took"
     return f"{head}, about {seconds / 60:.1f} min ({source})"
 
 
-def _cell_rows(spec: SweepSpec, cells: tuple[CellSpec, ...], todo: list[CellSpec]
-               ) -> list[list[str]]:
+def _cell_rows(spec: SweepSpec, cells: tuple[CellSpec, ...], choice: LauncherChoice,
+               why: dict[str, str] | None) -> list[list[str]]:
+    """Dry-run rows; `why` None: --fresh, every cell runs."""
     rows = []
     for c in cells:
         w = c.workload
-        rows.append([c.name, c.scenario_name, str(c.mode), f"{w.stages} x {w.replicas}",
-                     w.preset, f"{w.total_steps} ({w.warmup_steps})",
-                     f"{spec.timing.cell_s(c):.0f}" if spec.timing else "-",
-                     "run" if c in todo else "skip: finished earlier by this commit"])
+        status = "run" if why is None or why[c.name] else "skip: " + _REUSED
+        if why is not None and why[c.name] not in ("", "not measured yet"):
+            status += f" (measured again: {why[c.name]})"
+        rows.append([cell_dir_name(c, choice), c.scenario_name, str(c.mode),
+                     f"{w.stages} x {w.replicas}", w.preset,
+                     f"{w.total_steps} ({w.warmup_steps})",
+                     f"{spec.timing.cell_s(c):.0f}" if spec.timing else "-", status])
     return rows
+
+
+_REUSED = "finished earlier by this commit on this launcher and machine"
 
 
 def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: bool = False,
@@ -269,20 +308,50 @@ def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: 
     plan = check_sweep(spec)
     choice = choose_launcher(launcher, **(launcher_options or {}))
     refuse_unsupported(spec, plan, choice.name)
-    todo = pending_cells(spec, sweep_dir, fresh=fresh)
+    why = None if fresh else refusals(spec, sweep_dir, choice, scenarios=plan.scenarios)
+    todo = [c for c in plan.cells if why is None or why[c.name]]
     echo(f"dry run of sweep {spec.name} into {sweep_dir}: nothing is brought up, "
          f"nothing is written")
     echo(f"{'' if choice.shaped else 'WARNING: '}launcher {choice.name}: {choice.reason}")
     echo(text_table(["cell", "scenario", "mode", "stages x replicas", "preset",
-                     "steps (warm-up)", "est. s", "status"], _cell_rows(spec, plan.cells, todo)))
+                     "steps (warm-up)", "est. s", "status"],
+                    _cell_rows(spec, plan.cells, choice, why)))
     shown = set()
     for cell in plan.cells:
         layout = (cell.scenario, cell.workload.stages, cell.workload.replicas)
         if layout not in shown:
             shown.add(layout)
             echo(plan.placements[cell.name].table())
-    echo(estimate_line(spec, todo, sweep_dir))
+    echo(estimate_line(spec, todo, sweep_dir, choice))
     return plan
+
+
+def sweep_listing(spec: SweepSpec, cells: list[CellSpec], sweep_dir: Path,
+                  choice: LauncherChoice) -> dict:
+    """sweep.json of a run on `choice`: the spec, and `cells`, the directories the
+    readers take (bench.results.files.find_cells): this run's cells, and those of the
+    same cells that another launcher measured into `sweep_dir` before (listed by the
+    previous sweep.json, of the same spec key), so that a sweep's report shows every
+    launcher's rows. A cell the spec no longer has, or has with another spec, is dropped."""
+    mine = [cell_dir_name(c, choice) for c in cells]
+    try:
+        previous = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))
+        listed = [n for n in previous["cells"] if isinstance(n, str)]
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = []  # none yet, or unreadable: only this run's cells
+    keys = {c.name: c.key for c in cells}
+    others = []
+    for name in listed:
+        try:
+            meta = read_meta(sweep_dir / name)
+        except ResultFileError:
+            if name not in mine:
+                others.append(name)  # kept: the readers name what is wrong with it
+            continue
+        spec_name = None if meta is None else meta.get("cell", {}).get("spec_name")
+        if name not in mine and spec_name in keys and meta.get("spec_key") == keys[spec_name]:
+            others.append(name)
+    return {"spec": dataclasses.asdict(spec), "cells": mine + others}
 
 
 def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
@@ -296,23 +365,39 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     scenario, a cell that does not fit its hosts or its preset, ...) before anything
     runs. States the estimated time (estimate_line) before the first cell; the progress
     bar counts estimated seconds. `launcher_options`: the launcher's own (ssh: hostfile,
-    shaping), for choose_launcher."""
+    shaping), for choose_launcher. The results directory is locked while the sweep runs
+    (bench.harness.lock: a second sweep into it raises SweepLocked, a ValueError naming
+    the holder)."""
     plan = check_sweep(spec)
     cells, scenarios, placements = list(plan.cells), plan.scenarios, plan.placements
     choice = choose_launcher(launcher, **(launcher_options or {}))
     refuse_unsupported(spec, plan, choice.name)
     tone = "" if choice.shaped else "WARNING: "
     echo(f"{tone}launcher {choice.name}: {choice.reason}")
+    with sweep_lock(sweep_dir, echo):
+        return _run_locked(spec, cells, scenarios, placements, sweep_dir, choice,
+                           fresh=fresh, quiet=quiet, echo=echo, worker_cmd=worker_cmd)
+
+
+def _run_locked(spec: SweepSpec, cells: list[CellSpec], scenarios: dict[str, NetworkScenario],
+                placements: dict[str, Placement], sweep_dir: Path, choice: LauncherChoice, *,
+                fresh: bool, quiet: bool, echo: Callable[[str], None],
+                worker_cmd: tuple[str, ...]) -> list[CellOutcome]:
+    """run_sweep's work, with the results directory locked."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    write_json(sweep_dir / "sweep.json", {"spec": dataclasses.asdict(spec),
-                                          "cells": [c.name for c in cells]})
+    write_json(sweep_dir / "sweep.json", sweep_listing(spec, cells, sweep_dir, choice))
     prov = provenance(REPO_ROOT)
-    todo = pending_cells(spec, sweep_dir, fresh=fresh, git_commit=prov["git"]["commit"])
-    outcomes = [CellOutcome(c.name, "skipped", reason="finished earlier")
+    why = refusals(spec, sweep_dir, choice, git_commit=prov["git"]["commit"],
+                   scenarios=scenarios)
+    todo = [c for c in cells if fresh or why[c.name]]
+    outcomes = [CellOutcome(cell_dir_name(c, choice), "skipped", reason="finished earlier")
                 for c in cells if c not in todo]
     for o in outcomes:
-        echo(f"skip {o.name} (finished earlier by this commit)")
-    echo(estimate_line(spec, todo, sweep_dir))
+        echo(f"skip {o.name} ({_REUSED})")
+    for c in todo:
+        if why[c.name] not in ("", "not measured yet"):
+            echo(f"measure {cell_dir_name(c, choice)} again: {why[c.name]}")
+    echo(estimate_line(spec, todo, sweep_dir, choice))
     prepare_checkpoints(todo, REPO_ROOT, echo)
     weights = {c.name: spec.timing.cell_s(c) if spec.timing else 1.0 for c in todo}
     with Progress(sum(weights.values()), quiet) as bar:
@@ -347,20 +432,22 @@ def _run_group(scenario: NetworkScenario, group: list[CellSpec], sweep_dir: Path
                 echo(f"{name}: {warning}")
             for cell in group:
                 bar.describe(cell.name)
-                outcome = run_cell(cell, hosts, sweep_dir / cell.name, sweep=sweep,
+                outcome = run_cell(cell, hosts, sweep_dir / cell_dir_name(cell, choice),
+                                   sweep=sweep,
                                    choice=choice, scenario=scenario, probe=probe,
                                    prov=prov, placement=placements[cell.name],
                                    worker_cmd=worker_cmd)
                 outcomes.append(outcome)
-                echo(f"{outcome.status:6s} {cell.name} ({outcome.wall_s:.1f} s)"
+                echo(f"{outcome.status:6s} {outcome.name} ({outcome.wall_s:.1f} s)"
                      + (f": {outcome.reason}" if outcome.reason else ""))
                 bar.advance(cell.name, weights[cell.name])
     except Exception as err:  # hosts or probe failed: the group fails, the sweep goes on
         done = {o.name for o in outcomes}
-        rest = [c for c in group if c.name not in done]
+        rest = [c for c in group if cell_dir_name(c, choice) not in done]
         reason = f"scenario {name}: {type(err).__name__}: {err}"
         echo(f"failed {name}: {reason}")
-        outcomes.extend(_fail_group(rest, sweep_dir, sweep, choice, reason, prov, placements))
+        outcomes.extend(_fail_group(rest, sweep_dir, sweep, choice, reason, prov, placements,
+                                    scenario))
         for cell in rest:
             bar.advance(cell.name, weights[cell.name])
     return outcomes

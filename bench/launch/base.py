@@ -61,6 +61,10 @@ class Launcher(Protocol):
     name: ClassVar[str]  # "netns" | "docker" | "local" | "ssh": recorded in meta.json
     shaped: ClassVar[bool]  # True when links carry the scenario's rates and delays
     n_hosts: int
+    # once up: which mechanism delivers each of rate, delay, jitter, loss ("htb",
+    # "netem", "delayline", or "none ..." / "dropped ..." with why; bench.net.tc.
+    # choose_mechanisms); part of a cell's recorded identity (bench.harness.meta)
+    mechanisms: dict[str, str]
 
     def __enter__(self) -> Launcher: ...
 

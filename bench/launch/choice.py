@@ -29,8 +29,8 @@ from typing import Any
 from bench.launch.base import Launcher
 from bench.net.executor import Executor
 
-__all__ = ["FACTORIES", "LAUNCHERS", "TEARDOWNS", "LauncherChoice", "choose_launcher",
-           "docker_usable", "launcher_factory", "netns_usable", "state_teardown"]
+__all__ = ["FACTORIES", "LAUNCHERS", "REFERENCE_LAUNCHER", "TEARDOWNS", "LauncherChoice",
+           "choose_launcher", "docker_usable", "launcher_factory", "netns_usable", "state_teardown"]
 
 LAUNCHERS = ("auto", "netns", "docker", "local", "ssh")  # the --launcher choices
 
@@ -41,9 +41,10 @@ FACTORIES = {"netns": "bench.launch.netns:NetnsLauncher",
              "ssh": "bench.launch.ssh.launcher:SshLauncher"}
 # "module:attribute" of the function removing what a killed run's state file names,
 # `teardown(state, path, executor) -> [what was removed]`, by the file's `launcher`
-# (bench.launch.state.cleanup); the local launcher writes no state file
+# (bench.launch.state.cleanup)
 TEARDOWNS = {"netns": "bench.launch.netns.state:teardown_state",
              "docker": "bench.launch.docker.state:teardown_state",
+             "local": "bench.launch.local:teardown_state",
              "ssh": "bench.launch.ssh.state:teardown_state"}
 # the Docker launcher's own check that a daemon answers and the worker image is present
 DOCKER_CHECK = "bench.launch.docker.checks:daemon_and_image"
@@ -72,13 +73,21 @@ def state_teardown(launcher: object) -> Teardown:
     return _resolve(TEARDOWNS[launcher])
 
 
+# The launcher whose cells' directories carry no tag (LauncherChoice.tag): the suite's
+# reference, shaped, the default as root, the one results/baseline was measured on.
+REFERENCE_LAUNCHER = "netns"
+
+
 @dataclass(frozen=True)
 class LauncherChoice:
-    """Which launcher builds the hosts, and why (printed, and kept in meta)."""
+    """Which launcher builds the hosts, and why (printed, and kept in meta).
+    `options`: the launcher's own options that change what a cell measures (ssh: the
+    hostfile, whether links are shaped), part of the cell's identity."""
 
-    name: str  # netns | docker | local: the factory's `name`
+    name: str  # netns | docker | local | ssh: the factory's `name`
     reason: str
     factory: type[Launcher] = field(repr=False, compare=False)
+    options: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if self.factory.name != self.name:
@@ -89,6 +98,23 @@ class LauncherChoice:
     def shaped(self) -> bool:
         """Whether the factory's links carry the scenario's rates and delays."""
         return self.factory.shaped
+
+    @property
+    def tag(self) -> str:
+        """How a cell's directory names this launcher: '' for REFERENCE_LAUNCHER (its
+        cells keep the sweep's names: `100mbps__fp32`), else the name (`100mbps__fp32__docker`),
+        with '-unshaped' for a launcher that shapes told not to (`ssh-unshaped`). Cells of
+        two launchers so live side by side in one results directory: a Docker run never
+        replaces, nor reuses, the netns cells (Note [cell identity], bench.harness.meta)."""
+        if self.name == REFERENCE_LAUNCHER:
+            return ""
+        unshaped = not self.shaped and "shaping" in self.options
+        return f"{self.name}-unshaped" if unshaped else self.name
+
+    def identity(self) -> dict:
+        """The launcher's part of a cell's identity, known before any host is up:
+        name, whether it shapes, its options."""
+        return {"launcher": self.name, "shaped": self.shaped, "options": dict(self.options)}
 
 
 def netns_usable() -> tuple[bool, str]:
@@ -153,4 +179,5 @@ def _ssh_choice(hostfile: Path | str | None = None, shaping: bool = True) -> Lau
         raise ValueError(f"launcher ssh: hostfile {hostfile} not found")
     reason = (f"hosts of {hostfile} over SSH, " + ("their interfaces shaped" if shaping else
               "NOT shaped (--no-shaping): the real links, measured"))
-    return LauncherChoice("ssh", reason, launcher_factory("ssh").bind(hostfile, shaping))
+    return LauncherChoice("ssh", reason, launcher_factory("ssh").bind(hostfile, shaping),
+                          {"hostfile": str(Path(hostfile).resolve()), "shaping": shaping})

@@ -7,40 +7,100 @@ delays are not applied, and the run record says so (`"shaped": false`).
 
 The same contract as the netns and Docker launchers (bench/launch/base.py's Launcher).
 Imports the core of bench/launch and bench.net; no other launcher.
+
+Kill-safe. Its workers lead their own sessions (so that stopping one stops its
+children), which alone would let them outlive a harness killed with SIGKILL. Two
+things end them: each worker starts through PDEATHSIG_GUARD, which asks the kernel to
+SIGKILL it when the harness (its parent) dies (prctl PR_SET_PDEATHSIG, kept across the
+exec of the worker; the kernel sends it when the *thread* that spawned the worker ends,
+so spawn from a thread that outlives the workers: the harness spawns from its main
+thread), and exits at once if the harness died before that; and, as every
+launcher does, a state file (STATE_DIR/PREFIX.json: bench.launch.state.launcher_fields,
+then `processes`, the identity of every worker it started, written before the worker
+can do anything) lets `python -m bench.launch cleanup` (`make net-cleanup`) and the next
+local run in the same STATE_DIR kill exactly those processes, never a recycled pid
+(bench.launch.process.ProcessIdentity). `teardown_state` is its teardown: nothing but
+those processes to remove.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
+from aqsgd.filecache import atomic_write_text
 from bench.launch.base import new_run_id
-from bench.launch.process import TEARDOWN_GRACE_S, free_port, spawn_group, stop_all
+from bench.launch.lifecycle import HostsLifecycle
+from bench.launch.process import (
+    TEARDOWN_GRACE_S,
+    ProcessIdentity,
+    free_port,
+    spawn_group,
+    stop_all,
+)
+from bench.launch.state import DEFAULT_STATE_DIR, launcher_fields
+from bench.net.executor import Executor
 from bench.net.probe import ProbeRecord, measure, plan_probe, serve
 from bench.net.scenario import NetworkScenario
 
-__all__ = ["LocalLauncher", "UNSHAPED_WARNING"]
+__all__ = ["PDEATHSIG_GUARD", "LocalLauncher", "UNSHAPED_WARNING", "guarded", "teardown_state"]
 
 UNSHAPED_WARNING = ("UNSHAPED: local launcher, all workers on 127.0.0.1; the scenario's link "
                     "rates, delays, jitter and loss are NOT emulated")
 LOOPBACK = "127.0.0.1"
 SERVER_START_TIMEOUT_S = 10.0
+NOT_EMULATED = "none (local launcher: loopback, not emulated)"
+
+# Runs as `python -c PDEATHSIG_GUARD HARNESS_PID ARGV...`: SIGKILL on the harness's death
+# (PR_SET_PDEATHSIG = 1, kept across execve), then exec ARGV. The parent check closes the
+# race of a harness killed between fork and prctl (then the guard's parent is init).
+PDEATHSIG_GUARD = """\
+import ctypes, os, signal, sys
+if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) != 0:
+    sys.exit(f"prctl(PR_SET_PDEATHSIG): errno {ctypes.get_errno()}")
+if os.getppid() != int(sys.argv[1]):
+    sys.exit("the harness that started this worker has exited")
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
 
 
-class LocalLauncher:
+def guarded(argv: list[str]) -> list[str]:
+    """argv started through PDEATHSIG_GUARD: it dies with this process."""
+    return [sys.executable, "-c", PDEATHSIG_GUARD, str(os.getpid()), *argv]
+
+
+def _new_prefix(run_id: str) -> str:
+    """'aq' + 5 hex digits, as every state file of the suite is named."""
+    digest = hashlib.sha1(f"{run_id}-{os.getpid()}-{time.time_ns()}".encode())
+    return "aq" + digest.hexdigest()[:5]
+
+
+def teardown_state(state: dict, path: Path, executor: Executor) -> list[str]:
+    """A killed local run's teardown (bench.launch.state.cleanup, by its state file):
+    its only leftovers are the processes the file lists, which cleanup has killed
+    already (those whose identity still matches); nothing else to remove."""
+    return []
+
+
+class LocalLauncher(HostsLifecycle):
     """Context manager for `n_hosts` hosts that are all this machine (see module doc).
 
-    `run_id` as NetnsLauncher's; `state_dir` is accepted for the same reason and
-    unused: the local launcher creates nothing that outlives its processes.
-    `warn`: where the UNSHAPED warning goes on entry: True = the sys.stderr of that
-    moment (resolved late, so a replaced sys.stderr is not captured), a file, or
-    None to stay quiet."""
+    `run_id` as NetnsLauncher's; `state_dir`: where its state file goes (None:
+    DEFAULT_STATE_DIR; a sweep's is RESULTS/.launcher), named in the registry of state
+    dirs on entry (bench.launch.lifecycle), where the leftovers of killed local runs are
+    removed first. `warn`: where the UNSHAPED warning goes on entry: True = the
+    sys.stderr of that moment (resolved late, so a replaced sys.stderr is not captured),
+    a file, or None to stay quiet."""
 
     name = "local"
     shaped = False
+    mechanisms = {p: NOT_EMULATED for p in ("rate", "delay", "jitter", "loss")}
 
     def __init__(self, scenario: NetworkScenario | None = None, n_hosts: int | None = None, *,
                  run_id: str | None = None, state_dir: Path | str | None = None, warn=True):
@@ -51,18 +111,34 @@ class LocalLauncher:
         if self.n_hosts < 1:
             raise ValueError(f"n_hosts: expected >= 1, got {self.n_hosts}")
         self.run_id = run_id or new_run_id()
+        self.prefix = _new_prefix(self.run_id)
+        self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
         self._warn = warn
         self._procs: list[subprocess.Popen] = []
+        self._started: list[ProcessIdentity] = []
         self._probe_records: list[ProbeRecord] = []
+        self._timing: dict[str, float] = {}
 
-    def __enter__(self) -> LocalLauncher:
+    @property
+    def state_path(self) -> Path:
+        return self.state_dir / f"{self.prefix}.json"
+
+    def _write_state(self) -> None:
+        state = {**launcher_fields(self.name, self.run_id, self.prefix),
+                 "processes": [p.to_dict() for p in self._started]}
+        atomic_write_text(self.state_path, json.dumps(state, indent=1))
+
+    def _prepare(self) -> None:
         if self._warn is not None:
             stream = sys.stderr if self._warn is True else self._warn
             print(f"WARNING: {UNSHAPED_WARNING}", file=stream, flush=True)
-        return self
 
-    def __exit__(self, *exc) -> None:
+    def _build(self) -> None:
+        self._write_state()
+
+    def _remove(self) -> None:
         stop_all(self._procs, TEARDOWN_GRACE_S)
+        self.state_path.unlink(missing_ok=True)
 
     def _check_host(self, i: int) -> None:
         if not 0 <= i < self.n_hosts:
@@ -78,11 +154,16 @@ class LocalLauncher:
 
     def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
               log_path: Path | str | None = None) -> subprocess.Popen:
-        """Run argv as a local process in its own process group; env as NetnsLauncher."""
+        """Run argv as a local process in its own process group, ended with this process
+        (PDEATHSIG_GUARD) and recorded in the state file; env as NetnsLauncher."""
         full_env = dict(os.environ if env is None else env)
         full_env.update(self.worker_env(i))
-        proc = spawn_group(argv, full_env, log_path)
+        proc = spawn_group(guarded(list(argv)), full_env, log_path)
         self._procs.append(proc)
+        ident = ProcessIdentity.of(proc.pid)
+        if ident is not None:  # None: it has exited already, nothing to clean up
+            self._started.append(ident)
+            self._write_state()
         return proc
 
     def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
@@ -130,6 +211,7 @@ class LocalLauncher:
             "shaped": self.shaped,
             "warning": UNSHAPED_WARNING,
             "run_id": self.run_id,
+            "prefix": self.prefix,
             "n_hosts": self.n_hosts,
             "scenario": self.scenario.to_dict() if self.scenario else None,
             "shaping": {p: none for p in ("rate", "delay", "jitter", "loss", "schedule")},

@@ -5,8 +5,9 @@ Before a launcher creates anything it writes STATE_DIR/P.json (P = its run's pre
 `launcher_fields` (the launcher's name, run id, prefix, and the launcher process: pid,
 start time and boot, see bench.launch.process.ProcessIdentity), then what that launcher
 may create (netns: namespaces and devices, bench/launch/netns/state.py; Docker:
-containers, network, volume and the daemon, bench/launch/docker/state.py) and the
-processes it started (`processes`: identities, killed here). Teardown, in the launcher's
+containers, network, volume and the daemon, bench/launch/docker/state.py; local: nothing
+but its workers, bench/launch/local.py) and the processes it started (`processes`:
+identities, killed here). Teardown, in the launcher's
 `finally` or later by `python -m bench.launch cleanup`, removes exactly those names;
 nothing is ever matched by pattern.
 
@@ -18,7 +19,10 @@ named in one registry, REGISTRY_DIR (one small file per directory, written befor
 directory can hold a state file). `cleanup --all-recorded` reads the registry, so it
 finds every run whatever directory a sweep passed (`--out` anywhere), and needs no list
 of result folders. The registry is on tmpfs (/run) like the namespaces and processes it
-leads to: a reboot clears both together.
+leads to: a reboot clears both together. Both live under RUNTIME_DIR: /run/aqsgd-bench
+for root; for another user (who can run the local launcher, and Docker through its
+group) /run/user/UID/aqsgd-bench (systemd's per-user tmpfs), or ~/.cache/aqsgd-bench/run
+where there is none (not cleared at reboot: harmless, a process identity names its boot).
 
 Live or killed. A state file whose launcher process is still running belongs to a live
 run: cleanup leaves it alone (so `make net-cleanup` during a sweep breaks nothing). Once
@@ -46,14 +50,26 @@ from bench.launch.choice import state_teardown
 from bench.launch.process import ProcessIdentity, kill_identified
 from bench.net.executor import Executor
 
-__all__ = ["DEFAULT_STATE_DIR", "REGISTRY_DIR", "StateFileError", "all_recorded_state_files",
-           "cleanup", "launcher_fields", "recorded_state_files", "register_state_dir",
-           "registered_state_dirs", "remove_killed_runs", "run_is_live"]
+__all__ = ["DEFAULT_STATE_DIR", "REGISTRY_DIR", "RUNTIME_DIR", "StateFileError",
+           "all_recorded_state_files", "cleanup", "launcher_fields", "recorded_state_files",
+           "register_state_dir", "registered_state_dirs", "remove_killed_runs", "run_is_live"]
 
+
+
+def _runtime_dir(uid: int) -> Path:
+    """Where state files go for user `uid` (module doc)."""
+    if uid == 0:
+        return Path("/run/aqsgd-bench")
+    user_run = Path(f"/run/user/{uid}")
+    return user_run / "aqsgd-bench" if user_run.is_dir() else (
+        Path.home() / ".cache" / "aqsgd-bench" / "run")
+
+
+RUNTIME_DIR = _runtime_dir(os.geteuid())
 # Every launcher's, when the caller names none (tmpfs: cleared at reboot, as what it
 # names is: namespaces, processes, the suite daemon's containers)
-DEFAULT_STATE_DIR = Path("/run/aqsgd-bench/state")
-REGISTRY_DIR = Path("/run/aqsgd-bench/state-dirs")  # one file per STATE_DIR ever used
+DEFAULT_STATE_DIR = RUNTIME_DIR / "state"
+REGISTRY_DIR = RUNTIME_DIR / "state-dirs"  # one file per STATE_DIR ever used
 
 
 class StateFileError(ValueError):

@@ -15,6 +15,10 @@ Every figure is written as PNG and SVG with units on its axes:
   right of both panels);
 - bytes_per_step: bytes on the wire per optimizer step, stacked by kind.
 
+Every figure names the launcher and shaping mechanisms its rows come from
+(`launchers_line` under its title); where cells of several launchers are drawn, each
+series names its own (`series_labels`: 'fp32 [docker (htb+netem)]').
+
 Points measured on a host-limited link (the machine carried less than twice the
 configured rate even unshaped; bench.net.probe.rate_verdict) stay at their
 configured rate on the x axis, ringed in red and annotated with the rate the
@@ -42,6 +46,7 @@ from bench.report.summary import (  # noqa: E402
     SPEEDUP_REFERENCES,
     UNKNOWN_RANK,
     host_limited_flags,
+    launcher_labels,
     series_text,
     summarize,
 )
@@ -53,6 +58,7 @@ __all__ = [
     "mode_colors",
     "series_color",
     "series_labels",
+    "launchers_line",
     "plot_rate_lines",
     "mark_host_limited",
     "plot_loss_curves",
@@ -150,14 +156,23 @@ def print_figure_paths(figures: Iterable[Path]) -> None:
 
 def series_labels(frame: pd.DataFrame) -> pd.Series:
     """Each row's series in the command line's spelling (bench.report.summary.
-    series_text): 'aqsgd:2/4', 'fp32 dp2', 'directq:2/4 [dropout0]'."""
+    series_text): 'aqsgd:2/4', 'fp32 dp2', 'directq:2/4 [dropout0]'; with
+    ' [LAUNCHER (SHAPING)]' after it when the rows come from more than one launcher."""
     keys = ["mode", "fw_bits", "bw_bits", "grad_mode", "replicas", "variant"]
     ids = frame[keys].astype(object)
     ids = ids.where(ids.notna(), None)  # NaN is no dict key
     names = {tuple(r.values()): series_text(r)  # once per series: `frame` may be metrics
              for r in ids.drop_duplicates().to_dict("records")}
-    return pd.Series([names[k] for k in ids.itertuples(index=False, name=None)],
-                     index=frame.index, dtype=str)
+    labels = pd.Series([names[k] for k in ids.itertuples(index=False, name=None)],
+                       index=frame.index, dtype=str)
+    launchers = launcher_labels(frame)
+    return labels + " [" + launchers + "]" if launchers.nunique() > 1 else labels
+
+
+def launchers_line(frame: pd.DataFrame) -> str:
+    """'launcher: netns (htb)' or 'launchers: netns (htb), local (none)', for a title."""
+    names = sorted(set(launcher_labels(frame)))
+    return f"launcher{'s' if len(names) > 1 else ''}: {', '.join(names)}"
 
 
 def mark_host_limited(ax, rows: pd.DataFrame, y: str) -> None:
@@ -272,9 +287,10 @@ def plot_throughput_vs_bandwidth(summary: pd.DataFrame, out_dir: Path) -> list[P
     ax.set_ylabel("throughput (samples/s)")
     ax.set_ylim(bottom=0)
     if not ok["shaped"].astype(bool).all():
-        ax.set_title("WARNING: some links were not shaped (local launcher)", color="red")
+        ax.set_title(f"WARNING: some links were not shaped (local launcher)\n"
+                     f"{launchers_line(ok)}", color="red")
     else:
-        ax.set_title(title)
+        ax.set_title(f"{title}\n{launchers_line(ok)}")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return save(fig, out_dir, "throughput_vs_bandwidth")
@@ -314,8 +330,9 @@ def plot_speedup(summary: pd.DataFrame, out_dir: Path, reference: str = "fp32"
             tick.set_color("red")
     ax.set_xlabel("scenario")
     ax.set_ylabel(f"speed-up over {reference} (x, same link)")
-    ax.set_title("Throughput relative to uncompressed fp32" if reference == "fp32" else
-                 f"Throughput relative to {reference} on the wire (activations and gradients)")
+    ax.set_title(("Throughput relative to uncompressed fp32" if reference == "fp32" else
+                  f"Throughput relative to {reference} on the wire (activations and "
+                  f"gradients)") + f"\n{launchers_line(ok)}")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     return save(fig, out_dir, "speedup" if reference == "fp32" else f"speedup_vs_{reference}")
@@ -338,7 +355,7 @@ def plot_loss(metrics: pd.DataFrame, out_dir: Path) -> list[Path]:
         # one legend for both panels, outside them: inside it covers a curve
         fig.legend(*ax_step.get_legend_handles_labels(), loc="outside right upper",
                    fontsize=8)
-        title = f"Training loss, scenario {scenario}"
+        title = f"Training loss, scenario {scenario} ({launchers_line(rows)})"
         if host_limited_flags(rows).any():
             title += " (HOST-LIMITED link: below its configured rate on this machine)"
         fig.suptitle(title)
@@ -381,7 +398,7 @@ def plot_bytes_per_step(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
         bottom += values
     ax.set_xlabel("mode")
     ax.set_ylabel("bytes on the wire per optimizer step (MB, all ranks)")
-    ax.set_title("Communication volume per step")
+    ax.set_title(f"Communication volume per step\n{launchers_line(ok)}")
     _slanted_ticks(ax)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(title="traffic", fontsize=8)

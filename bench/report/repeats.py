@@ -36,7 +36,7 @@ REPEATED = ("throughput_samples_s", "throughput_tokens_s", "throughput_e2e_sampl
 # and its repeat
 _IDENTITY = ("sweep", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
              "stages", "replicas", "seed", "variant", "dropout", "dropout_masks", "launcher",
-             "shaped", "rate_mbit", "delay_ms", "eval_windows")
+             "shaping", "launcher_label", "shaped", "rate_mbit", "delay_ms", "eval_windows")
 
 
 def over_repeats(summary: pd.DataFrame) -> pd.DataFrame:

@@ -29,8 +29,10 @@ Definitions (docs/results-schema.md, "Summary"):
   compute taking no time (bench.report.linkbound's schedule bound, from its bytes per
   link); compute_bound: a shaped cell whose link_share is below COMPUTE_BOUND_SHARE
   (the link would carry twice what it did: this machine's compute set the pace).
+- launcher_label: which launcher and mechanisms produced the row ('netns (htb+netem)',
+  'docker (htb+netem)', 'local (none)'; meta.json `cell.launcher` and `cell.shaping`).
 - speed-up: steady-state throughput over that of the fp32 cell of the same sweep,
-  scenario, stages, replicas, variant and seed; `speedup_e2e_vs_fp32` the same with
+  scenario, launcher, stages, replicas, variant and seed; `speedup_e2e_vs_fp32` the same with
   end-to-end throughputs; `speedup_vs_unshaped_fp32` over the fp32 cell of the
   sweep's unshaped reference scenario when one was run. `speedup_vs_bf16` and
   `speedup_e2e_vs_bf16` are the same over the bf16 cell (activations and gradients in
@@ -54,15 +56,15 @@ from bench.results.files import BYTE_KINDS, load_metas, load_results
 from bench.results.records import records_json
 
 __all__ = ["MODE_RANK", "UNKNOWN_RANK", "SPEEDUP_REFERENCES", "SUMMARY_COLUMNS",
-           "SUMMARY_FILES", "host_limited_flags", "mode_text", "series_text", "summarize_cell",
-           "summarize",
-           "write_summary_files"]
+           "SUMMARY_FILES", "host_limited_flags", "launcher_labels", "mode_text",
+           "series_text", "summarize_cell", "summarize", "write_summary_files"]
 
 SUMMARY_COLUMNS = (
-    "sweep", "cell", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
-    "stages", "replicas", "seed", "variant", "repeat", "dropout", "dropout_masks", "epochs",
+    "sweep", "cell", "spec_name", "scenario", "mode", "label", "fw_bits", "bw_bits",
+    "grad_mode", "stages", "replicas", "seed", "variant", "repeat", "dropout",
+    "dropout_masks", "epochs",
     "steps_per_epoch", "warmup_epochs", "eval_windows",
-    "launcher", "shaped", "rate_mbit", "rate_mbit_achieved",
+    "launcher", "shaping", "launcher_label", "shaped", "rate_mbit", "rate_mbit_achieved",
     "host_limited", "delay_ms", "status",
     "measured_steps", "step_time_s", "step_time_spread_s", "throughput_samples_s",
     "throughput_tokens_s", "throughput_mean_samples_s", "throughput_e2e_samples_s",
@@ -77,6 +79,12 @@ SUMMARY_COLUMNS = (
 # compute-bound on the machine that ran it: its speed-ups say how fast this machine
 # computes, not what compression buys on that link.
 COMPUTE_BOUND_SHARE = 0.5
+
+
+def launcher_labels(frame: pd.DataFrame) -> pd.Series:
+    """Per row: 'netns (htb+netem)', the launcher and the mechanisms that shaped its links
+    (meta.json `cell.launcher`, `cell.shaping`); for a summary or a load_results frame."""
+    return frame["launcher"].astype(str) + " (" + frame["shaping"].astype(str) + ")"
 
 
 def _num(series: pd.Series) -> pd.Series:
@@ -148,9 +156,10 @@ def _over(table: pd.DataFrame, ref: pd.DataFrame, keys: list[str],
 
 
 def _add_speedups(table: pd.DataFrame) -> pd.DataFrame:
-    # like against like: the same layout, and the same seed, variant and repeat of a sweep
-    # (a repeat against the reference measured in the same pass, under the same load)
-    same = ["sweep", "stages", "replicas", "variant", "seed", "repeat"]
+    # like against like: the same launcher and layout, and the same seed, variant and
+    # repeat of a sweep (a repeat against the reference measured in the same pass, under
+    # the same load)
+    same = ["sweep", "launcher_label", "stages", "replicas", "variant", "seed", "repeat"]
     for name in SPEEDUP_REFERENCES:
         ref = table[(table["mode"] == name) & (table["status"] == "ok")]
         table[f"speedup_vs_{name}"] = _over(table, ref, ["scenario", *same],
@@ -177,14 +186,17 @@ def _in_reading_order(table: pd.DataFrame) -> pd.DataFrame:
         _rate=table["rate_mbit"].fillna(np.inf),
         _mode=table["mode"].map(MODE_RANK).fillna(UNKNOWN_RANK),
         _fw=table["fw_bits"].fillna(0))
-    keys = ["sweep", "_rate", "scenario", "_mode", "_fw", "grad_mode", "replicas",
-            "variant", "seed"]
+    keys = ["sweep", "_rate", "scenario", "launcher_label", "_mode", "_fw", "grad_mode",
+            "replicas", "variant", "seed"]
     order = order.sort_values(keys, ascending=[k != "_rate" for k in keys], kind="stable")
     return order.drop(columns=["_rate", "_mode", "_fw"]).reset_index(drop=True)
 
 
 def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """One row per cell (failed cells included, with empty numbers)."""
+    """One row per cell (failed cells included, with empty numbers; a finished cell
+    whose metrics.csv cannot be read has status 'unreadable', bench.results.files names
+    the file in a ResultFileWarning). No cells (no paths, or none under them): an empty
+    table with every column."""
     paths = list(paths)
     metas = load_metas(paths)
     frames = load_results(paths)
@@ -197,8 +209,11 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
         row["wall_s"] = meta["wall_s"]
         if meta["status"] == "ok":
             mine = frames[frames["cell_dir"] == meta["cell_dir"]]
-            row.update(summarize_cell(mine))
-            row["link_share"] = _link_share(meta, row)
+            if mine.empty:
+                row["status"] = "unreadable"
+            else:
+                row.update(summarize_cell(mine))
+                row["link_share"] = _link_share(meta, row)
         rows.append(row)
     table = pd.DataFrame(rows)
     for col in SUMMARY_COLUMNS:
@@ -207,7 +222,10 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
     table["host_limited"] = host_limited_flags(table)
     table["compute_bound"] = table["shaped"].astype(bool) & \
         (pd.to_numeric(table["link_share"], errors="coerce") < COMPUTE_BOUND_SHARE)
-    if not table.empty:
+    table["launcher_label"] = launcher_labels(table) if len(table) else pd.Series(dtype=str)
+    if table.empty:
+        table["speedup_vs_unshaped_fp32"] = pd.Series(dtype=float)
+    else:
         table = _add_speedups(table)
         table = _in_reading_order(table)
     extra = [c for c in table.columns if c not in SUMMARY_COLUMNS]

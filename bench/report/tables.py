@@ -55,6 +55,7 @@ def _times(v) -> str:
 TABLE_COLUMNS = (
     ("scenario_label", "scenario", str),
     ("mode_text", "mode", str),
+    ("launcher_label", "launcher", str),
     ("replicas", "dp", lambda v: f"{int(v)}"),
     ("seed", "seed", lambda v: f"{int(v)}"),
     ("throughput_samples_s", "samples/s", lambda v: f"{v:.2f}"),
@@ -198,18 +199,19 @@ DROP_ORDER = (
     *(f"speedup_e2e_vs_{ref}" for ref in reversed(SPEEDUP_REFERENCES)),
     "throughput_tokens_s", "comm_compute_ratio", "speedup_vs_unshaped_fp32",
     *(f"speedup_vs_{ref}" for ref in reversed(SPEEDUP_REFERENCES[1:])),
-    "bytes_per_step", "seed", "final_eval_loss",
+    "bytes_per_step", "seed", "launcher_label", "final_eval_loss",
 )
 
 
 def _console_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
-                   caption: str | None, widths: Sequence[int] | None = None) -> Table:
+                   caption: str | None, widths: Sequence[int] | None = None,
+                   title: str = "AQ-SGD benchmark summary") -> Table:
     """Scenario and mode never wrap; the other headers wrap at their spaces; `widths`:
     each column's content width (None: rich's choice)."""
     widths = widths or [None] * len(headers)
     columns = [Column(h, no_wrap=i < 2, width=w)
                for i, (h, w) in enumerate(zip(headers, widths, strict=True))]
-    table = Table(*columns, title="AQ-SGD benchmark summary", caption=caption,
+    table = Table(*columns, title=title, caption=caption,
                   caption_style="bold red")
     for r in rows:  # Text: a variant's '[dropout0]' is not rich markup
         table.add_row(*(Text(c) for c in r))
@@ -264,9 +266,12 @@ def print_table(summary: pd.DataFrame, console: Console | None = None) -> None:
     console = console or Console()
     keys, headers, rows = _keyed_rows(summary)
     keep, widths = fit_columns(console.width, keys, headers, rows)
+    # the title names every launcher the rows come from (their column may not fit)
+    launchers = sorted(set(summary["launcher_label"].dropna()))
+    title = "AQ-SGD benchmark summary" + (f" ({', '.join(launchers)})" if launchers else "")
     table = _console_table([headers[i] for i in keep], [[r[i] for i in keep] for r in rows],
                            "\n".join(host_limited_notes(summary)
-                                     + compute_bound_note(summary)) or None, widths)
+                                     + compute_bound_note(summary)) or None, widths, title)
     console.print(table)
     dropped = [h for i, h in enumerate(headers) if i not in keep]
     if dropped:

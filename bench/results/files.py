@@ -1,17 +1,25 @@
 """Result files of the harness: JSON/CSV writers (atomic, through aqsgd.filecache),
 provenance, the per-rank JSONL reader and the tidy loader.
 
-One cell (one scenario x one mode) leaves a directory (schema in
+One cell (one scenario x one mode on one launcher) leaves a directory (schema in
 docs/results-schema.md):
 
     results/<sweep>/<cell>/metrics.csv   one row per rank per step (tidy)
     results/<sweep>/<cell>/peers.csv     bytes per (rank, step, peer)
-    results/<sweep>/<cell>/meta.json     provenance and status, written LAST
+    results/<sweep>/<cell>/meta.json     provenance, identity and status, written LAST
 
 Everything downstream (summaries, plots, reports, regression) reads these
 files only. `meta.json` is written last, so its presence marks a cell as
 finished; every file is written to a temporary name and renamed into place,
 so a killed run never leaves a half-written result under its real name.
+
+Reuse: a finished cell is reused only by a run of the same identity (meta.json's
+`identity` block, IDENTITY_KEYS: the cell's spec, the scenario's content, the launcher
+and its options, the machine, the commit; `reuse_refusal` says why not). A file that
+cannot be read (truncated, not JSON, a metrics.csv without its columns) is a
+ResultFileError naming the path and what is wrong: its cell is measured again
+(`reuse_refusal`), and the loaders skip it with a ResultFileWarning that says the same,
+reading every other cell.
 
     python -c "from bench.results.files import load_results as l; print(l(['results/100mbps']))"
 """
@@ -24,6 +32,7 @@ import os
 import platform
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -36,10 +45,15 @@ __all__ = [
     "SCHEMA_VERSION",
     "CELL_KEYS",
     "BYTE_KINDS",
+    "IDENTITY_KEYS",
     "SchemaError",
+    "ResultFileError",
+    "ResultFileWarning",
     "write_json",
     "write_csv",
     "read_meta",
+    "read_metrics",
+    "reuse_refusal",
     "is_finished",
     "provenance",
     "read_rank_jsonl",
@@ -56,7 +70,12 @@ __all__ = [
 # on which host, the links each used and what they carried).
 # 4: the `cell` block names the `repeat` of a repeated cell; train and eval records (and
 # metrics.csv) carry `end_unix`, the wall clock at the end of the step.
-SCHEMA_VERSION = 4
+# 5: meta.json has `identity` (IDENTITY_KEYS and the mechanisms the launcher used), the
+# `cell` block `spec_name` and `shaping`, and `name` carries the launcher's tag.
+SCHEMA_VERSION = 5
+# What a run must share with a finished cell to reuse it (meta.json `identity`; the
+# harness builds them, bench.harness.meta.expected_identity, Note [cell identity] there).
+IDENTITY_KEYS = ("spec_key", "scenario_key", "launcher", "machine", "git_commit")
 BYTE_KINDS = ("activation", "gradient", "dp")
 # Columns every metrics.csv has, in this order; unknown scalar fields a
 # worker adds later are kept after them (forward compatible).
@@ -78,29 +97,77 @@ def write_csv(path: str | Path, frame: pd.DataFrame) -> Path:
     return atomic_write_text(path, frame.to_csv(index=False))
 
 
+class ResultFileError(ValueError):
+    """A result file that cannot be read (truncated, not JSON, columns missing): the
+    message names the path and what is wrong."""
+
+
+class ResultFileWarning(UserWarning):
+    """A cell the loaders skipped because a file of it cannot be read (ResultFileError's
+    message, and that its cell is measured again by the next run of its sweep)."""
+
+
 def read_meta(cell_dir: str | Path) -> dict | None:
-    """The cell's meta.json, or None when the cell never finished."""
+    """The cell's meta.json, or None when the cell never finished; ResultFileError
+    naming the file when it is not a JSON object (truncated, corrupt)."""
     path = Path(cell_dir) / "meta.json"
     if not path.is_file():
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResultFileError(f"{path}: not a JSON file ({err}); truncated or corrupt") from None
+    if not isinstance(meta, dict):
+        raise ResultFileError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    return meta
 
 
-def is_finished(cell_dir: str | Path, spec_key: str | None = None,
-                git_commit: str | None = None) -> bool:
-    """A cell is finished when its meta.json exists with status ok (and, when
-    `spec_key` is given, was produced by the same cell specification; when
-    `git_commit` is given, by the same commit of the suite, so a rerun after a
-    code change measures the new code instead of reusing old figures). A cell of
-    another schema version is never finished: it is measured again."""
-    meta = read_meta(cell_dir)
-    if meta is None or meta.get("schema_version") != SCHEMA_VERSION or meta["status"] != "ok":
-        return False
-    if spec_key is not None and meta["spec_key"] != spec_key:
-        return False
-    recorded = meta["provenance"]["git"]["commit"]
-    return git_commit is None or recorded == git_commit
+def read_metrics(cell_dir: str | Path) -> pd.DataFrame:
+    """The cell's metrics.csv; ResultFileError naming the file when it is missing, is
+    not CSV, or lacks a column every metrics.csv has (METRIC_COLUMNS)."""
+    path = Path(cell_dir) / "metrics.csv"
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ResultFileError(f"{path}: missing (meta.json says the cell finished)") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ResultFileError(f"{path}: not a CSV file ({err}); truncated or "
+                              f"corrupt") from None
+    missing = [c for c in METRIC_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ResultFileError(f"{path}: lacks the column(s) {', '.join(missing)}; truncated "
+                              f"or corrupt")
+    return frame
+
+
+def reuse_refusal(cell_dir: str | Path, identity: dict | None = None) -> str:
+    """'' when the cell in `cell_dir` may be reused by a run of `identity` (the keys of
+    IDENTITY_KEYS it gives; None: any), else why not: never finished, failed, another
+    schema, an unreadable file (named), or the first identity key that differs. So a
+    run on another launcher, after a code change or a scenario edit, measures anew."""
+    try:
+        meta = read_meta(cell_dir)
+        if meta is None:
+            return "not measured yet"
+        if meta.get("schema_version") != SCHEMA_VERSION:
+            return f"schema {meta.get('schema_version')!r}, not {SCHEMA_VERSION}"
+        if meta.get("status") != "ok":
+            return f"status {meta.get('status')!r}"
+        recorded = meta.get("identity")
+        if not isinstance(recorded, dict):
+            raise ResultFileError(f"{Path(cell_dir) / 'meta.json'}: no `identity` block")
+        for key, value in (identity or {}).items():
+            if recorded.get(key) != value:
+                return f"{key} {recorded.get(key)!r} recorded, this run's {value!r}"
+        read_metrics(cell_dir)
+    except ResultFileError as err:
+        return f"unreadable: {err}"
+    return ""
+
+
+def is_finished(cell_dir: str | Path, identity: dict | None = None) -> bool:
+    """Whether the cell may be reused by a run of `identity` (reuse_refusal is '')."""
+    return reuse_refusal(cell_dir, identity) == ""
 
 
 # ------------------------------------------------------------------ provenance
@@ -264,8 +331,17 @@ def metrics_frame(jsonl_paths: Iterable[str | Path],
 # -------------------------------------------------------------------- loading
 def _sweep_cells(sweep_dir: Path) -> list[Path]:
     """The cells a sweep directory's sweep.json lists that have a meta.json: a cell left
-    from an earlier version of the sweep (a renamed or dropped cell) is not read."""
-    listed = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))["cells"]
+    from an earlier version of the sweep (a renamed or dropped cell) is not read. An
+    unreadable sweep.json is named in a ResultFileWarning and every cell under it read."""
+    path = sweep_dir / "sweep.json"
+    try:
+        listed = json.loads(path.read_bytes().decode("utf-8"))["cells"]
+        if not (isinstance(listed, list) and all(isinstance(n, str) for n in listed)):
+            raise TypeError(f"`cells` is {type(listed).__name__}, not a list of names")
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+        warnings.warn(f"{path}: unreadable ({type(err).__name__}: {err}); reading every "
+                      f"cell under {sweep_dir}", ResultFileWarning, stacklevel=3)
+        return sorted(m.parent for m in sweep_dir.glob("*/meta.json"))
     return [sweep_dir / name for name in listed if (sweep_dir / name / "meta.json").is_file()]
 
 
@@ -290,8 +366,9 @@ def find_cells(paths: Iterable[str | Path]) -> list[Path]:
 
 # Keys of meta.json's `cell` block that every schema-2 cell has and the loader copies
 # onto every metrics row (with `status`).
-CELL_KEYS = ("sweep", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
-             "preset", "stages", "replicas", "launcher", "shaped", "rate_mbit", "delay_ms",
+CELL_KEYS = ("sweep", "spec_name", "scenario", "mode", "label", "fw_bits", "bw_bits",
+             "grad_mode", "preset", "stages", "replicas", "launcher", "shaped", "shaping",
+             "rate_mbit", "delay_ms",
              "host_limited", "rate_mbit_achieved", "seed", "variant", "dropout",
              "dropout_masks", "epochs", "steps_per_epoch", "warmup_epochs", "eval_windows")
 _META_COLUMNS = (*CELL_KEYS, "status")
@@ -315,12 +392,22 @@ def _check_schema(path: Path, meta: dict) -> None:
         raise SchemaError(f"{path}: no `placement` (required by schema {SCHEMA_VERSION})")
 
 
+def _skipped(err: ResultFileError) -> None:
+    warnings.warn(f"{err}: cell skipped (the next run of its sweep measures it again)",
+                  ResultFileWarning, stacklevel=3)
+
+
 def load_metas(paths: Iterable[str | Path]) -> list[dict]:
     """meta.json of every cell under `paths`, each with its `cell_dir`; SchemaError
-    naming the file for a cell of another schema version or with a key missing."""
+    naming the file for a cell of another schema version or with a key missing. A
+    meta.json that cannot be read is skipped with a ResultFileWarning naming it."""
     metas = []
     for cell_dir in find_cells(paths):
-        meta = read_meta(cell_dir)
+        try:
+            meta = read_meta(cell_dir)
+        except ResultFileError as err:
+            _skipped(err)
+            continue
         _check_schema(Path(cell_dir) / "meta.json", meta)
         meta["cell_dir"] = str(cell_dir)
         metas.append(meta)
@@ -330,15 +417,20 @@ def load_metas(paths: Iterable[str | Path]) -> list[dict]:
 def load_results(paths: Iterable[str | Path], include_failed: bool = False) -> pd.DataFrame:
     """One tidy DataFrame (one row per cell x rank x step) over any set of
     cells, sweeps or result trees, with the cell's identity (scenario, mode,
-    bits, launcher, link rate, ...) as columns."""
+    bits, launcher, link rate, ...) as columns. A finished cell whose metrics.csv
+    cannot be read is skipped with a ResultFileWarning naming it."""
     frames = []
     for meta in load_metas(paths):
         if meta["status"] != "ok" and not include_failed:
             continue
         metrics_path = Path(meta["cell_dir"]) / "metrics.csv"
-        if not metrics_path.is_file():
+        if not metrics_path.is_file() and meta["status"] != "ok":
+            continue  # a failed cell need not have metrics
+        try:
+            frame = read_metrics(meta["cell_dir"])
+        except ResultFileError as err:
+            _skipped(err)
             continue
-        frame = pd.read_csv(metrics_path)
         cell = meta["cell"]
         for col in _META_COLUMNS:
             frame[col] = meta["status"] if col == "status" else cell[col]

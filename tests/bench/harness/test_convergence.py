@@ -57,16 +57,16 @@ def test_smoke_convergence_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert re.search(r"sweep convergence-smoke: 6 of 6 cells to run, about [\d.]+ min", out)
     spec = plan("smoke").convergence
-    names = sorted(c.name for c in spec.cells())
-    assert names == sorted(f"loopback__{label}__s{seed}" for seed in (1, 2) for label in
-                           ("fp32", "aqsgd-fw2-bw4", "aqsgd-fw2-bw4__masks-per_sample"))
+    names = sorted(f"{c.name}__local" for c in spec.cells())  # the local launcher's tag
+    assert names == sorted(f"loopback__{label}__s{seed}__local" for seed in (1, 2) for label
+                           in ("fp32", "aqsgd-fw2-bw4", "aqsgd-fw2-bw4__masks-per_sample"))
     w = spec.workload
     for name in names:
         meta = json.loads((conv / name / "meta.json").read_text())
         assert meta["status"] == "ok", meta.get("failure")
         cell = meta["cell"]
         assert cell["launcher"] == "local" and cell["shaped"] is False
-        assert cell["seed"] == int(name[-1]) and cell["epochs"] == w.epochs
+        assert cell["seed"] == int(name.removesuffix("__local")[-1]) and cell["epochs"] == w.epochs
         assert cell["variant"] == ("masks-per_sample" if "masks" in name else "")
         assert cell["dropout_masks"] == ("per_sample" if "masks" in name else "random")
         assert cell["steps_per_epoch"] == w.steps_per_epoch and cell["warmup_epochs"] == 1

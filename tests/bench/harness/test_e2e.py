@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from harness_helpers import check_smoke_cell, smoke_sweep
+from harness_helpers import check_smoke_cell, smoke_sweep, two_launchers_in_one_dir
 
 from bench.__main__ import finish_sweep
 from bench.harness.sweep import Workload
@@ -43,6 +43,17 @@ def test_real_worker_smoke_cell_netns(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.netns
+@pytest.mark.timeout(400)
+def test_a_local_run_after_a_netns_run_measures_its_own_cell_and_keeps_the_netns_one(
+        tmp_path):
+    summary = two_launchers_in_one_dir(tmp_path, "netns", "local")
+    labels = set(summary["launcher_label"])
+    assert labels == {"netns (htb)", "local (none)"}, labels
+    assert set(summary["cell"]) == {"100mbps__aqsgd-fw2-bw4", "100mbps__aqsgd-fw2-bw4__local"}
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_real_worker_failure_marks_the_cell_failed_with_the_log_tail(tmp_path):
     failing = Workload(steps=2, train_samples=64, timeout_s=150, dist_timeout_s=20,
@@ -50,7 +61,7 @@ def test_real_worker_failure_marks_the_cell_failed_with_the_log_tail(tmp_path):
                        overrides={"train.fail_at_step": 1, "train.fail_rank": 1})
     out, outcomes = smoke_sweep(tmp_path, "local", failing)
     assert [o.status for o in outcomes] == ["failed"]
-    meta = json.loads((out / "100mbps__aqsgd-fw2-bw4" / "meta.json").read_text())
+    meta = json.loads((out / "100mbps__aqsgd-fw2-bw4__local" / "meta.json").read_text())
     failure = meta["failure"]
     assert failure["rank"] in (0, 1) and failure["returncode"] != 0
     tails = {failure["rank"]: failure["log_tail"],

@@ -45,22 +45,23 @@ def test_sweep_resumes_after_a_kill_and_marks_failed_cells(tmp_path):
     first = run_sweep(spec, out, launcher="local", quiet=True, worker_cmd=worker,
                       echo=lambda s: None)
     assert [o.status for o in first] == ["ok", "ok", "ok"]
-    kept = out / "100mbps__fp32" / "meta.json"
+    kept = out / "100mbps__fp32__local" / "meta.json"  # the local launcher's tag
     kept_mtime = kept.stat().st_mtime_ns
     # meta.json keeps the resolved RunConfig, the one every rank loaded
     run_config_record = json.loads(kept.read_text())["run_config"]
     assert run_config_record == load_config(kept.parent / "config.yaml").to_dict()
     assert run_config_record["model"]["n_layer"] == 2  # the tiny preset, resolved
     # simulate a kill during the aqsgd cell: no meta.json, a half-written temporary
-    victim = out / "100mbps__aqsgd-fw2-bw4"
+    victim = out / "100mbps__aqsgd-fw2-bw4__local"
     (victim / "meta.json").unlink()
     (victim / ".metrics.csv.abc123.tmp").write_text("cell,rank,ste")
 
     second = run_sweep(spec, out, launcher="local", quiet=True, worker_cmd=worker,
                        echo=lambda s: None)
     by_name = {o.name: o.status for o in second}
-    assert by_name == {"100mbps__fp32": "skipped", "100mbps__directq-fw4-bw8": "skipped",
-                       "100mbps__aqsgd-fw2-bw4": "ok"}
+    assert by_name == {"100mbps__fp32__local": "skipped",
+                       "100mbps__directq-fw4-bw8__local": "skipped",
+                       "100mbps__aqsgd-fw2-bw4__local": "ok"}
     assert kept.stat().st_mtime_ns == kept_mtime
     assert not list(victim.glob("*.tmp"))
     assert json.loads((victim / "meta.json").read_text())["status"] == "ok"
@@ -77,7 +78,7 @@ def test_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     outcomes = run_sweep(spec, out, launcher="local", quiet=True,
                          worker_cmd=fake_worker_cmd(tmp_path), echo=lambda s: None)
     assert [o.status for o in outcomes] == ["ok", "failed", "ok"]
-    meta = json.loads((out / "100mbps__directq-fw4-bw8" / "meta.json").read_text())
+    meta = json.loads((out / "100mbps__directq-fw4-bw8__local" / "meta.json").read_text())
     assert meta["failure"]["rank"] == 0 and meta["failure"]["returncode"] == 3
     assert "injected failure" in meta["failure"]["log_tail"]
     assert finish_sweep(out) == 1

@@ -56,7 +56,10 @@ def test_sweep_dry_run_leaves_an_existing_results_dir_as_it_was(tmp_path, capsys
                      "workload: {steps: 3}\ntiming: {start_s: 6, step_s_per_rank: 0.5}\n")
     out = tmp_path / "results"
     write_cell(out, CellSpec("100mbps", ModeSpec("fp32"), Workload(steps=3)), rate_mbit=100,
-               act_bytes=1000, step_time_s=0.1)  # finished by commit "abc"
+               act_bytes=1000, step_time_s=0.1, launcher="local")  # by commit "abc"
+    # the same cell measured on netns is another cell: it neither counts nor is touched
+    write_cell(out, CellSpec("100mbps", ModeSpec("aqsgd", 2, 4), Workload(steps=3)),
+               rate_mbit=100, act_bytes=1000, step_time_s=0.1)
     monkeypatch.setattr("bench.harness.run.provenance",
                         lambda root: {"git": {"commit": "abc"}})
     before = _tree(out)
@@ -65,6 +68,7 @@ def test_sweep_dry_run_leaves_an_existing_results_dir_as_it_was(tmp_path, capsys
     text = capsys.readouterr().out
     assert _tree(out) == before
     rows = {line.split()[0]: line for line in text.splitlines() if line.startswith("100mbps__")}
-    assert rows["100mbps__fp32"].endswith("skip: finished earlier by this commit")
-    assert rows["100mbps__aqsgd-fw2-bw4"].endswith("run")
+    assert rows["100mbps__fp32__local"].endswith(
+        "skip: finished earlier by this commit on this launcher and machine")
+    assert rows["100mbps__aqsgd-fw2-bw4__local"].endswith("run")
     assert "sweep s: 1 of 2 cells to run, about" in text

@@ -27,5 +27,6 @@ def test_every_launcher_is_found_by_the_name_it_records():
         assert launcher_factory(name).name == name
     for name in TEARDOWNS:
         assert callable(state_teardown(name)) and name in FACTORIES
-    with pytest.raises(ValueError, match="expected one of docker, netns, ssh, got 'local'"):
-        state_teardown("local")  # the local launcher writes no state file
+    with pytest.raises(ValueError, match="expected one of docker, local, netns, ssh, got "
+                                         "'export'"):
+        state_teardown("export")  # the multihost planner writes no state file

@@ -101,7 +101,7 @@ def test_a_state_file_naming_an_unknown_launcher_is_refused_naming_file_and_valu
                  processes=[worker.to_dict()])
     ex = RecordingExecutor()
     with pytest.raises(StateFileError, match=re.escape(f"{odd}: launcher: expected one of "
-                                                       f"docker, netns, ssh, got "
+                                                       f"docker, local, netns, ssh, got "
                                                        f"'kubernetes'")):
         cleanup([odd], ex)
     # refused before anything was touched

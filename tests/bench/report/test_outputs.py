@@ -42,7 +42,7 @@ def test_report_writes_summary_csv_and_json_with_one_row_per_cell(sweep):
     assert list(table.columns) == list(rows[0]) and set(SUMMARY_COLUMNS) <= set(rows[0])
     assert set(IDENTITY) <= set(rows[0])
     by_cell = {r["cell"]: r for r in rows}
-    gc = by_cell["100mbps__aqsgd+gc-ef21-fw2-bw4-dp2__s0"]
+    gc = by_cell["100mbps__aqsgd+gc-ef21-fw2-bw4-dp2__s0__docker"]
     assert (gc["launcher"], gc["replicas"], gc["mode_spec"]) == ("docker", 2, "aqsgd+gc/ef21:2/4")
     # every spelling a script reads back is the one `--modes` takes
     assert {str(parse_mode(r["mode_spec"])) for r in rows} == {r["mode_spec"] for r in rows}

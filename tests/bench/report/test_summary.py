@@ -68,3 +68,40 @@ def test_failed_cells_are_left_out_unless_asked(tmp_path):
     assert load_results([tmp_path]).empty
     assert len(load_results([tmp_path], include_failed=True)) == 12
     assert summarize([tmp_path])["status"].tolist() == ["failed"]
+
+
+def test_cells_of_two_launchers_are_rows_of_their_own_compared_like_with_like(tmp_path):
+    from bench.report.plots import launchers_line, series_labels
+    from bench.report.tables import _rows
+
+    write_fixture_cell(tmp_path, step_time_s=0.8)
+    write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, step_time_s=0.2)
+    write_fixture_cell(tmp_path, step_time_s=0.4, launcher="docker", shaping="htb+netem")
+    table = summarize([tmp_path])
+    assert len(table) == 3 and table["cell"].is_unique
+    by = table.set_index("launcher_label")
+    assert set(by.index) == {"netns (htb)", "docker (htb+netem)"}
+    # the docker fp32 cell is no reference for the netns aqsgd cell, nor the reverse
+    aq = table[table["mode"] == "aqsgd"].iloc[0]
+    assert aq["speedup_vs_fp32"] == pytest.approx(4.0)
+    assert by.loc["docker (htb+netem)", "speedup_vs_fp32"] == pytest.approx(1.0)
+    headers, rows = _rows(table)
+    column = [r[headers.index("launcher")] for r in rows]
+    assert sorted(column) == ["docker (htb+netem)", "netns (htb)", "netns (htb)"]
+    # figures: each series names its launcher, the title every launcher drawn
+    assert "fp32 [docker (htb+netem)]" in set(series_labels(table))
+    assert launchers_line(table) == "launchers: docker (htb+netem), netns (htb)"
+    assert launchers_line(table[table["launcher"] == "netns"]) == "launcher: netns (htb)"
+    assert set(series_labels(table[table["launcher"] == "netns"])) == {"fp32", "aqsgd:2/4"}
+
+
+def test_summarize_of_no_cells_is_an_empty_table_the_table_functions_take(tmp_path):
+    from bench.report.summary import SUMMARY_COLUMNS
+    from bench.report.tables import _rows
+
+    for paths in ([], [tmp_path]):
+        table = summarize(paths)
+        assert table.empty
+        assert list(table.columns[:len(SUMMARY_COLUMNS)]) == list(SUMMARY_COLUMNS)
+        headers, rows = _rows(table)
+        assert "launcher" in headers and rows == []

@@ -4,6 +4,7 @@ provenance, a sweep directory's cells."""
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -13,8 +14,11 @@ from report_fixtures import write_fixture_cell
 from bench.report.summary import summarize
 from bench.results import files as results
 from bench.results.files import (
+    IDENTITY_KEYS,
     METRIC_COLUMNS,
     SCHEMA_VERSION,
+    ResultFileError,
+    ResultFileWarning,
     SchemaError,
     find_cells,
     is_finished,
@@ -22,7 +26,9 @@ from bench.results.files import (
     load_results,
     metrics_frame,
     provenance,
+    read_meta,
     read_rank_jsonl,
+    reuse_refusal,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -68,14 +74,85 @@ def test_metrics_file_name_must_carry_the_rank(tmp_path):
         metrics_frame([path], "c")
 
 
-def test_finished_means_meta_ok_and_same_spec(tmp_path):
+def _identity(**change) -> dict:
+    """The identity write_fixture_cell records (netns, shaped), with `change`."""
+    return {"spec_key": "k1", "scenario_key": "scenario", "git_commit": "abc",
+            "launcher": {"launcher": "netns", "shaped": True, "options": {}},
+            "machine": {"hostname": "test", "kernel": "6"}, **change}
+
+
+def test_finished_means_meta_ok_and_the_same_identity_in_every_key(tmp_path):
     cell_dir = write_fixture_cell(tmp_path, spec_key="k1")
-    assert is_finished(cell_dir, "k1")
-    assert not is_finished(cell_dir, "k2")
+    assert set(_identity()) == set(IDENTITY_KEYS)
+    assert is_finished(cell_dir, _identity())
+    assert is_finished(cell_dir)  # no identity asked: any finished cell
     assert not is_finished(tmp_path / "missing")
-    # a cell measured by another commit of the suite is not reused
-    assert is_finished(cell_dir, "k1", git_commit="abc")
-    assert not is_finished(cell_dir, "k1", git_commit="def")
+    assert reuse_refusal(tmp_path / "missing", _identity()) == "not measured yet"
+    # each key alone makes it another cell: spec, scenario file, commit, machine, launcher
+    others = {"spec_key": "k2", "scenario_key": "edited", "git_commit": "def",
+              "machine": {"hostname": "test", "kernel": "7"},
+              "launcher": {"launcher": "docker", "shaped": True, "options": {}}}
+    for key, value in others.items():
+        why = reuse_refusal(cell_dir, _identity(**{key: value}))
+        assert why.startswith(f"{key} ") and repr(value) in why, why
+    # shaped or not is the launcher's identity too (ssh --no-shaping)
+    unshaped = {"launcher": "netns", "shaped": False, "options": {}}
+    assert not is_finished(cell_dir, _identity(launcher=unshaped))
+
+
+def test_a_failed_cell_is_never_reused(tmp_path):
+    cell_dir = write_fixture_cell(tmp_path, spec_key="k1", status="failed")
+    assert reuse_refusal(cell_dir, _identity()) == "status 'failed'"
+
+
+@pytest.mark.parametrize("text", ['{"schema_version": 4, "cell": {"na', "", "[1, 2]",
+                                  "\xff\xfe"])
+def test_a_truncated_meta_json_is_named_its_cell_measured_again_and_the_others_read(
+        tmp_path, text):
+    broken = write_fixture_cell(tmp_path, spec_key="k1")
+    good = write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, spec_key="k1")
+    (broken / "meta.json").write_bytes(text.encode("latin-1"))
+    with pytest.raises(ResultFileError, match=re.escape(str(broken / "meta.json"))):
+        read_meta(broken)
+    why = reuse_refusal(broken, _identity())
+    assert why.startswith(f"unreadable: {broken / 'meta.json'}: "), why
+    with pytest.warns(ResultFileWarning, match=re.escape(str(broken / "meta.json"))):
+        metas = load_metas([tmp_path])
+    assert [m["cell_dir"] for m in metas] == [str(good)]
+    with pytest.warns(ResultFileWarning):
+        table = summarize([tmp_path])
+    assert table["cell"].tolist() == [good.name] and table["status"].tolist() == ["ok"]
+
+
+@pytest.mark.parametrize(("text", "what"), [("cell,rank,ste", "lacks the column"),
+                                            ("", "not a CSV file"),
+                                            (None, "missing")])
+def test_a_corrupt_metrics_csv_is_named_its_cell_measured_again_and_the_others_read(
+        tmp_path, text, what):
+    broken = write_fixture_cell(tmp_path, spec_key="k1")
+    good = write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, spec_key="k1")
+    path = broken / "metrics.csv"
+    if text is None:
+        path.unlink()
+    else:
+        path.write_text(text)
+    why = reuse_refusal(broken, _identity())
+    assert why.startswith(f"unreadable: {path}: ") and what in why, why
+    with pytest.warns(ResultFileWarning, match=re.escape(str(path))):
+        frame = load_results([tmp_path])
+    assert set(frame["cell_dir"]) == {str(good)}
+    with pytest.warns(ResultFileWarning, match=re.escape(str(path))):
+        table = summarize([tmp_path]).set_index("cell")
+    assert table.loc[broken.name, "status"] == "unreadable"
+    assert table.loc[good.name, "status"] == "ok" and table.loc[good.name, "measured_steps"] > 0
+
+
+def test_a_corrupt_sweep_json_is_named_and_every_cell_under_it_read(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    cell = write_fixture_cell(sweep_dir)
+    (sweep_dir / "sweep.json").write_text('{"cells": ["a"')
+    with pytest.warns(ResultFileWarning, match=re.escape(str(sweep_dir / "sweep.json"))):
+        assert find_cells([sweep_dir]) == [cell]
 
 
 def _rewrite_meta(cell_dir, change) -> None:
@@ -92,7 +169,8 @@ def test_a_cell_of_schema_1_is_refused_by_name_and_version(tmp_path):
         load_results([tmp_path])
     with pytest.raises(SchemaError, match="schema_version 1"):
         summarize([tmp_path])
-    assert not is_finished(cell_dir, "k1")  # measured again, never reused
+    # measured again, never reused
+    assert reuse_refusal(cell_dir) == f"schema 1, not {SCHEMA_VERSION}"
 
 
 def test_a_cell_block_without_a_schema_2_key_is_refused(tmp_path):

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness_helpers import check_smoke_cell, smoke_sweep
+from harness_helpers import check_smoke_cell, smoke_sweep, two_launchers_in_one_dir
 from launch_helpers import delay_scenario, docker_spec
 
 from bench.launch.docker import DockerLauncher, teardown_docker
@@ -64,6 +64,20 @@ def test_two_stage_cell_across_two_shaped_containers(tmp_path):
              "volumes": launcher["volumes"]}
     assert _left_over(names) == []
     assert not list((out / ".launcher").glob("aqd*.json"))
+
+
+@pytest.mark.docker_daemon
+@pytest.mark.netns
+@pytest.mark.slow
+@pytest.mark.workers
+@pytest.mark.timeout(500)
+def test_a_docker_run_after_a_netns_run_measures_its_own_cell_and_keeps_the_netns_one(
+        tmp_path):
+    # `make bench SCENARIO=100mbps` then `... LAUNCHER=docker`: never the netns table again
+    summary = two_launchers_in_one_dir(tmp_path, "netns", "docker")
+    assert set(summary["cell"]) == {"100mbps__aqsgd-fw2-bw4", "100mbps__aqsgd-fw2-bw4__docker"}
+    assert all(label.startswith(("netns (htb", "docker (htb"))
+               for label in summary["launcher_label"])
 
 
 @pytest.mark.docker_daemon

@@ -29,7 +29,7 @@ modes: [fp32]
 workload: {steps: 2, train_samples: 64, stages: 2, timeout_s: 240, dist_timeout_s: 60,
            init_from: null}
 """
-CELL = "100mbps__fp32"
+CELL = "100mbps__fp32__slurm"  # the slurm launcher's tag (bench.harness.meta)
 JOB_WAIT_S = 170.0
 
 
