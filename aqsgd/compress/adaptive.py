@@ -14,17 +14,18 @@ bits as the link carries for free, fewer only when it forces them; the narrowest
 none fits.
 
 Note [rate estimate]: the rate is the sender's own: the bytes it sent to the peer in a
-step over the link time they took, smoothed over steps. The link time is the larger of two lower bounds (aqsgd.train.pipeline, Note
-[adaptive widths]): the time the sends were busy, and the step's stretch beyond its
-compute. A step slower than the average replaces it (the chooser backs off at once, as
-TCP does); a faster one is averaged in (`SMOOTHING`). The first bound alone fails on small messages: a send completes once it is copied
-into the socket's buffer (measured on this suite's netns links: four 131 kB sends a step
-over 1 Mbit/s "took" 1 ms, read as 2 Gbit/s), so a slow link would look fast; the
-stretch is what the link cost the step whatever the buffers hide. Both err towards a
-slower link (the stretch counts the other direction's transfers and any load too), so the
-chooser errs towards fewer bits. Chosen over the receiver's arrival rate fed back, which
-needs a channel back, a clock both hosts share and arrival timing on the receiver.
-During warm-up the rows go raw, the largest messages a run sends.
+step over the link time they took, smoothed over steps. The link time is the larger of
+two lower bounds (aqsgd.train.pipeline, Note [adaptive widths]): the time the sends were
+busy, and the step's stretch beyond its compute. A step slower than the average replaces
+it (the chooser backs off at once, as TCP does); a faster one is averaged in
+(`SMOOTHING`). The first bound alone fails on small messages: a send completes once it
+is copied into the socket's buffer (measured on this suite's netns links: four 131 kB
+sends a step over 1 Mbit/s "took" 1 ms, read as 2 Gbit/s), so a slow link would look
+fast; the stretch is what the link cost the step whatever the buffers hide. Both err
+towards a slower link (the stretch counts the other direction's transfers and any load
+too), so the chooser errs towards fewer bits. Chosen over the receiver's arrival rate
+fed back, which needs a channel back, a clock both hosts share and arrival timing on the
+receiver. During warm-up the rows go raw, the largest messages a run sends.
 
 Note [hysteresis]: a width is left for fewer bits when its transfer exceeds the budget by
 `HYSTERESIS` (20%), for more bits only when the wider one fits under the budget by the same

@@ -4,8 +4,8 @@
   aqsgd/compress/modes/ (the values of `CompressionConfig.mode`);
 - `COMPARISONS`: name -> `Comparison`, every `COMPARISONS` entry there (the modes a
   sweep, a cell and a table name: fp32, directq, tahquant, aqsgd, aqsgd-adaptive,
-  aqsgd-lowbits, aqsgd+gc, bf16, fp16); `SPEEDUP_REFERENCES` the names of those the reports divide throughput by
-  (fp32, bf16);
+  aqsgd-lowbits, aqsgd+gc, bf16, fp16); `SPEEDUP_REFERENCES` the names of those the
+  reports divide throughput by (fp32, bf16);
 - `GRAD_CODECS`: name -> `DataParallel` subclass, every `CODEC` of aqsgd/compress/codecs/
   (the values of `GradCompressionConfig.mode`).
 

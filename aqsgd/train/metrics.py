@@ -11,9 +11,9 @@ train records
      "bits_sent": {"activation": [...], "gradient": [...]}, "adaptive"}
 and eval records {"kind": "eval", "step", "epoch", "warmup": false, "rank", "stage",
 "replica", "eval_loss", "perplexity", "samples", "tokens", "eval_time_s", "end_unix", bytes
-and bits_sent as above}. "end_unix" is the wall clock (time.time()) when the record was made, the end of
-the step or evaluation: on one clock with the link schedule's start (meta.json), so a
-report can place every step in the phase of the links it ran under.
+and bits_sent as above}. "end_unix" is the wall clock (time.time()) when the record was
+made, the end of the step or evaluation: on one clock with the link schedule's start
+(meta.json), so a report can place every step in the phase of the links it ran under.
 A train record's "step" is the 0-based index of its optimizer step; an eval record's is
 the number of optimizer steps done so far (0 for the evaluation `train.eval_at_start`
 runs before training). "eval_loss" (last stage, else null) is the mean over the

@@ -43,8 +43,8 @@ the step's bytes is the larger of two lower bounds (aqsgd.compress.adaptive, Not
 estimate]): the sends' busy seconds (P2P's send timer; short when the socket's buffer
 takes a whole message) and the step's stretch, its time beyond its compute,
 `step_time - (M + S - 1) * compute per micro-batch` (the pure-compute step of GPipe and
-1F1B alike, docs/performance-model.md); the first message of the step still goes at the width the last
-step announced, the rest at the new one (aqsgd.compress.activation, Note [adaptive
+1F1B alike, docs/performance-model.md); the first message of the step still goes at the
+width the last step announced, the rest at the new one (aqsgd.compress.activation, Note [adaptive
 widths]). The record keeps every message's width (`bits_sent`) and each chooser's inputs
 and choice (`adaptive`).
 
