@@ -33,7 +33,8 @@ Note on warm-up and first visits (the "layout"):
 
 Wire format, in order (empty parts are left out; ``aqsgd.compress.wire.message_nbytes``
 counts everything):
-  header  int64 (3 + B,) = [format, epoch, n_raw, sample ids...], checked by the receiver
+  header  int64 (3 + B,) = [format, epoch, n_raw, sample ids...], checked by the receiver;
+          with adaptive widths (5 + B,) = [format, epoch, n_raw, bits, next bits, ids...]
   raw     (n_raw, *S) transport dtype (fp32 in an evaluation message)
   coded   the mode's ``coded_spec((n_q, *S))``: for directq and the aqsgd modes
           codes (packed_nbytes(n_q * prod(S), bits),) uint8, then scales
@@ -42,10 +43,22 @@ With a cache the compressor gathers the coded rows' entries m[i] (in the cache's
 fp32 on CPU), the mode updates them and the compressor writes them back; the receiver's
 stage input is the stored row when the cache stores values (``aqsgd``), the mode's
 decoded rows otherwise (``aqsgd-lowbits``).
+
+Note [adaptive widths]: with ``widths`` (aqsgd.compress.adaptive) a sender may code each
+training message at another of those bit widths. The receiver must size its receives
+before the message arrives, so a width is announced one message ahead: every message's
+header carries its own width and the width of the next training message of its direction
+(an evaluation message repeats its own and changes nothing). Both sides start at
+``bits``; the sender's ``set_next_bits`` sets what it announces next, the receiver reads
+it from the header, checks the message's own width against what it expected, and decodes
+with the coder of that width. The cache is written from the decoded rows as always, so
+both copies stay bit-identical whatever widths are chosen. The header is two fields
+longer only in a direction with ``widths``; every other mode's bytes are unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -64,6 +77,7 @@ __all__ = [
     "EVAL_DTYPE",
     "CompressionConfig",
     "Compressor",
+    "header_fields",
     "make_compressor",
     "message_spec",
     "steady_raw_rows",
@@ -78,6 +92,7 @@ EVAL_DTYPE = torch.float32
 
 # header[0]: FMT_RAW, FMT_WARMUP (every row raw) or the mode's wire_format.
 HEADER_FIELDS = 3  # format, epoch, n_raw; then the B sample ids
+WIDTH_FIELDS = 2  # with `widths`: then this message's bits and the next one's
 
 
 def _check_bits(name: str, value) -> None:
@@ -103,6 +118,9 @@ class CompressionConfig:
     cache_bits: int = 4
     cache_storage: str = "memory"
     cache_dir: str | None = None
+    # adaptive widths (aqsgd.compress.adaptive): the bit widths the sender may choose per
+    # message, `bits` the first; () sends every coded message at `bits`
+    widths: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -134,6 +152,23 @@ class CompressionConfig:
         if self.uses_cache and self.cache_storage == "mmap" and not self.cache_dir:
             raise ValueError("CompressionConfig.cache_dir is required when cache_storage='mmap'")
         self.quant_config()  # validates granularity, group_size, rounding, grid, scale_method
+        self._check_widths()
+
+    def _check_widths(self) -> None:
+        w = tuple(self.widths)
+        object.__setattr__(self, "widths", w)
+        if not w:
+            return
+        for b in w:
+            _check_bits("widths[]", b)
+        if list(w) != sorted(set(w)):
+            raise ValueError(f"CompressionConfig.widths must be distinct and ascending, got {w}")
+        if not self.coding.codes_rows:
+            raise ValueError(f"CompressionConfig.widths: mode {self.mode!r} codes no rows, so "
+                             f"it has no width to choose; leave widths empty")
+        if self.bits not in w:
+            raise ValueError(f"CompressionConfig.bits ({self.bits}) is the first adaptive "
+                             f"width, so it must be one of widths {w}")
 
     @property
     def coding(self) -> type[ActivationMode]:
@@ -170,9 +205,10 @@ class _Layout:
     q_rows: torch.Tensor  # positions coded by the mode, (n_q,)
     cached: bool  # whether this message reads/writes the cache
 
-    def header(self, epoch: int) -> torch.Tensor:
-        head = torch.tensor([self.fmt, epoch, self.raw_rows.numel()], dtype=torch.int64)
-        return torch.cat([head, self.ids])  # (3 + B,)
+    def header(self, epoch: int, widths: tuple[int, ...] = ()) -> torch.Tensor:
+        head = torch.tensor([self.fmt, epoch, self.raw_rows.numel(), *widths],
+                            dtype=torch.int64)
+        return torch.cat([head, self.ids])  # (3 [+ 2] + B,)
 
 
 class Compressor:
@@ -206,6 +242,12 @@ class Compressor:
         self.out_dtype = out_dtype
         self.epoch = 0
         self.coder = cfg.coding(cfg)  # the mode: codes the rows not sent raw
+        # Note [adaptive widths]: one coder per width; `bits` is the width of the next
+        # training message of this direction, known to both sides
+        self._coders = {b: cfg.coding(dataclasses.replace(cfg, bits=b))
+                        for b in cfg.widths} or {cfg.bits: self.coder}
+        self.bits = self._next_bits = cfg.bits
+        self.last_bits = 0  # width of the last message encoded (0: no row coded)
         self._transport = TRANSPORT_DTYPES[cfg.dtype]
         if self.coder.codes_rows and cfg.granularity == "group":
             numel = math.prod(self.sample_shape)
@@ -235,6 +277,25 @@ class Compressor:
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"set_epoch: epoch must be an int >= 0, got {epoch!r}")
         self.epoch = epoch
+
+    @property
+    def adaptive(self) -> bool:
+        return bool(self.cfg.widths)
+
+    def set_next_bits(self, bits: int) -> None:
+        """The width of the training messages after the next one (sender; the next one's
+        was announced by the message before it, Note [adaptive widths])."""
+        if self.role != "send" or not self.adaptive:
+            raise RuntimeError("set_next_bits() is for the sender of an adaptive direction")
+        if bits not in self._coders:
+            raise ValueError(f"set_next_bits: {bits} is not one of widths {self.cfg.widths}")
+        self._next_bits = bits
+
+    def _widths(self, training: bool) -> tuple[int, ...]:
+        """The header's width fields of the next message: (bits, next bits)."""
+        if not self.adaptive:
+            return ()
+        return (self.bits, self._next_bits if training else self.bits)
 
     @property
     def in_warmup(self) -> bool:
@@ -273,7 +334,8 @@ class Compressor:
         batch_shape = tuple(int(n) for n in batch_shape)
         self._check_shape(batch_shape)
         lay = self._layout(batch_shape[0], sample_ids, training)
-        return message_spec(self.cfg, batch_shape, lay.raw_rows.numel(), training)
+        return message_spec(self.cfg, batch_shape, lay.raw_rows.numel(), training,
+                            bits=self.bits)
 
     def _check_shape(self, batch_shape) -> None:
         if tuple(batch_shape[1:]) != self.sample_shape:
@@ -293,7 +355,8 @@ class Compressor:
             raise RuntimeError("encode() called on a 'recv' compressor")
         self._check_shape(tuple(x.shape))
         lay = self._layout(x.shape[0], sample_ids, training)
-        out = [lay.header(self.epoch).to(x.device)]
+        out = [lay.header(self.epoch, self._widths(training)).to(x.device)]
+        coder = self._coders[self.bits]
         if lay.raw_rows.numel():
             dtype = self._transport if training else EVAL_DTYPE
             raw = _take(x, lay.raw_rows).to(dtype).contiguous()  # (n_raw, *S)
@@ -305,10 +368,13 @@ class Compressor:
             if lay.cached:
                 q_ids = _take(lay.ids, lay.q_rows)
                 m = self.cache.gather_checked(q_ids, self._m_dtype)  # fresh copy, updated in place
-                out += self.coder.encode(rows, self._generator, m)
+                out += coder.encode(rows, self._generator, m)
                 self.cache.scatter_checked(q_ids, m)  # rounds to the stored dtype once
             else:
-                out += self.coder.encode(rows, self._generator)
+                out += coder.encode(rows, self._generator)
+        self.last_bits = self.bits if lay.q_rows.numel() else 0
+        if training:
+            self.bits = self._next_bits
         return out
 
     # --- receiver -------------------------------------------------------------------------
@@ -319,7 +385,8 @@ class Compressor:
         tensors = list(tensors)
         lay = self._layout(None, sample_ids, training)
         ids = lay.ids
-        self._check_header(tensors[0], lay)
+        next_bits = self._check_header(tensors[0], lay, training)
+        coder = self._coders[self.bits]
         parts = []  # (positions in the batch, fp32 rows)
         part = 1
         if lay.raw_rows.numel():
@@ -334,15 +401,17 @@ class Compressor:
             if lay.cached:
                 q_ids = _take(lay.ids, lay.q_rows)
                 m = self.cache.gather_checked(q_ids, self._m_dtype)  # (n_q, *S)
-                rows = self.coder.decode(coded, q_shape, m)  # m updated in place
+                rows = coder.decode(coded, q_shape, m)  # m updated in place
                 stored = self.cache.stored_dtype
                 if stored is not None:  # aqsgd: the stage input is the stored row m[i]
                     rows = rows.to(stored)
                 self.cache.scatter_checked(q_ids, rows)
                 rows = rows.float()
             else:
-                rows = self.coder.decode(coded, q_shape)
+                rows = coder.decode(coded, q_shape)
             parts.append((lay.q_rows, rows))
+        self.last_bits = self.bits if lay.q_rows.numel() else 0
+        self.bits = next_bits
         if len(parts) == 1:  # every row coded the same way, already in batch order
             return parts[0][1].to(self.out_dtype)
         out = torch.empty((ids.numel(), *self.sample_shape), dtype=self.out_dtype,
@@ -351,15 +420,26 @@ class Compressor:
             out.index_copy_(0, positions.to(self.device), rows.to(self.out_dtype))
         return out
 
-    def _check_header(self, header: torch.Tensor, lay: _Layout) -> None:
-        expected = lay.header(self.epoch)
+    def _check_header(self, header: torch.Tensor, lay: _Layout, training: bool) -> int:
+        """Check the header against what the receiver derived; returns the width the
+        sender announced for the next training message (Note [adaptive widths])."""
         got = header.to("cpu", torch.int64).reshape(-1)
+        widths = ()
+        if self.adaptive and got.numel() >= HEADER_FIELDS + WIDTH_FIELDS:
+            announced = int(got[HEADER_FIELDS + 1])
+            ok = announced in self._coders if training else announced == self.bits
+            widths = (self.bits, announced if ok else -1)
+        expected = lay.header(self.epoch, widths)
         if got.shape != expected.shape or not torch.equal(got, expected):
+            fields = "format, epoch, n_raw, bits, next bits" if self.adaptive else (
+                "format, epoch, n_raw")
             raise RuntimeError(
                 "activation message header disagrees with the receiver: expected "
-                f"[format, epoch, n_raw, ids...] = {expected.tolist()}, got {got.tolist()} "
-                "(sender and receiver differ in epoch, sample ids or cache state)"
+                f"[{fields}, ids...] = {expected.tolist()}, got {got.tolist()} "
+                "(sender and receiver differ in epoch, sample ids, cache state or width; "
+                f"widths {self.cfg.widths or (self.cfg.bits,)})"
             )
+        return widths[1] if widths else self.bits
 
     def close(self) -> None:
         if self.cache is not None:
@@ -372,12 +452,17 @@ class Compressor:
         self.close()
 
 
+def header_fields(cfg: CompressionConfig) -> int:
+    """int64 fields of a message's header before the sample ids."""
+    return HEADER_FIELDS + (WIDTH_FIELDS if cfg.widths else 0)
+
+
 def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int,
-                 training: bool = True) -> WireSpec:
+                 training: bool = True, bits: int | None = None) -> WireSpec:
     """[(shape, dtype)] in wire order of a (B, *S) micro-batch's message with `n_raw` rows
-    raw and B - n_raw coded by the mode: the one size rule (`Compressor.wire_spec`,
-    traffic predictions; steady state: `steady_raw_rows`). An evaluation message
-    (`training` False) sends every row raw in EVAL_DTYPE."""
+    raw and B - n_raw coded by the mode at `bits` (None: `cfg.bits`): the one size rule
+    (`Compressor.wire_spec`, traffic predictions; steady state: `steady_raw_rows`). An
+    evaluation message (`training` False) sends every row raw in EVAL_DTYPE."""
     batch, *row_shape = (int(n) for n in batch_shape)
     if isinstance(n_raw, bool) or not isinstance(n_raw, int) or not 0 <= n_raw <= batch:
         raise ValueError(f"message_spec: n_raw must be an int in [0, {batch}], got {n_raw!r}")
@@ -387,12 +472,13 @@ def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int,
     if not training and n_raw != batch:
         raise ValueError(f"message_spec: an evaluation message sends every row raw: n_raw "
                          f"must be {batch}, got {n_raw}")
-    spec = [((HEADER_FIELDS + batch,), torch.int64)]
+    spec = [((header_fields(cfg) + batch,), torch.int64)]
     if n_raw:
         raw_dtype = TRANSPORT_DTYPES[cfg.dtype] if training else EVAL_DTYPE
         spec.append(((n_raw, *row_shape), raw_dtype))
     if batch - n_raw:
-        spec += cfg.coding.coded_spec(cfg, (batch - n_raw, *row_shape))
+        coded = cfg if bits is None or bits == cfg.bits else dataclasses.replace(cfg, bits=bits)
+        spec += cfg.coding.coded_spec(coded, (batch - n_raw, *row_shape))
     return spec
 
 

@@ -3,9 +3,9 @@
 - `ACTIVATION_MODES`: name -> `ActivationMode` subclass, every `MODE` of
   aqsgd/compress/modes/ (the values of `CompressionConfig.mode`);
 - `COMPARISONS`: name -> `Comparison`, every `COMPARISONS` entry there (the modes a
-  sweep, a cell and a table name: fp32, directq, aqsgd, aqsgd-lowbits, aqsgd+gc, bf16,
-  fp16); `SPEEDUP_REFERENCES` the names of those the reports divide throughput by
-  (fp32, bf16);
+  sweep, a cell and a table name: fp32, directq, tahquant, aqsgd, aqsgd-adaptive,
+  aqsgd-lowbits, aqsgd+gc, bf16, fp16); `SPEEDUP_REFERENCES` the names of those the
+  reports divide throughput by (fp32, bf16);
 - `GRAD_CODECS`: name -> `DataParallel` subclass, every `CODEC` of aqsgd/compress/codecs/
   (the values of `GradCompressionConfig.mode`).
 
@@ -98,6 +98,11 @@ def _check_comparisons(comparisons: Mapping, act_modes: Mapping, where: dict) ->
             raise RegistryError(f"{where[name]}: comparison {name!r} has backward mode "
                                 f"{c.backward!r}, which does not code activation gradients")
         coded = [m for m in (c.forward, c.backward) if act_modes[m].codes_rows]
+        if c.adaptive and (len(coded) < 2 or not c.takes_bits):
+            raise RegistryError(f"{where[name]}: comparison {name!r} is adaptive, so both "
+                                f"directions must code rows and it must take bit widths, got "
+                                f"forward {c.forward!r}, backward {c.backward!r}, "
+                                f"default_bits {c.default_bits}")
         if c.speedup_reference and (coded or c.takes_bits or c.data_parallel):
             raise RegistryError(f"{where[name]}: comparison {name!r} is a speed-up "
                                 f"reference, so it must code nothing (modes that code no "

@@ -7,12 +7,13 @@ train records
      "step_time_s", "compute_s", "comm_wait_s", "compress_s", "dp_sync_s",
      "samples", "tokens", "lr", "grad_norm", "end_unix",
      "bytes_sent": {"activation", "gradient", "dp"}, "bytes_recv": {...},
-     "bytes_by_peer": {"<peer rank>": {"sent", "recv"}}}
+     "bytes_by_peer": {"<peer rank>": {"sent", "recv"}},
+     "bits_sent": {"activation": [...], "gradient": [...]}, "adaptive"}
 and eval records {"kind": "eval", "step", "epoch", "warmup": false, "rank", "stage",
 "replica", "eval_loss", "perplexity", "samples", "tokens", "eval_time_s", "end_unix", bytes
-as above}. "end_unix" is the wall clock (time.time()) when the record was made, the end of
-the step or evaluation: on one clock with the link schedule's start (meta.json), so a
-report can place every step in the phase of the links it ran under.
+and bits_sent as above}. "end_unix" is the wall clock (time.time()) when the record was
+made, the end of the step or evaluation: on one clock with the link schedule's start
+(meta.json), so a report can place every step in the phase of the links it ran under.
 A train record's "step" is the 0-based index of its optimizer step; an eval record's is
 the number of optimizer steps done so far (0 for the evaluation `train.eval_at_start`
 runs before training). "eval_loss" (last stage, else null) is the mean over the
@@ -26,6 +27,15 @@ Byte counts are exactly numel * element_size of every tensor handed to isend or
 filled by irecv (message headers included); "dp" bytes are the gradient
 compressor's own counters (a collective has no single peer, so they appear in
 the per-kind totals and not in bytes_by_peer).
+
+"bits_sent": the bit width of every message this rank sent in the step, in sending order
+per kind (0: no row of it coded: warm-up, first visits, evaluation, mode none).
+"adaptive" (train records): null unless a direction of this rank chooses its widths
+(aqsgd.train.pipeline, Note [adaptive widths]); then per kind of the sender's bytes
+{"bits": the width chosen at the step's start, "rate_mbit": the smoothed rate (null before
+any send was timed), "budget_s": the last step's compute per micro-batch (null on the
+first step), "transfer_s": the chosen width's message time at that rate, "sent_bytes",
+"busy_s": the last step's sends busy, "stretch_s": its time beyond its compute}.
 
 Time accounting (seconds, per step, wall clock on this rank):
   compute_s    forward and backward of this stage (and the loss on the last one)
@@ -64,6 +74,7 @@ class StepMeter:
         self.bytes_sent = dict.fromkeys(KINDS, 0)
         self.bytes_recv = dict.fromkeys(KINDS, 0)
         self.by_peer: dict[int, dict[str, int]] = defaultdict(lambda: {"sent": 0, "recv": 0})
+        self.bits_sent: dict[str, list[int]] = {"activation": [], "gradient": []}
         self.step_start = time.perf_counter()
 
     def now_us(self) -> float:
@@ -99,6 +110,10 @@ class StepMeter:
             self.by_peer[peer]["sent"] += sent
             self.by_peer[peer]["recv"] += recv
 
+    def note_bits(self, kind: str, bits: int) -> None:
+        """The width of a message of `kind` this rank sends (0: no row coded)."""
+        self.bits_sent[kind].append(int(bits))
+
     def record(self, **fields) -> dict:
         """The step's record: `fields` plus the accumulated times and bytes."""
         rec = dict(fields)
@@ -112,6 +127,7 @@ class StepMeter:
             bytes_sent=dict(self.bytes_sent),
             bytes_recv=dict(self.bytes_recv),
             bytes_by_peer={str(p): dict(v) for p, v in sorted(self.by_peer.items())},
+            bits_sent={k: list(v) for k, v in self.bits_sent.items()},
         )
         return rec
 

@@ -12,10 +12,22 @@ validator guarantees the orders agree.
 Sends return at once and complete in the background (`wait_sends` at the end of
 the step); receives are posted early and waited for only when the data is needed.
 Every wait has a timeout, so a dead peer turns into an exception, not a hang.
+
+Send timing (`time_sends`, for adaptive widths: aqsgd.compress.adaptive, Note [rate
+estimate]): a watcher thread waits on each send's works in posting order and notes when
+it completed; a send is busy from its post, or the completion of the one before it to the
+same peer, to its own completion. `take_send_times(peer)` returns the bytes and busy
+seconds to that peer since the last call. A gloo send may be waited on only once (a second
+wait never returns), so with the timer the thread is the one waiter and `wait_sends`
+waits for the thread's word instead.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
+import time
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,7 +37,7 @@ import torch.distributed as dist
 from aqsgd.compress.wire import message_nbytes
 from aqsgd.train.metrics import StepMeter
 
-__all__ = ["PendingRecv", "P2P"]
+__all__ = ["PendingRecv", "P2P", "SendTimer"]
 
 @dataclass
 class PendingRecv:
@@ -39,21 +51,90 @@ class PendingRecv:
     posted_us: float
 
 
+class _TimedSend:
+    """One send the timer waits on: `done` once its works completed or failed (`error`)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: RuntimeError | None = None
+
+    def wait(self, timeout: timedelta) -> None:
+        if not self.done.wait(timeout.total_seconds() + 1.0):
+            raise RuntimeError(f"the send timer got no completion within "
+                               f"{timeout.total_seconds():.0f} s")
+        if self.error is not None:
+            raise self.error
+
+
+class SendTimer:
+    """Busy time of the sends to each peer (module docstring, "Send timing"), measured by
+    a daemon thread that waits on each send's works (torch releases the GIL in wait)."""
+
+    def __init__(self, timeout: timedelta):
+        self.timeout = timeout
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._totals: dict[int, list[float]] = defaultdict(lambda: [0, 0.0])  # bytes, busy s
+        self._last_done: dict[int, float] = {}
+        self._thread = threading.Thread(target=self._watch, name="send-timer", daemon=True)
+        self._thread.start()
+
+    def add(self, peer: int, works: list, nbytes: int) -> _TimedSend:
+        timed = _TimedSend()
+        self._queue.put((timed, peer, works, nbytes, time.perf_counter()))
+        return timed
+
+    def _watch(self) -> None:
+        while True:
+            timed, peer, works, nbytes, posted = self._queue.get()
+            try:
+                for w in works:
+                    w.wait(self.timeout)
+            except RuntimeError as e:  # wait_sends raises it on the main thread
+                timed.error = e
+                timed.done.set()
+                continue
+            done = time.perf_counter()
+            start = max(posted, self._last_done.get(peer, posted))
+            self._last_done[peer] = done
+            with self._lock:
+                self._totals[peer][0] += nbytes
+                self._totals[peer][1] += done - start
+            timed.done.set()  # after the totals: a step's sends are in its count
+
+    def take(self, peer: int) -> tuple[int, float]:
+        """(bytes, busy seconds) of the sends to `peer` completed since the last call."""
+        with self._lock:
+            sent, busy = self._totals.pop(peer, (0, 0.0))
+        return int(sent), float(busy)
+
+
 class P2P:
     """This rank's sends and receives, with byte counting, tracing and timeouts."""
 
-    def __init__(self, meter: StepMeter, device: torch.device, timeout_s: float):
+    def __init__(self, meter: StepMeter, device: torch.device, timeout_s: float,
+                 time_sends: bool = False):  # fmt: skip
         self.meter = meter
         self.device = device
         self.timeout = timedelta(seconds=timeout_s)
         self._sends: list[tuple[int, str, list, list[torch.Tensor], float]] = []
+        self.send_timer = SendTimer(self.timeout) if time_sends else None
 
     def send(self, peer: int, kind: str, tensors: list[torch.Tensor]) -> None:
         """Post one message; returns at once (the tensors are kept until sent)."""
         msg = [t.contiguous() for t in tensors]
         works = [dist.isend(t, dst=peer) for t in msg]
-        self.meter.add_bytes(kind, peer, sent=message_nbytes(msg))
+        nbytes = message_nbytes(msg)
+        self.meter.add_bytes(kind, peer, sent=nbytes)
+        if self.send_timer is not None:  # the timer is the one waiter (module docstring)
+            works = [self.send_timer.add(peer, works, nbytes)]
         self._sends.append((peer, kind, works, msg, self.meter.now_us()))
+
+    def take_send_times(self, peer: int) -> tuple[int, float]:
+        """(bytes, busy seconds) sent to `peer` since the last call (needs `time_sends`)."""
+        if self.send_timer is None:
+            raise RuntimeError("take_send_times() needs P2P(time_sends=True)")
+        return self.send_timer.take(peer)
 
     def post_recv(self, peer: int, kind: str, label: str,
                   spec: list[tuple[tuple[int, ...], torch.dtype]]) -> PendingRecv:  # fmt: skip

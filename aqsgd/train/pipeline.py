@@ -35,6 +35,19 @@ Every replica gets the same coefficient, and as the mean of the clipped local
 gradients has a norm of at most that quantity, the gradient the replicas average
 is bounded by `clip`, which is what clipping promises. Recorded as `grad_norm`.
 
+Note [adaptive widths]: a sending compressor with `widths` (the aqsgd-adaptive mode) has
+a `WidthChooser` here (aqsgd.compress.adaptive). At the start of each training step it
+takes what the last step's sends to that peer measured and this rank's compute per
+micro-batch of the last step, and sets the width the sender announces. The link time of
+the step's bytes is the larger of two lower bounds (aqsgd.compress.adaptive, Note [rate
+estimate]): the sends' busy seconds (P2P's send timer; short when the socket's buffer
+takes a whole message) and the step's stretch, its time beyond its compute,
+`step_time - (M + S - 1) * compute per micro-batch` (the pure-compute step of GPipe and
+1F1B alike, docs/performance-model.md); the first message of the step still goes at the
+width the last step announced, the rest at the new one (aqsgd.compress.activation, Note [adaptive
+widths]). The record keeps every message's width (`bits_sent`) and each chooser's inputs
+and choice (`adaptive`).
+
 Evaluation (`evaluate`, `eval_batch_ids`): replica r takes the held-out windows of
 micro-batches r, r + R, r + 2R, ... in order, so when eval_batches * R * B equals the
 number of held-out windows every window is evaluated exactly once; activations travel
@@ -52,6 +65,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from aqsgd.compress.activation import message_spec
+from aqsgd.compress.adaptive import WidthChooser
+from aqsgd.compress.wire import spec_nbytes
 from aqsgd.data.sampler import Sampler
 from aqsgd.model.dropout import SampleMasks
 from aqsgd.train.metrics import StepMeter
@@ -62,6 +78,7 @@ __all__ = ["Topology", "make_groups", "linear_warmup_decay", "eval_batch_ids", "
            "InjectedFailure"]  # fmt: skip
 
 _COMPRESSORS = ("fwd_send", "fwd_recv", "bwd_send", "bwd_recv")  # keys of `compressors`
+_SENDERS = {"fwd_send": "activation", "bwd_send": "gradient"}  # sender -> kind of its bytes
 
 
 class InjectedFailure(RuntimeError):
@@ -180,6 +197,36 @@ class PipelineRunner:
         self.actions = schedule.stage_actions(topo.stage)
         self.params = [p for p in module.parameters() if p.requires_grad]
         self._dp_sent = self._dp_recv = 0
+        self.choosers = self._make_choosers()  # Note [adaptive widths]
+        self._compute_per_mb_s = math.inf  # the last step's compute per micro-batch
+        self._stretch_s = 0.0  # the last step's time beyond its compute
+
+    def _make_choosers(self) -> dict[str, WidthChooser]:
+        choosers = {}
+        shape = (self.sampler.micro_batch_size, *self.comp["sample_shape"])
+        for key in _SENDERS:
+            c = self.comp.get(key)
+            if c is not None and c.adaptive:
+                def nbytes(bits, cfg=c.cfg):
+                    return spec_nbytes(message_spec(cfg, shape, 0, bits=bits))
+                choosers[key] = WidthChooser(c.cfg.widths, nbytes, start=c.cfg.bits)
+        return choosers
+
+    def _choose_widths(self) -> dict | None:
+        """Update every chooser from the last step (Note [adaptive widths]); their state."""
+        if not self.choosers:
+            return None
+        states = {}
+        for key, chooser in self.choosers.items():
+            peer = self.topo.next_rank if key == "fwd_send" else self.topo.prev_rank
+            sent, busy = self.p2p.take_send_times(peer)
+            bits = chooser.update(sent, max(busy, self._stretch_s), self._compute_per_mb_s)
+            self.comp[key].set_next_bits(bits)
+            budget = self._compute_per_mb_s
+            state = chooser.state(budget if math.isfinite(budget) else None)
+            states[_SENDERS[key]] = dict(vars(state), sent_bytes=sent, busy_s=busy,
+                                         stretch_s=self._stretch_s)
+        return states
 
     # ----------------------------------------------------------- receives
     def _recv_order(self, op: Op) -> list[int]:
@@ -202,6 +249,7 @@ class PipelineRunner:
         for c in compressors:
             c.set_epoch(epoch)
         warmup = any(c.in_warmup for c in compressors)  # Note [warm-up flag]
+        adaptive = self._choose_widths()
         ids = self.sampler.step_ids(step, self.topo.replica)  # (M, B)
         mbs = [_MicroBatch(ids[k], self.train_tokens[ids[k]]) for k in range(ids.shape[0])]
         self.module.train()
@@ -218,23 +266,30 @@ class PipelineRunner:
             elif a.op is Op.SEND_ACT:
                 with self.meter.span("compress", f"encode act mb{k}"):
                     msg = self.comp["fwd_send"].encode(mbs[k].out.detach(), mbs[k].ids)
+                self.meter.note_bits("activation", self.comp["fwd_send"].last_bits)
                 self.p2p.send(self.topo.next_rank, "activation", msg)
             elif a.op is Op.BACKWARD:
                 self._backward(mbs[k], k)
             elif a.op is Op.SEND_GRAD:
                 with self.meter.span("compress", f"encode grad mb{k}"):
                     msg = self.comp["bwd_send"].encode(mbs[k].inp.grad, mbs[k].ids)
+                self.meter.note_bits("gradient", self.comp["bwd_send"].last_bits)
                 self.p2p.send(self.topo.prev_rank, "gradient", msg)
                 mbs[k].inp = None
             elif a.op is Op.OPT_STEP:
                 grad_norm, lr = self._optimizer_step(step)
         loss = float(sum(m.loss.item() for m in mbs) / len(mbs)) if self.topo.is_last else None
         n = sum(m.ids.numel() for m in mbs)
-        return self.meter.record(
+        self._compute_per_mb_s = self.meter.seconds["compute"] / len(mbs)
+        rec = self.meter.record(
             kind="train", step=step, epoch=epoch, warmup=warmup, rank=self.topo.rank,
             stage=self.topo.stage, replica=self.topo.replica, loss=loss, samples=n,
             tokens=n * self.train_tokens.shape[1], lr=lr, grad_norm=grad_norm,
+            adaptive=adaptive,
         )  # fmt: skip
+        pure = (len(mbs) + self.topo.stages - 1) * self._compute_per_mb_s
+        self._stretch_s = max(0.0, rec["step_time_s"] - pure)
+        return rec
 
     def _on_recv(self, op: Op, mb: _MicroBatch, k: int, tensors: list[torch.Tensor]) -> None:
         if op is Op.RECV_ACT:
@@ -327,6 +382,7 @@ class PipelineRunner:
                     loss_sum += self.loss_fn(out, mb.tokens.to(self.device)).double().cpu()
                 else:
                     msg = self.comp["fwd_send"].encode(out, mb.ids, training=False)
+                    self.meter.note_bits("activation", self.comp["fwd_send"].last_bits)
                     self.p2p.send(self.topo.next_rank, "activation", msg)
             self.p2p.wait_sends()
         eval_loss = ppl = None

@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from aqsgd.compress.activation import CompressionConfig
+from aqsgd.compress.adaptive import ladder
 from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.compress.registry import COMPARISONS
 from aqsgd.filecache import atomic_write_text
@@ -48,15 +49,18 @@ __all__ = ["FREEZE_FRACTION", "compression", "freeze_after_steps", "run_config",
            "write_run_config"]
 
 
-def _direction(mode: str, dtype: str, bits: int | None, warmup_epochs: int
-               ) -> CompressionConfig:
+def _direction(mode: str, dtype: str, bits: int | None, warmup_epochs: int,
+               widths: tuple[int, ...] = ()) -> CompressionConfig:
     # A mode that takes no bit widths (fp32: mode none) sends raw rows whatever the epoch,
     # but it gets the workload's warm-up epochs too: the worker flags warm-up steps from
     # them (aqsgd.train.pipeline, Note [warm-up flag]), so every mode's throughput counts
     # the same steps.
     if bits is None:
         return CompressionConfig(mode=mode, dtype=dtype, warmup_epochs=warmup_epochs)
-    return CompressionConfig(mode=mode, dtype=dtype, bits=bits, warmup_epochs=warmup_epochs)
+    if widths:  # adaptive: start at the widest, the chooser narrows it (aqsgd.compress.adaptive)
+        bits = widths[-1]
+    return CompressionConfig(mode=mode, dtype=dtype, bits=bits, warmup_epochs=warmup_epochs,
+                             widths=widths)
 
 
 # QuantizedAdam's exact phase lasts at least this share of the run (1-bit Adam's rule).
@@ -81,8 +85,12 @@ def compression(mode: ModeSpec, workload: Workload) -> tuple[CompressionConfig,
                                                              GradCompressionConfig]:
     """(forward, backward, data-parallel gradient) compression of `mode`."""
     entry = COMPARISONS[mode.name]
-    forward = _direction(entry.forward, entry.dtype, mode.fw_bits, workload.warmup_epochs)
-    backward = _direction(entry.backward, entry.dtype, mode.bw_bits, workload.warmup_epochs)
+    fw_widths = ladder("forward", mode.fw_bits) if entry.adaptive else ()
+    bw_widths = ladder("backward", mode.bw_bits) if entry.adaptive else ()
+    forward = _direction(entry.forward, entry.dtype, mode.fw_bits, workload.warmup_epochs,
+                         fw_widths)
+    backward = _direction(entry.backward, entry.dtype, mode.bw_bits, workload.warmup_epochs,
+                          bw_widths)
     if not entry.data_parallel:
         return forward, backward, GradCompressionConfig(mode="fp32")
     grad = GradCompressionConfig(mode=mode.grad_mode, bits=mode.grad_bits,

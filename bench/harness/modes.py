@@ -1,6 +1,7 @@
 """The compression modes a sweep compares, and their `NAME[/GRAD][:FW/BW]` syntax.
 
     parse_mode("aqsgd:2/4")            # ModeSpec("aqsgd", 2, 4)
+    parse_mode("aqsgd-adaptive:4/8")   # widths chosen at run time, at most 4 and 8 bits
     parse_mode("aqsgd+gc/ef21:2/4")    # aqsgd plus EF21 data-parallel gradients
     str(parse_mode("aqsgd+gc:2/4"))    # 'aqsgd+gc/qadam:2/4' (QuantizedAdam by default)
     parse_mode("aqsgd-fw2-bw4")        # the directory spelling (ModeSpec.label) reads too
@@ -24,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from aqsgd.compress.adaptive import ladder
 from aqsgd.compress.registry import COMPARISONS, GRAD_CODECS
 
 __all__ = ["MODE_NAMES", "GRAD_COMPRESSORS", "DEFAULT_BITS", "DEFAULT_GRID", "BITS_RANGE",
@@ -84,6 +86,9 @@ class ModeSpec:
         else:
             for f in ("fw_bits", "bw_bits"):
                 check_int(f"ModeSpec({self.name})", f, getattr(self, f), *BITS_RANGE)
+        if COMPARISONS[self.name].adaptive:  # its bits are the widest of each ladder
+            ladder("forward", self.fw_bits)
+            ladder("backward", self.bw_bits)
         check_int(f"ModeSpec({self.name})", "grad_bits", self.grad_bits, *BITS_RANGE)
         if self.grad_mode not in GRAD_COMPRESSORS:
             raise ValueError(f"ModeSpec.grad_mode must be one of {', '.join(GRAD_COMPRESSORS)}, "

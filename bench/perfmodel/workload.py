@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from aqsgd.compress.activation import message_spec, steady_raw_rows
+from aqsgd.compress.adaptive import widest_fitting
 from aqsgd.compress.gradient import exchange_nbytes
 from aqsgd.compress.wire import spec_nbytes
 from aqsgd.model.config import PRESETS, ModelConfig, layer_split
@@ -26,7 +27,7 @@ from bench.net.placement import Placement
 from bench.perfmodel.profile import Profile
 
 __all__ = ["ADAM_BYTES_PER_PARAM", "StageWork", "LinkWork", "StepWorkload", "stage_params",
-           "stage_flops", "step_workload", "preset_of"]
+           "stage_flops", "step_workload", "preset_of", "adaptive_bits"]
 
 # AdamW per parameter and step: read parameter, gradient and both moments (16 bytes),
 # write parameter and both moments (12 bytes), all fp32.
@@ -147,6 +148,23 @@ def _links(placement: dict) -> dict[tuple[int, int], LinkWork]:
             for b in range(len(hosts)) if (hosts[a], hosts[b]) in by_hosts}
 
 
+def adaptive_bits(cfg, shape, stage: tuple[StageWork, ...],
+                  links: dict[tuple[int, int], LinkWork]) -> int:
+    """The steady width of an adaptive direction (`cfg.widths`): the chooser's rule
+    (aqsgd.compress.adaptive.widest_fitting) on the slowest shaped link and the fastest
+    stage's compute per micro-batch, the tightest boundary; the widest on unshaped links.
+    One width for every link, as the workload has one message size per direction."""
+    rates = [w.rate_mbit for w in links.values() if w.rate_mbit is not None]
+    if not rates:
+        return cfg.widths[-1]
+    budget = min(w.forward_s + w.backward_s for w in stage)
+
+    def size(bits: int) -> int:
+        return spec_nbytes(message_spec(cfg, shape, steady_raw_rows(cfg, shape[0]), bits=bits))
+
+    return widest_fitting(cfg.widths, size, min(rates) * 1e6 / 8, budget)
+
+
 def step_workload(config: RunConfig, placement: Placement | dict,
                   profile: Profile) -> StepWorkload:
     """The step of `config` on `placement` (a Placement or its `to_dict()`, as meta.json
@@ -160,11 +178,15 @@ def step_workload(config: RunConfig, placement: Placement | dict,
     shape = (p.micro_batch_size, model.seq_len, model.n_embd)
     elements = p.micro_batch_size * model.seq_len * model.n_embd
 
+    stage = _stage_work(config, profile)
+    links = _links(placement)
+
     def nbytes(cfg) -> int:
+        if cfg.widths:  # adaptive: the width its chooser settles on (adaptive_bits)
+            cfg = dataclasses.replace(cfg, bits=adaptive_bits(cfg, shape, stage, links))
         return spec_nbytes(message_spec(cfg, shape, steady_raw_rows(cfg, shape[0])))
 
     enc, dec = profile.compress.encode_s_per_element, profile.compress.decode_s_per_element
-    stage = _stage_work(config, profile)
     grad = config.grad
     dp_bytes = tuple(exchange_nbytes(grad, w.params, p.replicas) if p.replicas > 1 else 0
                      for w in stage)
@@ -178,4 +200,4 @@ def step_workload(config: RunConfig, placement: Placement | dict,
         decode_act_s=dec[config.forward.mode] * elements,
         encode_grad_s=enc[config.backward.mode] * elements,
         decode_grad_s=dec[config.backward.mode] * elements,
-        dp_bytes=dp_bytes, dp_codec_s=dp_codec, grad_mode=grad.mode, links=_links(placement))
+        dp_bytes=dp_bytes, dp_codec_s=dp_codec, grad_mode=grad.mode, links=links)

@@ -105,7 +105,9 @@ class Comparison:
     (`NAME/GRAD`), otherwise they are averaged exactly. `default_bits` (forward, backward)
     are the bit widths of a bare name; None: the mode takes no bit widths. `rank` orders
     tables and figures (fp32 0, directq 1, aqsgd 2, aqsgd-lowbits 3, aqsgd+gc 4, bf16 5,
-    fp16 6; a number in between places a new mode between two). A `speedup_reference`
+    fp16 6; a number in between places a new mode between two). With `adaptive` each
+    sender chooses its messages' widths at run time (aqsgd.compress.adaptive) from the
+    ladder of its direction up to the bits the mode names. A `speedup_reference`
     (fp32, bf16) codes nothing either way: the reports show every speed-up over its cell
     of the same link and layout (`speedup_vs_NAME`), and a sweep that runs it runs it
     with the replicas of aqsgd+gc too."""
@@ -118,6 +120,7 @@ class Comparison:
     data_parallel: bool = False
     dtype: str = "fp32"
     speedup_reference: bool = False
+    adaptive: bool = False
 
     @property
     def takes_bits(self) -> bool:
