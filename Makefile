@@ -7,6 +7,8 @@ SCENARIO ?= 100mbps
 SIZE ?= default
 PYTEST_ARGS ?=
 LAUNCHER ?= auto
+# `make bench`: every cell this many times, interleaved (the tables show the median)
+REPEATS ?= 1
 # The Docker images: the offline base (debootstrap) and the worker built on it, or on
 # a registry's CUDA PyTorch base (DOCKER_BASE=pytorch/pytorch:...-cuda...-runtime).
 DOCKER_BASE_IMAGE ?= aqsgd-bench-base:bookworm
@@ -55,7 +57,7 @@ lint: setup
 
 # The main job: one scenario, every compression mode, a table and figures.
 bench: setup
-	$(PY) -m bench run --scenario $(SCENARIO) --launcher $(LAUNCHER)
+	$(PY) -m bench run --scenario $(SCENARIO) --launcher $(LAUNCHER) --repeats $(REPEATS)
 
 # CI regression check against results/baseline/.
 regress: setup

@@ -136,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--reference", default="loopback", metavar="SCENARIO",
                      help="also run fp32 on this (unshaped) scenario as the speed-up "
                           "reference; 'none' to skip (default loopback)")
+    run.add_argument("--repeats", type=int, default=1,
+                     help="run every cell this many times, interleaved (all cells once, then "
+                          "again); tables and figures show the median with its min..max "
+                          "(default 1)")
     run.add_argument("--out", type=Path, help="results directory (default results/<scenario>)")
     _add_run_options(run)
 
@@ -273,8 +277,12 @@ def _run_spec(args) -> SweepSpec:
         raise ValueError(f"{flag}{err}") from None
     name = Path(args.scenario).stem
     reference = None if args.reference in ("none", "", name) else args.reference
-    spec = SweepSpec(name=name, scenarios=(args.scenario,), modes=modes, workload=workload,
-                     reference_scenario=reference)
+    try:
+        spec = SweepSpec(name=name, scenarios=(args.scenario,), modes=modes,
+                         workload=workload, reference_scenario=reference,
+                         repeats=args.repeats)
+    except ValueError as err:  # SweepSpec.repeats
+        raise ValueError(f"--repeats: {err}") from None
     try:
         check_sweep(spec)
     except SpecError as err:

@@ -51,8 +51,8 @@ def check_int(owner: str, name: str, value, lo: int, hi: int | None = None) -> N
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{owner}.{name} must be an int, got {value!r}")
     if value < lo or (hi is not None and value > hi):
-        bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise ValueError(f"{owner}.{name} must be in {bound}, got {value}")
+        bound = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"{owner}.{name} must be {bound}, got {value}")
 
 
 @dataclass(frozen=True)

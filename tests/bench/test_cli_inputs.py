@@ -46,6 +46,8 @@ BAD_INPUTS = [
     (["run", "--scenario", "100mbps", "--preset", "tiny", "--stages", "4"],
      r"--stages: cell 100mbps__fp32: preset 'tiny' has 2 blocks, fewer than its 4 stages"),
     (["run", "--scenario", "100mbps", "--stages", "0"], r"stages must be >= 1, got 0"),
+    (["run", "--scenario", "100mbps", "--repeats", "0"],
+     r"--repeats: SweepSpec.repeats must be >= 1, got 0"),
     (["run", "--scenario", "100mbps", "--stages", "3"], r"no tiny preset is sized for 3"),
     (["run", "--scenario", "100mbps", "--stages", "8"],
      r"--stages: cell 100mbps__fp32: cell of 8 stages .* needs 8 hosts; scenario '100mbps' "

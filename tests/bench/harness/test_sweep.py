@@ -13,7 +13,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_workload_and_cell_validation_name_the_field():
-    with pytest.raises(ValueError, match=r"Workload.stages must be in >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"Workload.stages must be >= 1, got 0"):
         Workload(stages=0)
     with pytest.raises(ValueError, match=r"Workload.lr must be in \(0, 1\)"):
         Workload(lr=3.0)
@@ -30,7 +30,7 @@ def test_workload_and_cell_validation_name_the_field():
      r"bits must be a list of \[forward, backward\] pairs"),
     ("name: x\nscenarios: [100mbps]\nmodes: [\"aqsgd:2/9\"]\n", "bw_bits must be in 1..8"),
     ("name: x\nscenarios: [100mbps]\nmodes: [fp32]\nworkload: {steps: 0}\n",
-     "Workload.steps must be in >= 1, got 0"),
+     "Workload.steps must be >= 1, got 0"),
 ])
 def test_bad_sweep_file_names_file_and_field(tmp_path, body, match):
     path = tmp_path / "bad.yaml"
