@@ -165,8 +165,9 @@ def series_labels(frame: pd.DataFrame) -> pd.Series:
              for r in ids.drop_duplicates().to_dict("records")}
     labels = pd.Series([names[k] for k in ids.itertuples(index=False, name=None)],
                        index=frame.index, dtype=str)
+    # a launcher's unshaped reference cell ('netns (none)') is no other launcher
     launchers = launcher_labels(frame)
-    return labels + " [" + launchers + "]" if launchers.nunique() > 1 else labels
+    return labels + " [" + launchers + "]" if frame["launcher"].nunique() > 1 else labels
 
 
 def launchers_line(frame: pd.DataFrame) -> str:

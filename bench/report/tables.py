@@ -115,7 +115,7 @@ def _with_band(fmt, column: str):
 
 
 def compute_bound_note(summary: pd.DataFrame) -> list[str]:
-    """The lines under a table: how repeats are shown, what '*' marks."""
+    """The lines under a table: how repeats are shown, what '†' marks."""
     notes = []
     if _repeated(summary):
         n = int(pd.to_numeric(summary["repeat"], errors="coerce").max()) + 1
@@ -124,7 +124,7 @@ def compute_bound_note(summary: pd.DataFrame) -> list[str]:
                      f"its own reference)")
     if not summary["compute_bound"].astype(bool).any():
         return notes
-    return [*notes, f"* compute-bound on this machine: its links would carry at least "
+    return [*notes, f"† compute-bound on this machine: its links would carry at least "
             f"{1 / COMPUTE_BOUND_SHARE:g}x its samples/s (bench.report.summary, link_share); "
             f"its speed-ups measure this machine's compute, not the link"]
 
@@ -134,7 +134,7 @@ def _keyed_rows(summary: pd.DataFrame) -> tuple[list[str], list[str], list[list[
     are one row, each number its median with [min-max] over the repeats."""
     table = _table_frame(summary)
     table["scenario_label"] = [
-        f"{s}{'*' if bound is True else ''}{' (host-limited)' if limited else ''}"
+        f"{s}{'†' if bound is True else ''}{' (host-limited)' if limited else ''}"
         for s, limited, bound in zip(table["scenario"], table["host_limited"],
                                      table["compute_bound"], strict=True)]
     table["mode_text"] = table.apply(mode_text, axis=1) if len(table) else []
@@ -211,7 +211,8 @@ def _console_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
     widths = widths or [None] * len(headers)
     columns = [Column(h, no_wrap=i < 2, width=w)
                for i, (h, w) in enumerate(zip(headers, widths, strict=True))]
-    table = Table(*columns, title=title, caption=caption,
+    # Text: the notes' '[min-max]' is not rich markup
+    table = Table(*columns, title=title, caption=None if caption is None else Text(caption),
                   caption_style="bold red")
     for r in rows:  # Text: a variant's '[dropout0]' is not rich markup
         table.add_row(*(Text(c) for c in r))
