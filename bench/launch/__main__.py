@@ -35,6 +35,7 @@ from bench.launch.state import (
     recorded_state_files,
     run_is_live,
 )
+from bench.net.placement import place
 from bench.net.probe import LinkProbeError, check_links, format_table, host_limited_warning
 from bench.net.scenario import load_scenario, with_link
 
@@ -44,13 +45,14 @@ __all__ = ["calibrate", "main"]
 def _launcher(args) -> Launcher:
     scenario = load_scenario(args.scenario)
     n_hosts = scenario.n_hosts if args.hosts is None else args.hosts
+    place(scenario, n_hosts)  # PlacementError before anything exists: too many hosts
     return launcher_factory("netns")(scenario, n_hosts, state_dir=args.state_dir,
                                      allow_drop=args.allow_drop,
                                      payload_correction=not args.no_payload_correction)
 
 
-def _probe(args) -> int:
-    with _launcher(args) as hosts:
+def _probe(args, launcher: Launcher) -> int:
+    with launcher as hosts:
         results = hosts.probe(check=False, duration_s=args.duration_s)
     record = hosts.record()  # after tear-down, so that it holds both timings
     print(f"scenario {args.scenario}: {hosts.n_hosts} hosts, shaping {record['shaping']}, "
@@ -72,8 +74,8 @@ def _probe(args) -> int:
     return 0
 
 
-def _up(args) -> int:
-    with _launcher(args) as hosts:
+def _up(args, launcher: Launcher) -> int:
+    with launcher as hosts:
         for h in hosts.record()["hosts"]:
             print(f"host {h['host']}: ip netns exec {h['netns']} ...  ({h['device']}, "
                   f"{h['addr']})")
@@ -192,7 +194,14 @@ def main(argv: list[str] | None = None) -> int:
                             "of --state-dir only")
     c.add_argument("--state-dir", type=Path, default=None)
     args = parser.parse_args(argv)
-    commands = {"probe": _probe, "up": _up, "cleanup": _cleanup, "calibrate": _calibrate}
+    if args.cmd in ("probe", "up"):
+        try:  # the scenario and the placement, checked before anything is brought up
+            launcher = _launcher(args)
+        except (ValueError, OSError) as err:  # ScenarioError, PlacementError; a bad path
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return {"probe": _probe, "up": _up}[args.cmd](args, launcher)
+    commands = {"cleanup": _cleanup, "calibrate": _calibrate}
     return commands[args.cmd](args)
 
 

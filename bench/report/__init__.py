@@ -3,9 +3,9 @@ and report.md (tables), link bounds (linkbound), figures (plots), a sweep's repe
 medians with their band (repeats), cells on scheduled links in time (timeline), the
 paper figures with the published claims and the model report (paper, claims), and the
 convergence report (convergence: quality over seeds in quality, time to quality in
-timetoquality, its figures in convergence_plots). The files are the result files (bench.results) and, for
-the model report, the model's result files bench.harness.paper wrote, judged with
-bench.perfmodel's functions.
+timetoquality, its figures in convergence_plots). The files are the result files
+(bench.results) and, for the model report, the model's result files bench.harness.paper
+wrote, judged with bench.perfmodel's functions.
 
 May import bench.results, bench.perfmodel, specfile (the claims file) and aqsgd; imports
 no launcher (bench.launch) and nothing of bench.harness (pyproject.toml's

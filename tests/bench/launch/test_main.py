@@ -1,0 +1,31 @@
+"""`python -m bench.launch probe|up` on bad input: exit 2 and one line naming the
+scenario or the host count, before any host is brought up (the launcher is never built)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.launch import __main__ as launch_main
+
+
+@pytest.fixture
+def nothing_is_built(monkeypatch):
+    def refuse(*args, **kwargs):
+        pytest.fail("bad input must be refused before a launcher is built")
+
+    monkeypatch.setattr(launch_main, "launcher_factory", refuse)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["probe", "nosuch"], "error: no scenario 'nosuch' (looked for "),
+    (["up", "nosuch.yaml"], "error: no scenario 'nosuch.yaml'"),
+    (["probe", "100mbps", "--hosts", "8"],
+     "error: cell of 8 stages x 1 replica(s) needs 8 hosts; scenario '100mbps' has 4"),
+    (["up", "100mbps", "--hosts", "0"], "error: place.stages must be >= 1, got 0"),
+])
+def test_bad_input_exits_2_before_anything_is_brought_up(argv, message, nothing_is_built,
+                                                          capsys):
+    assert launch_main.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
