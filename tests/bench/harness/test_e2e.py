@@ -26,7 +26,8 @@ def test_real_worker_smoke_cell_local(tmp_path):
     rows = json.loads((out / "summary.json").read_text())  # beside report.md, for scripts
     assert [(r["mode_spec"], r["launcher"], r["status"]) for r in rows] == [
         ("aqsgd:2/4", "local", "ok")]
-    assert (out / "summary.csv").read_text().startswith("sweep,cell,scenario,mode,mode_spec,")
+    assert (out / "summary.csv").read_text().startswith(
+        "sweep,cell,spec_name,scenario,mode,mode_spec,")
 
 
 @pytest.mark.slow

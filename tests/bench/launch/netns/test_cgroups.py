@@ -10,6 +10,7 @@ Needs root, `ip netns` and a CPU cgroup controller (the `netns` mark; CI runs as
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -50,7 +51,14 @@ def test_a_straggler_hosts_process_gets_its_quota_over_the_interval(tmp_path):
         hosts.start_schedule()
         busy = hosts.spawn(1, [sys.executable, "-c", BUSY], None, tmp_path / "busy.log")
         other = hosts.spawn(0, ["sleep", "1"], None, tmp_path / "sleep.log")
+        # the spawned shell writes its own pid into the cgroup before it execs the
+        # command: give it the moment it takes to start on a loaded machine
+        deadline = time.monotonic() + 10.0
+        while str(busy.pid) not in (path / "cgroup.procs").read_text().split() and \
+                time.monotonic() < deadline and busy.poll() is None:
+            time.sleep(0.05)
         assert str(busy.pid) in (path / "cgroup.procs").read_text().split()
+        assert other.poll() is None  # host 0's process, alive, is not in host 1's cgroup
         assert str(other.pid) not in (path / "cgroup.procs").read_text().split()
         busy.wait(30)
         run = hosts.stop_schedule()

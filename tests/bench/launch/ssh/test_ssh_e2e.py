@@ -26,7 +26,8 @@ from bench.launch.ssh.hostside import HOST_RECORD_ROOT
 
 pytestmark = [pytest.mark.netns, pytest.mark.workers, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[4]
-CELL = "100mbps__aqsgd-fw2-bw4"
+CELL = "100mbps__aqsgd-fw2-bw4"  # its directory on netns; other launchers tag it
+SSH_CELL = f"{CELL}__ssh"
 # as tests/harness_helpers.py SMOKE: 2 stages of the tiny preset, 1 warm-up step, 2 measured
 SMOKE = Workload(steps=2, train_samples=64, timeout_s=240, dist_timeout_s=60, init_from=None)
 WAIT_S = 200.0  # bring-up, probe, two torchrun agents and workers importing torch
@@ -36,20 +37,25 @@ def _smoke(out: Path, launcher: str, **options) -> dict:
     spec = SweepSpec("smoke", ("100mbps",), (parse_mode("aqsgd:2/4"),), SMOKE)
     outcomes = run_sweep(spec, out, launcher=launcher, quiet=True, echo=lambda s: None,
                          launcher_options=options or None)
-    meta = json.loads((out / CELL / "meta.json").read_text())
+    meta = json.loads((out / _cell(launcher) / "meta.json").read_text())
     assert [o.status for o in outcomes] == ["ok"], meta.get("failure")
     return meta
 
 
-def _frame(out: Path) -> pd.DataFrame:
-    return pd.read_csv(out / CELL / "metrics.csv")
+def _cell(launcher: str) -> str:
+    """The smoke cell's directory on `launcher` (bench.harness.meta.cell_dir_name)."""
+    return CELL if launcher == "netns" else f"{CELL}__{launcher}"
+
+
+def _frame(out: Path, launcher: str) -> pd.DataFrame:
+    return pd.read_csv(out / _cell(launcher) / "metrics.csv")
 
 
 @pytest.mark.timeout(900)
 def test_a_smoke_cell_over_ssh_matches_the_netns_launcher(sshd_hosts, tmp_path):
     ssh_meta = _smoke(sshd_hosts.results, "ssh", hostfile=sshd_hosts.hostfile)
     netns_meta = _smoke(tmp_path / "netns", "netns")
-    ssh, netns = _frame(sshd_hosts.results), _frame(tmp_path / "netns")
+    ssh, netns = _frame(sshd_hosts.results, "ssh"), _frame(tmp_path / "netns", "netns")
     key = ["kind", "rank", "step"]
     columns = ["bytes_sent_activation", "bytes_sent_gradient", "bytes_recv_total", "samples"]
     assert ssh[key + columns].sort_values(key).reset_index(drop=True).equals(
@@ -60,7 +66,7 @@ def test_a_smoke_cell_over_ssh_matches_the_netns_launcher(sshd_hosts, tmp_path):
     for link in ssh_meta["probe"]:
         assert abs(link["rate_mbit_achieved"] - 100.0) <= 5.0, link
     # the metrics came back over SFTP: each host's results folder is its own tmpfs
-    log = (sshd_hosts.results / CELL / "logs" / "rank1.log").read_text()
+    log = (sshd_hosts.results / SSH_CELL / "logs" / "rank1.log").read_text()
     assert f"[h1 {sshd_hosts.addr(1)}] " in log
     assert ssh_meta["launcher"]["hosts"][1]["addr"] == sshd_hosts.addr(1)
     print(f"\nssh {ssh_meta['probe']}\nnetns {netns_meta['probe']}")
@@ -203,18 +209,21 @@ def test_a_host_that_drops_mid_run_fails_the_cell_naming_it(sshd_hosts, tmp_path
         if harness.poll() is None:
             _sigkill(harness)
         sshd_hosts.set_link(1, up=True)
-    assert code == 1, log.read_text()[-3000:]
-    meta = json.loads((sshd_hosts.results / "100mbps__fp32" / "meta.json").read_text())
-    assert meta["status"] == "failed"
-    failure = meta["failure"]
-    assert failure["rank"] == 1 and failure["returncode"] == 255
-    assert f"host root@{sshd_hosts.addr(1)} dropped" in failure["log_tail"]
-    print(f"\nthe cell failed {took_s:.1f} s after host 1 dropped: {failure['reason']}")
-    # the launcher could not tear host 1 down; its state file says what is left there
-    left = json.loads((sshd_hosts.results / ".launcher" / f"{state['prefix']}.json")
-                      .read_text())
-    assert [h["entry"]["host"] for h in left["hosts"]] == [sshd_hosts.addr(1)]
-    assert sshd_hosts.qdiscs(0) == [] and sshd_hosts.qdiscs(1)
-    done = _cleanup_all_recorded()
+    try:
+        assert code == 1, log.read_text()[-3000:]
+        meta = json.loads((sshd_hosts.results / "100mbps__fp32__ssh" / "meta.json")
+                          .read_text())
+        assert meta["status"] == "failed"
+        failure = meta["failure"]
+        assert failure["rank"] == 1 and failure["returncode"] == 255
+        assert f"host root@{sshd_hosts.addr(1)} dropped" in failure["log_tail"]
+        print(f"\nthe cell failed {took_s:.1f} s after host 1 dropped: {failure['reason']}")
+        # the launcher could not tear host 1 down; its state file says what is left there
+        left = json.loads((sshd_hosts.results / ".launcher" / f"{state['prefix']}.json")
+                          .read_text())
+        assert [h["entry"]["host"] for h in left["hosts"]] == [sshd_hosts.addr(1)]
+        assert sshd_hosts.qdiscs(0) == [] and sshd_hosts.qdiscs(1)
+    finally:  # whatever failed above, the hosts' records go (later tests look for none)
+        done = _cleanup_all_recorded()
     assert done.returncode == 0, done.stderr
     _assert_nothing_left(sshd_hosts, state)
