@@ -54,6 +54,10 @@ it from the header, checks the message's own width against what it expected, and
 with the coder of that width. The cache is written from the decoded rows as always, so
 both copies stay bit-identical whatever widths are chosen. The header is two fields
 longer only in a direction with ``widths``; every other mode's bytes are unchanged.
+
+(Longer than most: the message header, its encoder on the sending side and its decoder
+on the receiving side are one wire contract, kept in one file so both sides are read
+together; splitting the adaptive-width header out is the next step when it grows.)
 """
 
 from __future__ import annotations

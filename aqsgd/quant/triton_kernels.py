@@ -64,6 +64,10 @@ code in triton_launch picks them):
   scales, write the values (or read m, write m). `decode_rows_kernel` on whole
   byte-aligned rows (a step per row, or per column loaded once per program);
   `decode_flat_kernel` otherwise (scale gathered per element by i % D or i // span).
+
+(One file past the usual length on purpose: it is device code only, every kernel beside
+the others that share its jit helpers and bit layout, each mirrored by a function of
+aqsgd.quant.reference; the launch code lives in triton_launch.)
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ carries less than twice the scenario's rate even unshaped) does not stop the sce
 warning is printed and every cell of it records `host_limited` and the lowest
 achieved rate in meta.json's `cell` block, which the table, the report and the
 figures label.
+
+(Longer than most: one cell's life, bring-up to meta.json, reads top to bottom here;
+its parts with rules of their own already live beside it: cells, meta, outages,
+preflight, lock.)
 """
 
 from __future__ import annotations

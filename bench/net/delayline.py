@@ -44,6 +44,10 @@ no such channel (a link's delay is applied at its receiver, its loss at its send
 Docker launcher refuses delay, jitter and loss schedules on the delay line.
 
 The TUN devices are not persistent: they disappear when this process exits.
+
+(One file past the usual length on purpose: it runs as a process of its own inside the
+namespaces with the standard library only, so the TUN plumbing, the scheduler and the
+control socket travel together.)
 """
 
 from __future__ import annotations
