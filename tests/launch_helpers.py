@@ -1,8 +1,12 @@
 """What the launcher tests share (tests/bench/launch/): whether a process still runs or
-has exited, what a netns run left on the host, and a Docker run spec with its scenarios."""
+has exited, what a netns run left on the host, the commands the fixtures that build
+namespace hosts of their own (sshd, Slurm) run and remove them with, and a Docker run
+spec with its scenarios."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -35,6 +39,31 @@ def leftovers(prefix: str) -> list[str]:
         text = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
         out += [f"{argv[0]} {argv[-1]}: {line}" for line in text.splitlines() if prefix in line]
     return out
+
+
+def sh(argv: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
+    """A fixture's command: output captured as text, a minute at most."""
+    return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=60, **kw)
+
+
+def extra_qdiscs(ns: str, dev: str) -> list[str]:
+    """The qdiscs on dev in namespace ns that are not the kernel's default."""
+    out = sh(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", dev]).stdout
+    return [ln for ln in out.splitlines() if ln.strip() and " noqueue " not in ln]
+
+
+def remove_namespaces(names: list[str]) -> None:
+    """Kill every process left in the named namespaces, then delete them; a name that
+    does not exist is passed over."""
+    mine = [ns for ns in names if ns in sh(["ip", "netns", "list"]).stdout.split()]
+    for ns in mine:
+        for pid in sh(["ip", "netns", "pids", ns], check=False).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for ns in mine:
+        sh(["ip", "netns", "del", ns], check=False)
 
 
 def docker_spec(scenario="100mbps", n=2, **kw) -> DockerRunSpec:

@@ -31,15 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from launch_helpers import extra_qdiscs, remove_namespaces, sh
 
 NODES = 2
 SUBNET = "198.18.77"
 CTLD_PORT, SLURMD_PORT = 6817, 6818  # in the namespaces' own network stacks
 START_TIMEOUT_S = 30.0
-
-
-def _run(argv: list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=60, **kw)
 
 
 @dataclass
@@ -72,7 +69,7 @@ class SlurmCluster:
     def run(self, argv: list[str], check: bool = True, node: int = 0
             ) -> subprocess.CompletedProcess:
         """argv in node `node`'s namespace, with this cluster's slurm.conf."""
-        return _run([*self.enter(node), *argv], check, env=self.env)
+        return sh([*self.enter(node), *argv], check, env=self.env)
 
     def enter(self, i: int) -> list[str]:
         """The prefix running a command in node i's network namespace. nsenter, not `ip
@@ -82,9 +79,7 @@ class SlurmCluster:
 
     def qdiscs(self, i: int) -> list[str]:
         """Node i's qdiscs on its interface that are not the kernel's default."""
-        out = _run(["ip", "netns", "exec", self.ns(i), "tc", "qdisc", "show", "dev",
-                    self.dev]).stdout
-        return [ln for ln in out.splitlines() if ln.strip() and " noqueue " not in ln]
+        return extra_qdiscs(self.ns(i), self.dev)
 
     def job_state(self, job_id: str) -> str:
         out = self.run(["scontrol", "show", "job", "-o", job_id]).stdout.split()
@@ -94,14 +89,14 @@ class SlurmCluster:
     def build(self) -> None:
         p = self.prefix
         for i in range(NODES):
-            _run(["ip", "netns", "add", self.ns(i)])
-            _run(["ip", "-n", self.ns(i), "link", "set", "lo", "up"])
-        _run(["ip", "link", "add", f"{p}a", "netns", self.ns(0), "type", "veth", "peer",
+            sh(["ip", "netns", "add", self.ns(i)])
+            sh(["ip", "-n", self.ns(i), "link", "set", "lo", "up"])
+        sh(["ip", "link", "add", f"{p}a", "netns", self.ns(0), "type", "veth", "peer",
               "name", f"{p}b", "netns", self.ns(1)])
         for i, end in enumerate((f"{p}a", f"{p}b")):
-            _run(["ip", "-n", self.ns(i), "link", "set", end, "name", self.dev])
-            _run(["ip", "-n", self.ns(i), "addr", "add", f"{self.addr(i)}/24", "dev", self.dev])
-            _run(["ip", "-n", self.ns(i), "link", "set", self.dev, "up"])
+            sh(["ip", "-n", self.ns(i), "link", "set", end, "name", self.dev])
+            sh(["ip", "-n", self.ns(i), "addr", "add", f"{self.addr(i)}/24", "dev", self.dev])
+            sh(["ip", "-n", self.ns(i), "link", "set", self.dev, "up"])
         for sub in ("state", "log", *(f"spooln{i}" for i in range(NODES))):
             (self.workdir / sub).mkdir()
         self.conf.write_text(self._conf())
@@ -163,16 +158,8 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
-        names = _run(["ip", "netns", "list"]).stdout
-        mine = [self.ns(i) for i in range(NODES) if self.ns(i) in names]
-        for ns in mine:  # a step's processes left by a failed job: this run's namespaces
-            for pid in _run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for ns in mine:
-            _run(["ip", "netns", "del", ns], check=False)
+        # with a step's processes a failed job left in this run's namespaces
+        remove_namespaces([self.ns(i) for i in range(NODES)])
 
 
 @pytest.fixture

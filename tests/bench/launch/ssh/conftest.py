@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from launch_helpers import extra_qdiscs, remove_namespaces, sh
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
@@ -42,13 +43,9 @@ START_TIMEOUT_S = 20.0
 CLIENT_ALIVE_S, CLIENT_ALIVE_MAX = 2, 3
 
 
-def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, check=check, timeout=60)
-
-
 def _free_subnet() -> int:
     """A third octet X with 198.18.X.0/24 unused by every route of this namespace."""
-    routes = _run(["ip", "-4", "route", "show", "table", "all"]).stdout
+    routes = sh(["ip", "-4", "route", "show", "table", "all"]).stdout
     used = []
     for line in routes.split("\n"):
         word = line.split(" ", 1)[0]
@@ -103,42 +100,41 @@ class SshdHosts:
 
     def run(self, i: int, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
         """argv inside host i's namespace (as the machine's root, not over SSH)."""
-        return _run(["ip", "netns", "exec", self.ns(i), *argv], check)
+        return sh(["ip", "netns", "exec", self.ns(i), *argv], check)
 
     def qdiscs(self, i: int) -> list[str]:
         """Host i's qdiscs on its interface that are not the kernel's default."""
-        out = self.run(i, ["tc", "qdisc", "show", "dev", self.dev(i)]).stdout
-        return [ln for ln in out.splitlines() if ln.strip() and " noqueue " not in ln]
+        return extra_qdiscs(self.ns(i), self.dev(i))
 
     def pids(self, i: int) -> list[int]:
         """Processes in host i's namespace other than its sshd listener."""
         listener = self.sshd[i].pid if i < len(self.sshd) else None
-        out = _run(["ip", "netns", "pids", self.ns(i)], check=False).stdout.split()
+        out = sh(["ip", "netns", "pids", self.ns(i)], check=False).stdout.split()
         return [int(p) for p in out if int(p) != listener]
 
     def set_link(self, i: int, up: bool) -> None:
         """Take host i off the network (its interface down) or back on."""
-        _run(["ip", "-n", self.ns(i), "link", "set", self.dev(i), "up" if up else "down"])
+        sh(["ip", "-n", self.ns(i), "link", "set", self.dev(i), "up" if up else "down"])
 
     # -- building -------------------------------------------------------------------
     def build(self) -> None:
         p = self.prefix
-        _run(["ip", "netns", "add", self.switch])
-        _run(["ip", "-n", self.switch, "link", "add", f"{p}-br", "type", "bridge"])
-        _run(["ip", "-n", self.switch, "link", "set", f"{p}-br", "up"])
-        _run(["ip", "link", "add", f"{p}c", "type", "veth", "peer", "name", f"{p}cs",
+        sh(["ip", "netns", "add", self.switch])
+        sh(["ip", "-n", self.switch, "link", "add", f"{p}-br", "type", "bridge"])
+        sh(["ip", "-n", self.switch, "link", "set", f"{p}-br", "up"])
+        sh(["ip", "link", "add", f"{p}c", "type", "veth", "peer", "name", f"{p}cs",
               "netns", self.switch])
-        _run(["ip", "addr", "add", f"198.18.{self.subnet}.254/24", "dev", f"{p}c"])
-        _run(["ip", "link", "set", f"{p}c", "up"])
+        sh(["ip", "addr", "add", f"198.18.{self.subnet}.254/24", "dev", f"{p}c"])
+        sh(["ip", "link", "set", f"{p}c", "up"])
         self._join_switch(f"{p}cs")
         for i in range(self.n):
-            _run(["ip", "netns", "add", self.ns(i)])
-            _run(["ip", "-n", self.ns(i), "link", "set", "lo", "up"])
-            _run(["ip", "-n", self.ns(i), "link", "add", self.dev(i), "type", "veth", "peer",
+            sh(["ip", "netns", "add", self.ns(i)])
+            sh(["ip", "-n", self.ns(i), "link", "set", "lo", "up"])
+            sh(["ip", "-n", self.ns(i), "link", "add", self.dev(i), "type", "veth", "peer",
                   "name", f"{p}s{i}", "netns", self.switch])
-            _run(["ip", "-n", self.ns(i), "addr", "add", f"{self.addr(i)}/24", "dev",
+            sh(["ip", "-n", self.ns(i), "addr", "add", f"{self.addr(i)}/24", "dev",
                   self.dev(i)])
-            _run(["ip", "-n", self.ns(i), "link", "set", self.dev(i), "up"])
+            sh(["ip", "-n", self.ns(i), "link", "set", self.dev(i), "up"])
             self._join_switch(f"{p}s{i}")
         self._keys()
         for i in range(self.n):
@@ -146,16 +142,16 @@ class SshdHosts:
         self._write_hostfile()
 
     def _join_switch(self, dev: str) -> None:
-        _run(["ip", "-n", self.switch, "link", "set", dev, "master", f"{self.prefix}-br"])
-        _run(["ip", "-n", self.switch, "link", "set", dev, "up"])
+        sh(["ip", "-n", self.switch, "link", "set", dev, "master", f"{self.prefix}-br"])
+        sh(["ip", "-n", self.switch, "link", "set", dev, "up"])
 
     def _keys(self) -> None:
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)])
+        sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)])
         shutil.copy(self.key.with_suffix(".pub"), self.workdir / "authorized_keys")
         lines = []
         for i in range(self.n):
             hostkey = self.workdir / f"host{i}_ed25519"
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)])
+            sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)])
             pub = hostkey.with_suffix(".pub").read_text().split()
             lines.append(f"{self.addr(i)} {pub[0]} {pub[1]}")
         self.known_hosts.write_text("\n".join(lines) + "\n")
@@ -212,20 +208,8 @@ class SshdHosts:
             except ProcessLookupError:
                 pass
             proc.wait(timeout=10)
-        names = _run(["ip", "netns", "list"]).stdout
-        mine = [self.ns(i) for i in range(self.n)] + [self.switch]
-        for ns in mine:
-            if ns not in names:
-                continue
-            for pid in _run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for ns in mine:
-            if ns in names:
-                _run(["ip", "netns", "del", ns], check=False)
-        _run(["ip", "link", "del", f"{self.prefix}c"], check=False)
+        remove_namespaces([self.ns(i) for i in range(self.n)] + [self.switch])
+        sh(["ip", "link", "del", f"{self.prefix}c"], check=False)
         if self.made_privsep:
             PRIVSEP_DIR.rmdir()
 
