@@ -73,6 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", type=Path, help="convergence cells (default results/<sweep>)")
     p.add_argument("--throughput-results", type=Path,
                    help="throughput cells, shared with `make paper` (default results/paper)")
+    p.add_argument("--dynamic-results", type=Path, default=REPO_ROOT / "results" / "dynamic",
+                   help="cells of the dynamic sweep (links that change), read, never run, for "
+                        "time to quality under their schedules (default results/dynamic; "
+                        "`python -m bench sweep scenarios/sweeps/dynamic.yaml` runs them)")
     p.add_argument("--out", type=Path, help="report and figures (default RESULTS/report)")
     p.add_argument("--no-throughput", action="store_true",
                    help="do not run missing throughput cells (time-to-quality uses those "
@@ -118,11 +122,12 @@ def run_plan(p: ConvergencePlan, *, launcher: str, fresh: bool, quiet: bool) -> 
     return 1 if failed else 0
 
 
-def write_report(conv_dir: Path, throughput_dir: Path, out: Path) -> Path:
-    """The convergence report (bench.report.convergence) from the two result dirs."""
+def write_report(conv_dir: Path, throughput_dir: Path, out: Path,
+                 dynamic_dir: Path | None = None) -> Path:
+    """The convergence report (bench.report.convergence) from the result dirs."""
     from bench.report.convergence import write_convergence_report
 
-    return write_convergence_report(conv_dir, throughput_dir, out)
+    return write_convergence_report(conv_dir, throughput_dir, out, dynamic_dir=dynamic_dir)
 
 
 def run_convergence(args) -> int:
@@ -136,6 +141,7 @@ def run_convergence(args) -> int:
                          f"directory with --results")
     code = 0 if args.no_run else run_plan(p, launcher=args.launcher, fresh=args.fresh,
                                           quiet=args.quiet)
-    report = write_report(p.results, p.throughput_results, args.out or p.results / "report")
+    report = write_report(p.results, p.throughput_results, args.out or p.results / "report",
+                          args.dynamic_results)
     print(f"convergence report: {report}")
     return code

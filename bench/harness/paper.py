@@ -95,7 +95,8 @@ def run_paper(args) -> int:
     write_model_results(p.throughput_results, p.results, out)
     figures += write_model_report(out, args.claims, profile_note=MODEL_NOTE)
     print(f"performance model: {out / 'model.md'}")
-    report = write_report(p.results, p.throughput_results, p.results / "report")
+    report = write_report(p.results, p.throughput_results, p.results / "report",
+                          REPO_ROOT / "results" / "dynamic")
     print(f"convergence report: {report}")
     print_figure_paths(figures)
     return code

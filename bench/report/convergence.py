@@ -1,10 +1,12 @@
 """The convergence report: what each compression costs in model quality, over seeds, and
 what it buys in time to quality on every link of the paper sweep. Made from result files
-only: the convergence cells (held-out loss every epoch) and the throughput cells of the
-paper sweep (measured step times). docs/convergence.md explains how to read it.
+only: the convergence cells (held-out loss every epoch), the throughput cells of the
+paper sweep (measured step times) and, where it has run, the dynamic sweep's cells (the
+step times each phase of a changing link gave). docs/convergence.md explains how to read it.
 
     write_convergence_report(Path("results/convergence"), Path("results/paper"),
-                             Path("results/convergence/report"))   # -> .../convergence.md
+                             Path("results/convergence/report"),    # -> .../convergence.md
+                             dynamic_dir=Path("results/dynamic"))   # links that change
 
 writes convergence.md and the figures of bench.report.convergence_plots into the output
 folder and prints the same tables as rich tables on the terminal (unless quiet).
@@ -46,15 +48,18 @@ from bench.report.summary import SPEEDUP_REFERENCES
 from bench.report.tables import markdown_table
 from bench.report.timetoquality import (
     format_seconds,
+    schedule_cells,
     series_facts,
     step_times,
     time_to_quality,
+    time_to_quality_under_schedule,
     timed_bands,
 )
-from bench.results.files import find_cells, load_results
+from bench.results.files import find_cells, load_metas, load_results
 
 __all__ = ["DEFAULT_SCENARIO", "Convergence", "analyse", "quality_rows", "time_rows",
-           "source_rows", "dropout_rows", "verdict_rows", "write_convergence_report"]
+           "schedule_rows", "source_rows", "dropout_rows", "verdict_rows",
+           "write_convergence_report"]
 
 DEFAULT_SCENARIO = "100mbps"  # the link of the loss-against-time figure
 
@@ -72,6 +77,7 @@ class Convergence:
     timed: pd.DataFrame
     ttq: pd.DataFrame
     verdicts: tuple[Verdict, ...]
+    schedule_ttq: pd.DataFrame  # time to quality on links that change (empty: none ran)
 
     def __post_init__(self):
         if not self.scenario:
@@ -91,8 +97,8 @@ def _has_cells(path: Path) -> bool:
 
 
 def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
-            scenario: str = DEFAULT_SCENARIO) -> Convergence:
-    """Read both result folders (either may be missing or empty) and compute."""
+            scenario: str = DEFAULT_SCENARIO, dynamic_dir: Path | None = None) -> Convergence:
+    """Read the result folders (any may be missing or empty) and compute."""
     metrics = load_results([conv_dir]) if _has_cells(conv_dir) else pd.DataFrame()
     curves = eval_curves(metrics)
     bands, quality = seed_bands(curves), quality_table(curves)
@@ -101,13 +107,16 @@ def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
     if quality.empty:
         empty = pd.DataFrame()
         return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, empty,
-                           empty, tuple(judge_claims(quality, claims)))
+                           empty, tuple(judge_claims(quality, claims)), empty)
     facts = series_facts(metrics, curves)
     # time axes for the default variant: a variant changes the model, not the link
     timed = timed_bands(bands[bands["variant"] == ""], facts, times, scenario)
     ttq = time_to_quality(quality, bands, facts, times)
+    dynamic = (schedule_cells(load_metas([dynamic_dir]))
+               if dynamic_dir is not None and _has_cells(dynamic_dir) else [])
+    schedule_ttq = time_to_quality_under_schedule(quality, bands, facts, dynamic)
     return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, timed, ttq,
-                       tuple(judge_claims(quality, claims)))
+                       tuple(judge_claims(quality, claims)), schedule_ttq)
 
 
 # ------------------------------------------------------------------------ tables
@@ -150,6 +159,27 @@ def time_rows(ttq: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                      *[format_seconds(at.loc[x, "time_s"]) if at.loc[x, "status"] == "reached"
                        else at.loc[x, "status"] for x in links]])
     return headers, rows
+
+
+def schedule_rows(sched: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """(c'): the same time on the links that change, series x dynamic scenario, with
+    fp32's time over the series' there (its speed-up)."""
+    scenarios = list(dict.fromkeys(sched["scenario"]))
+    rows = []
+    for series, mine in sched.groupby("series", sort=False):
+        at = mine.set_index("scenario")
+        cells = []
+        for x in scenarios:
+            r = at.loc[x]
+            if r["status"] != "reached":
+                cells.append(r["status"])
+                continue
+            ratio = r["fp32_time_s"] / r["time_s"] if r["time_s"] > 0 else math.nan
+            cells.append(format_seconds(r["time_s"])
+                         + ("" if math.isnan(ratio) else f" ({ratio:.2f}x)"))
+        step = mine["reached_step"].iloc[0]
+        rows.append([series, "not reached" if pd.isna(step) else str(int(step)), *cells])
+    return ["mode", "reached at step", *scenarios], rows
 
 
 def source_rows(timed: pd.DataFrame, order: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -229,6 +259,14 @@ def _tables(conv: Convergence) -> list[tuple[str, str, tuple[list[str], list[lis
                     "Training time of the first evaluation at or below the target, from the "
                     "measured step times of each link's throughput cell.",
                     time_rows(conv.ttq)))
+    if not conv.schedule_ttq.empty:
+        out.append((f"Time to fp32's final held-out loss within {TOLERANCE_PCT:g}% on links "
+                    "that change",
+                    "The same steps walked through each scenario's schedule at the median "
+                    "step time the mode's own cell of the dynamic sweep measured in each "
+                    "phase, warm-up steps at fp32's (they send its raw rows); in brackets "
+                    "fp32's time there over the mode's. \"phase N not measured\": the walk "
+                    "reaches a phase the cell ended before.", schedule_rows(conv.schedule_ttq)))
     if not conv.timed.empty:
         out.append((f"Step times behind the time axis ({conv.scenario})",
                     "Medians of the throughput cell's warm-up and measured steps.",
@@ -255,10 +293,14 @@ def _print(conv: Convergence, tables) -> None:
 
 def write_convergence_report(conv_dir: Path, throughput_dir: Path, out_dir: Path, *,
                              scenario: str = DEFAULT_SCENARIO,
-                             claims_path: Path = CLAIMS_FILE, quiet: bool = False) -> Path:
-    """Write `out_dir/convergence.md` and its figures; returns the report's path."""
+                             claims_path: Path = CLAIMS_FILE, quiet: bool = False,
+                             dynamic_dir: Path | None = None) -> Path:
+    """Write `out_dir/convergence.md` and its figures; returns the report's path.
+    `dynamic_dir`: the dynamic sweep's results, for time to quality on links that change
+    (None, or a folder without cells: no such table)."""
     conv_dir, throughput_dir, out_dir = Path(conv_dir), Path(throughput_dir), Path(out_dir)
-    conv = analyse(conv_dir, throughput_dir, load_claims(claims_path), scenario)
+    conv = analyse(conv_dir, throughput_dir, load_claims(claims_path), scenario,
+                   None if dynamic_dir is None else Path(dynamic_dir))
     lines = ["# Convergence: model quality of each compression", ""]
     if not conv.has_cells:
         lines += [f"No convergence cells under `{conv_dir}`: nothing to judge. "

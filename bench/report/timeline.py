@@ -6,8 +6,10 @@ rates. Made from result files only (docs/results-schema.md).
     steps = step_times(frame, meta)          # per train step: its start and end on the
                                              # schedule's clock, wall time, samples
     table = phase_table(steps, phases)       # per phase: steps, median step, samples/s
+    loop, timed = phase_step_times(meta, table)  # (duration, median step) per phase
     plot_timeline(steps, phases, "timeline.png", title=...)
     time_under_schedule(12, [(3.0, 0.2), (3.0, 0.6), (1.5, math.inf)], loop=True)
+    time_under_schedule(30, ..., loop=True, start_s=40.0)  # the clock at which they end
     lines = timeline_section(metas, out_dir, report_dir)  # report.md's section
 
 The clock: the schedule's t = 0 is `launcher.schedule.run.started_unix` (the runner
@@ -32,8 +34,8 @@ import pandas as pd
 
 from bench.results.files import load_results
 
-__all__ = ["has_schedule", "phase_spans", "step_times", "phase_table", "plot_timeline",
-           "time_under_schedule", "timeline_section"]
+__all__ = ["has_schedule", "phase_spans", "step_times", "phase_table", "phase_step_times",
+           "phases_visited", "plot_timeline", "time_under_schedule", "timeline_section"]
 
 PHASE_COLUMNS = ("src", "dst", "phase", "lap", "start_s", "end_s", "rate_mbit", "down")
 
@@ -141,37 +143,77 @@ def phase_table(steps: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
                                        "step_time_s", "samples_s"])
 
 
+def phase_step_times(meta: dict, table: pd.DataFrame) -> tuple[bool, list[tuple[float, float]]]:
+    """The first scheduled link's schedule as time_under_schedule takes it: whether it
+    loops, and per phase of its phase list (duration_s from meta.json's schedule, the
+    median measured step time from `table`, phase_table's): inf for a down phase, NaN
+    for one no measured step fell in."""
+    first = min(meta["launcher"]["schedule"]["links"], key=lambda link: (link["src"],
+                                                                       link["dst"]))
+    step_s = dict(zip(table["phase"], table["step_time_s"], strict=True))
+    out = []
+    for k, phase in enumerate(first["phases"]):
+        own = math.inf if phase["down"] else float(step_s.get(k, math.nan))
+        out.append((float(phase["duration_s"]), own))
+    return bool(first["loop"]), out
+
+
+def phases_visited(phases: Sequence[tuple[float, float]], loop: bool, t0: float,
+                   t1: float) -> set[int]:
+    """The indices of `phases` ((duration_s, ...) each) the schedule's clock passes
+    through from t0 to t1 (after the last phase of a schedule that does not loop: the
+    last)."""
+    ends = np.cumsum([d for d, *_ in phases]).tolist()
+    lap_s = ends[-1]
+    if loop and t1 - t0 >= lap_s:
+        return set(range(len(phases)))
+    out = set()
+    for lap in range(int(t0 // lap_s), int(t1 // lap_s) + 1) if loop else (0,):
+        for k, end in enumerate(ends):
+            start = lap * lap_s + (ends[k - 1] if k else 0.0)
+            if start < t1 and lap * lap_s + end > t0:
+                out.add(k)
+    if not loop and t1 > lap_s:
+        out.add(len(phases) - 1)
+    return out
+
+
 def time_under_schedule(steps_needed: float, phases: Sequence[tuple[float, float]],
-                        loop: bool) -> float:
-    """Seconds until `steps_needed` steps are done when the link runs through `phases`
-    ((duration_s, step_s) each: the phase's length and the measured step time in it; an
-    infinite step time for a phase where no step finishes, a link that is down), from
-    t = 0, lapping when `loop` (after the last phase a schedule that does not loop stays
-    in its last phase). Steps are fluid: a phase does duration / step_s of them. inf when
-    they are never done."""
-    if steps_needed <= 0:
-        return 0.0
+                        loop: bool, start_s: float = 0.0) -> float:
+    """The time on the schedule's clock when `steps_needed` steps begun at `start_s` are
+    done, the link running through `phases` ((duration_s, step_s) each: the phase's
+    length and the measured step time in it; an infinite step time for a phase where no
+    step finishes, a link that is down) from t = 0, lapping when `loop` (after the last
+    phase a schedule that does not loop stays in its last phase). Steps are fluid: a
+    phase does duration / step_s of them. inf when they are never done."""
     if not phases:
         raise ValueError("time_under_schedule: no phases")
-    per_lap = sum(d / s for d, s in phases if math.isfinite(s) and s > 0)
-    lap_s = sum(d for d, _ in phases)
-    t, left = 0.0, float(steps_needed)
-    if loop and per_lap > 0 and left > per_lap:  # whole laps at once
-        laps = math.floor(left / per_lap)
-        if laps * per_lap == left:
-            laps -= 1
-        t, left = laps * lap_s, left - laps * per_lap
+    if steps_needed <= 0:
+        return float(start_s)
+    rates = [1.0 / s if math.isfinite(s) and s > 0 else 0.0 for _, s in phases]
+    ends = np.cumsum([d for d, _ in phases]).tolist()
+    lap_s, per_lap = ends[-1], sum(d * r for (d, _), r in zip(phases, rates, strict=True))
+    t, left = float(start_s), float(steps_needed)
+    if not loop and t >= lap_s:  # already in the last phase, which lasts on
+        return t + left / rates[-1] if rates[-1] else math.inf
+    lap0 = math.floor(t / lap_s) * lap_s if loop else 0.0
     while True:
-        for duration, step_s in phases:
-            rate = 1.0 / step_s if math.isfinite(step_s) and step_s > 0 else 0.0
-            if rate and left <= duration * rate:
+        for k, rate in enumerate(rates):
+            end = lap0 + ends[k]
+            if end <= t:  # a phase the clock has passed
+                continue
+            span = end - t
+            if rate and left <= span * rate:
                 return t + left / rate
-            t, left = t + duration, left - duration * rate
-        if not loop:
-            _, step_s = phases[-1]  # the last phase lasts from then on
-            return t + left * step_s if math.isfinite(step_s) and step_s > 0 else math.inf
+            t, left = end, left - span * rate
+        if not loop:  # the last phase lasts from then on
+            return t + left / rates[-1] if rates[-1] else math.inf
         if per_lap == 0:
             return math.inf
+        lap0 = t
+        if left > per_lap:  # whole laps at once, the last one walked
+            laps = math.ceil(left / per_lap) - 1
+            t, lap0, left = t + laps * lap_s, lap0 + laps * lap_s, left - laps * per_lap
 
 
 def plot_timeline(steps: pd.DataFrame, phases: pd.DataFrame, path: str | Path, *,

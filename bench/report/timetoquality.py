@@ -6,6 +6,8 @@ times of the same mode in the throughput cells of that scenario.
     times = step_times(load_results(["results/paper"]))
     timed = timed_bands(bands, facts, times, "100mbps")     # bands with `time_s`
     ttq = time_to_quality(quality, bands, facts, times)     # series x scenario
+    dyn = schedule_cells(load_metas(["results/dynamic"]))   # cells whose links changed
+    sched = time_to_quality_under_schedule(quality, bands, facts, dyn)  # x dynamic scenario
 
 Definitions:
 - a throughput cell serves a series when it has the same label (mode, bits, gradient
@@ -19,19 +21,39 @@ Definitions:
   held-out loss over seeds is within TOLERANCE_PCT of fp32's final mean (fp32 of the
   same stages and replicas), "not reached" when no evaluation is; resolution is one
   evaluation interval (an epoch).
+- under a schedule (the cells of the `dynamic` sweep, whose links change while they
+  run): the same number of steps, walked through the schedule's phases from t = 0 at
+  the median step time the series' own dynamic cell measured in each phase
+  (bench.report.timeline.time_under_schedule); the warm-up steps at fp32's step time of
+  each phase (they send fp32's raw rows; fp32's dynamic cell of the scenario measured
+  them), the rest at the series' own. A phase the walk passes through that no measured
+  step of the cell fell in leaves the time unknown ("phase N not measured").
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from bench.report.quality import TOLERANCE_PCT
+from bench.report.timeline import (
+    has_schedule,
+    phase_spans,
+    phase_step_times,
+    phase_table,
+    phases_visited,
+    time_under_schedule,
+)
+from bench.report.timeline import step_times as schedule_step_times
+from bench.results.files import load_results
 
 __all__ = ["format_seconds", "step_times", "series_facts", "elapsed_s", "match_step_time",
-           "timed_bands", "time_to_quality"]
+           "timed_bands", "time_to_quality", "ScheduleCell", "schedule_cells",
+           "time_to_quality_under_schedule"]
 
 
 def format_seconds(value: float) -> str:
@@ -145,6 +167,16 @@ def timed_bands(bands: pd.DataFrame, facts: pd.DataFrame, times: pd.DataFrame,
         time_s=[], source=[], warm_step_s=[], steady_step_s=[])
 
 
+def _reached(q: pd.Series, bands: pd.DataFrame, tolerance_pct: float
+             ) -> tuple[float, int | None]:
+    """A quality row's target (fp32's final mean x (1 + tolerance)) and the step of its
+    series' first evaluation at or below it (None: none is)."""
+    target = q["fp32_mean"] * (1 + tolerance_pct / 100)
+    mine = bands[bands["series"] == q["series"]].sort_values("step")
+    hit = mine[mine["mean"] <= target]
+    return target, int(hit["step"].iloc[0]) if not hit.empty else None
+
+
 def time_to_quality(quality: pd.DataFrame, bands: pd.DataFrame, facts: pd.DataFrame,
                     times: pd.DataFrame, tolerance_pct: float = TOLERANCE_PCT) -> pd.DataFrame:
     """One row per series of the default variant and scenario of `times` (shaped links,
@@ -157,10 +189,7 @@ def time_to_quality(quality: pd.DataFrame, bands: pd.DataFrame, facts: pd.DataFr
              if not shaped.empty else shaped)
     rows = []
     for _, q in quality[quality["variant"] == ""].iterrows():
-        target = q["fp32_mean"] * (1 + tolerance_pct / 100)
-        mine = bands[bands["series"] == q["series"]].sort_values("step")
-        hit = mine[mine["mean"] <= target]
-        reached_step = int(hit["step"].iloc[0]) if not hit.empty else None
+        target, reached_step = _reached(q, bands, tolerance_pct)
         for _, link in links.iterrows():
             scenario = link["scenario"]
             src = match_step_time(facts.loc[q["series"]], times, scenario)
@@ -184,3 +213,114 @@ def time_to_quality(quality: pd.DataFrame, bands: pd.DataFrame, facts: pd.DataFr
     return pd.DataFrame(rows, columns=["series", "mode", "stages", "replicas", "scenario",
                                        "rate_mbit", "host_limited", "target", "reached_step",
                                        "time_s", "status", "source"])
+
+
+# --------------------------------------------------------------- links that change
+@dataclass(frozen=True)
+class ScheduleCell:
+    """One finished cell that ran on a schedule: its identity as a series matches it
+    (`label`, `stages`, `replicas`, `samples_per_step`) and its schedule's phases with
+    the median step time it measured in each (bench.report.timeline.phase_step_times)."""
+
+    cell: str
+    scenario: str
+    label: str
+    stages: int
+    replicas: int
+    samples_per_step: float
+    loop: bool
+    phases: tuple[tuple[float, float], ...]
+
+
+def schedule_cells(metas: list[dict]) -> list[ScheduleCell]:
+    """The ok cells of `metas` (bench.results.files.load_metas) that ran on a schedule."""
+    out = []
+    for meta in metas:
+        if meta["status"] != "ok" or not has_schedule(meta):
+            continue
+        frame = load_results([Path(meta["cell_dir"])])
+        steps = schedule_step_times(frame, meta)
+        loop, phases = phase_step_times(meta, phase_table(steps, phase_spans(meta)))
+        head = frame.iloc[0]
+        out.append(ScheduleCell(
+            cell=meta["cell"]["name"], scenario=str(head["scenario"]), label=str(head["label"]),
+            stages=int(head["stages"]), replicas=int(head["replicas"]),
+            samples_per_step=float(steps.loc[~steps["warmup"], "samples"].median()),
+            loop=loop, phases=tuple(phases)))
+    return out
+
+
+def _serving(cells: list[ScheduleCell], scenario: str, label: str, stages: int,
+             replicas: int, samples_per_step: float) -> ScheduleCell | None:
+    hits = [c for c in cells if (c.scenario, c.label, c.stages, c.replicas,
+                                 c.samples_per_step) == (scenario, label, stages, replicas,
+                                                         samples_per_step)]
+    return hits[0] if hits else None
+
+
+def _walk(steps: int, cell: ScheduleCell, start_s: float) -> tuple[float, set[int]]:
+    """When `steps` steps begun at start_s end under cell's phases, and the phases
+    without a measured step time the walk passed through (empty: the time is known)."""
+    known = [(d, math.inf if math.isnan(s) else s) for d, s in cell.phases]
+    end = time_under_schedule(steps, known, cell.loop, start_s=start_s)
+    if not math.isfinite(end):
+        return end, set()
+    unknown = {k for k in phases_visited(cell.phases, cell.loop, start_s, end)
+               if math.isnan(cell.phases[k][1])}
+    return end, unknown
+
+
+def time_to_quality_under_schedule(quality: pd.DataFrame, bands: pd.DataFrame,
+                                   facts: pd.DataFrame, cells: list[ScheduleCell],
+                                   tolerance_pct: float = TOLERANCE_PCT) -> pd.DataFrame:
+    """One row per series of the default variant and scenario of `cells`: `reached_step`
+    (as in time_to_quality), `time_s` under the schedule (module doc), `fp32_time_s`
+    (fp32's of the same layout there), `status` (reached | not reached | no dynamic
+    cell | no fp32 cell | phase N not measured | never: a link that stays down), `source`
+    (the series' dynamic cell)."""
+    columns = ["series", "mode", "stages", "replicas", "scenario", "reached_step",
+               "time_s", "fp32_time_s", "status", "source"]
+    if quality.empty or not cells:
+        return pd.DataFrame(columns=columns)
+    default = quality[quality["variant"] == ""]
+    rows = []
+    for scenario in dict.fromkeys(c.scenario for c in cells):
+        times: dict[str, float] = {}
+        for _, q in default.iterrows():
+            fact = facts.loc[q["series"]]
+            layout = (int(q["stages"]), int(q["replicas"]), float(fact["samples_per_step"]))
+            own = _serving(cells, scenario, fact["label"], *layout)
+            fp32 = _serving(cells, scenario, "fp32", *layout)
+            target, reached = _reached(q, bands, tolerance_pct)
+            row = {"series": q["series"], "mode": q["mode"], "stages": q["stages"],
+                   "replicas": q["replicas"], "scenario": scenario,
+                   "reached_step": reached, "time_s": math.nan, "fp32_time_s": math.nan,
+                   "status": "", "source": None if own is None else own.cell}
+            warm = int(fact["warmup_steps"])
+            if own is None:
+                row["status"] = "no dynamic cell"
+            elif warm and fp32 is None:
+                row["status"] = "no fp32 cell"
+            elif math.isnan(target) or reached is None:
+                row["status"] = "not reached"
+            else:
+                end, unknown = _walk(min(warm, reached), fp32, 0.0) if warm else (0.0, set())
+                if not unknown and math.isfinite(end):
+                    end, more = _walk(max(0, reached - warm), own, end)
+                    unknown |= more
+                if unknown:
+                    row["status"] = f"phase {min(unknown)} not measured"
+                elif not math.isfinite(end):
+                    row["status"] = "never"
+                else:
+                    row["status"], row["time_s"] = "reached", end
+            times[q["series"]] = row["time_s"]
+            rows.append(row)
+        for row in rows:
+            if row["scenario"] == scenario:
+                fp32_series = default[(default["mode"] == "fp32")
+                                      & (default["stages"] == row["stages"])
+                                      & (default["replicas"] == row["replicas"])]["series"]
+                row["fp32_time_s"] = times.get(fp32_series.iloc[0], math.nan) \
+                    if len(fp32_series) else math.nan
+    return pd.DataFrame(rows, columns=columns)

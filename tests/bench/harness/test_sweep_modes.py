@@ -132,7 +132,8 @@ def test_shipped_convergence_sweep_covers_the_modes_seeds_and_dropout_knob():
     assert labels >= {"fp32", "directq-fw2-bw4", "directq-fw3-bw6", "directq-fw4-bw8",
                       "aqsgd-fw2-bw4", "aqsgd-fw3-bw6", "aqsgd-fw4-bw8",
                       "aqsgd-lowbits-fw2-bw4", "aqsgd+gc-qadam-fw2-bw4",
-                      "aqsgd+gc-ef21-fw2-bw4", "aqsgd+gc-natural-fw2-bw4"}
+                      "aqsgd+gc-ef21-fw2-bw4", "aqsgd+gc-natural-fw2-bw4",
+                      "tahquant-fw2-bw4", "tahquant-fw3-bw6", "tahquant-fw4-bw8"}
     assert len(spec.seeds) >= 3 and spec.throughput == "paper"
     cells = spec.cells()
     assert any(c.workload.replicas == 2 and c.mode.name == "fp32" for c in cells)

@@ -12,7 +12,9 @@ import pytest
 from bench.report.timeline import (
     has_schedule,
     phase_spans,
+    phase_step_times,
     phase_table,
+    phases_visited,
     plot_timeline,
     step_times,
     time_under_schedule,
@@ -128,3 +130,42 @@ def test_the_timeline_figure_is_written(tmp_path):
     path = plot_timeline(step_times(_frame(STEPS), meta), phase_spans(meta),
                          tmp_path / "timeline.png", title="dyn fp32")
     assert path.is_file() and path.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(("steps", "phases", "loop", "start", "expected"), [
+    (2, [(3.0, 1.0), (3.0, 3.0)], False, 2.0, 3.0 + 3.0),   # 1 fast step left, 1 slow one
+    (1, [(3.0, 1.0), (3.0, 3.0)], False, 7.0, 10.0),        # past the end: the last lasts
+    (2, [(3.0, 1.0), (1.0, math.inf)], True, 7.5, 10.0),    # mid-lap while down, then fast
+    (2, [(3.0, 1.0), (1.0, math.inf)], True, 6.5, 9.5),     # 0.5 fast, down 1 s, 1.5 fast
+    (7, [(3.0, 1.0), (1.0, math.inf)], True, 4.0, 4 + 2 * 4 + 1),  # laps from a lap's start
+    (0, [(1.0, 1.0)], True, 2.5, 2.5),
+])
+def test_time_under_schedule_from_a_later_start(steps, phases, loop, start, expected):
+    assert time_under_schedule(steps, phases, loop, start_s=start) == pytest.approx(expected)
+
+
+def test_phase_step_times_take_the_schedules_durations():
+    meta = _meta(CHANGES)
+    phases = [{"duration_s": 3.0, "down": False}, {"duration_s": 3.0, "down": False},
+              {"duration_s": 1.0, "down": True}, {"duration_s": 5.0, "down": False}]
+    meta["launcher"]["schedule"]["links"] = [
+        {"src": 1, "dst": 0, "loop": False, "phases": phases[:1]},
+        {"src": 0, "dst": 1, "loop": True, "phases": phases}]  # the first link: 0 -> 1
+    table = phase_table(step_times(_frame(STEPS), meta), phase_spans(meta))
+    loop, timed = phase_step_times(meta, table)
+    assert loop is True
+    assert [d for d, _ in timed] == [3.0, 3.0, 1.0, 5.0]
+    assert timed[0][1] == pytest.approx(0.5) and timed[1][1] == pytest.approx(2.0)
+    assert timed[2][1] == math.inf  # down: no step ends there
+    assert math.isnan(timed[3][1])  # never reached
+
+
+@pytest.mark.parametrize(("t0", "t1", "loop", "expected"), [
+    (0.0, 2.0, True, {0}),
+    (2.0, 7.5, True, {0, 1, 2}),
+    (6.5, 11.0, True, {2, 0, 1}),         # into the next lap
+    (0.0, 30.0, True, {0, 1, 2}),         # a whole lap
+    (5.0, 20.0, False, {1, 2}),           # after the end the last phase lasts
+])
+def test_phases_visited(t0, t1, loop, expected):
+    assert phases_visited([(3.0, 1.0), (3.0, 2.0), (1.0, 0.0)], loop, t0, t1) == expected
