@@ -123,8 +123,7 @@ def teardown_state(state: dict, path: Path, ex: Executor) -> list[str]:
     with its delay line's config and log (bench.launch.state.cleanup calls this; the
     processes the file lists are killed before). Returns what was removed."""
     removed = teardown_recorded(state["namespaces"], [tuple(d) for d in state["devices"]], ex)
-    # a state file written before cgroups were recorded has none
-    for cgroup in state.get("cgroups", []):
+    for cgroup in state["cgroups"]:
         if CpuCgroups.remove(Path(cgroup)):
             removed.append(f"cgroup {cgroup}")
     files = StateFiles(path.parent, state["prefix"])

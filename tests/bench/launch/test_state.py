@@ -36,7 +36,7 @@ def _exited_identity() -> ProcessIdentity:
 
 def _state(path: Path, launcher_process: ProcessIdentity | None, **names) -> Path:
     state = {"launcher": "netns", "prefix": path.stem, "run_id": "t",
-             "namespaces": [], "devices": [], "processes": [], **names}
+             "namespaces": [], "devices": [], "processes": [], "cgroups": [], **names}
     if launcher_process is not None:
         state |= {"launcher_pid": launcher_process.pid,
                   "launcher_process": launcher_process.to_dict()}
