@@ -3,6 +3,8 @@ under, throughput per phase, and a timeline figure of step times above the sched
 rates. Made from result files only (docs/results-schema.md).
 
     phases = phase_spans(meta)               # one row per applied phase of each link
+    events = event_spans(meta)               # or, links held still: one row per stretch
+                                             # between competing flows' / stragglers' changes
     steps = step_times(frame, meta)          # per train step: its start and end on the
                                              # schedule's clock, wall time, samples
     table = phase_table(steps, phases)       # per phase: steps, median step, samples/s
@@ -19,7 +21,10 @@ wall time (the slowest rank's `step_time_s`). A step belongs to the phase its mi
 falls in; a phase is a link's index in its schedule's phase list (a looping schedule's
 laps share the index), and when several links change together (a scenario's `link`
 schedule gives every link the same one) the phase of the first scheduled link names
-the step.
+the step. A cell whose links hold still but which had competing flows or a straggler
+has stretches instead of phases: from one start or stop of a flow or a CPU cap to the
+next (the events applied at one scheduled time make one boundary, at the last of their
+applied times), each named by what ran in it.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ import pandas as pd
 
 from bench.results.files import load_results
 
-__all__ = ["has_schedule", "phase_spans", "step_times", "phase_table", "phase_step_times",
+__all__ = ["has_schedule", "has_events", "phase_spans", "event_spans", "step_times",
+           "phase_table", "phase_step_times",
            "phases_visited", "plot_timeline", "time_under_schedule", "timeline_section"]
 
 PHASE_COLUMNS = ("src", "dst", "phase", "lap", "start_s", "end_s", "rate_mbit", "down")
@@ -78,6 +84,76 @@ def phase_spans(meta: dict) -> pd.DataFrame:
                      "down": bool(change["down"])})
     return pd.DataFrame(rows, columns=list(PHASE_COLUMNS)).sort_values(
         ["start_s", "src", "dst"], kind="stable").reset_index(drop=True)
+
+
+def has_events(meta: dict) -> bool:
+    """True when the cell's links held still but competing flows or a straggler ran on
+    the schedule's clock (the scenario has them and the run applied at least one)."""
+    if "competing" not in meta["scenario"] and "stragglers" not in meta["scenario"]:
+        return False
+    run = meta["launcher"]["schedule"]["run"]
+    return run is not None and not any("kind" not in c for c in run["changes"]) and any(
+        c["kind"] in EVENT_KINDS for c in run["changes"])
+
+
+EVENT_KINDS = ("flow_start", "flow_stop", "cpu")
+
+
+def _what(flows: set[int], caps: dict[int, float], meta: dict) -> str:
+    said = []
+    if flows:
+        links = dict.fromkeys(f"{meta['scenario']['competing'][k]['src']} -> "
+                              f"{meta['scenario']['competing'][k]['dst']}" for k in sorted(flows))
+        said.append(f"{len(flows)} competing flow{'s' if len(flows) > 1 else ''} on "
+                    f"{', '.join(links)}")
+    said += [f"host {h} {f:g}x slower" for h, f in sorted(caps.items())]
+    return "; ".join(said) or "training alone"
+
+
+def event_spans(meta: dict) -> pd.DataFrame:
+    """For a cell with competing flows or stragglers (has_events): one row per stretch
+    between their changes, in phase_spans' columns (`phase` the stretch's index, `lap` 0,
+    the links' own rate, never down; src/dst the first flow's link, else 0 -> 1) plus
+    `from_s` (the stretch's scheduled start) and `what` (what ran in it)."""
+    run = meta["launcher"]["schedule"]["run"]
+    stop_s = (run["stopped_unix"] - run["started_unix"]) if run["stopped_unix"] else math.inf
+    competing = meta["scenario"]["competing"] if "competing" in meta["scenario"] else []
+    stragglers = meta["scenario"]["stragglers"] if "stragglers" in meta["scenario"] else []
+    # the scenario's own times: not the stops and lifts the launcher applies at the end
+    scheduled = {t for e in [*competing, *stragglers]
+                 for t in (e["start_s"], e["start_s"] + e["duration_s"])}
+    events = sorted((c for c in run["changes"] if c["kind"] in EVENT_KINDS and "error" not in c
+                     and c["t_s"] in scheduled), key=lambda c: (c["t_s"], c["applied_s"]))
+    src, dst = (competing[0]["src"], competing[0]["dst"]) if competing else (0, 1)
+    rate = float(meta["scenario"]["link"]["rate_mbit"])
+    flows: set[int] = set()
+    caps: dict[int, float] = {}
+    bounds = [(0.0, 0.0, _what(flows, caps, meta))]  # (scheduled, applied, what from then)
+    for t_s in dict.fromkeys(c["t_s"] for c in events):
+        at = [c for c in events if c["t_s"] == t_s]
+        for c in at:
+            if c["kind"] == "flow_start":
+                flows.add(c["flow"])
+            elif c["kind"] == "flow_stop":
+                flows.discard(c["flow"])
+            elif c["factor"] is None:
+                caps.pop(c["host"], None)
+            else:
+                caps[c["host"]] = float(c["factor"])
+        applied = max(float(c["applied_s"]) for c in at)
+        if t_s == 0.0:
+            bounds[0] = (0.0, 0.0, _what(flows, caps, meta))
+        else:
+            bounds.append((float(t_s), applied, _what(flows, caps, meta)))
+    rows = []
+    for k, (from_s, start_s, what) in enumerate(bounds):
+        end_s = bounds[k + 1][1] if k + 1 < len(bounds) else stop_s
+        if end_s <= start_s:
+            continue
+        rows.append({"src": src, "dst": dst, "phase": len(rows), "lap": 0, "start_s": start_s,
+                     "end_s": end_s, "rate_mbit": rate, "down": False, "from_s": from_s,
+                     "what": what})
+    return pd.DataFrame(rows, columns=[*PHASE_COLUMNS, "from_s", "what"])
 
 
 def step_times(frame: pd.DataFrame, meta: dict) -> pd.DataFrame:
@@ -265,6 +341,16 @@ def _fmt(value: float, spec: str) -> str:
         else format(value, spec)
 
 
+def _shares(meta: dict) -> dict[float, float]:
+    """The training's share of the competing flows' link per interval, by its scheduled
+    start (the launcher record's `competing` block; {} without flows)."""
+    schedule = meta["launcher"]["schedule"]
+    if "competing" not in schedule:
+        return {}
+    return {float(iv["start_s"]): iv["training_share"]
+            for iv in schedule["competing"]["intervals"] if iv["training_share"] is not None}
+
+
 def timeline_section(metas: list[dict], out_dir: str | Path,
                      report_dir: str | Path) -> list[str]:
     """report.md's "Links that change" section for the ok cells of `metas` that ran on a
@@ -272,7 +358,7 @@ def timeline_section(metas: list[dict], out_dir: str | Path,
     linked relative to `report_dir`, where the report lies) and
     its per-phase table beside its overall throughput (samples over summed step wall
     time, measured steps). [] when no cell ran on a schedule."""
-    cells = [m for m in metas if m["status"] == "ok" and has_schedule(m)]
+    cells = [m for m in metas if m["status"] == "ok" and (has_schedule(m) or has_events(m))]
     if not cells:
         return []
     out_dir = Path(out_dir)
@@ -282,26 +368,40 @@ def timeline_section(metas: list[dict], out_dir: str | Path,
              "fell in (the schedule's clock starts when the workers are spawned); warm-up "
              "steps are left out. samples/s of a phase: median samples per step over the "
              "median step wall time in it; overall: measured samples over their summed "
-             "step time.", ""]
+             "step time. A cell whose links held still but shared them with competing "
+             "flows or ran a straggler has stretches instead: from one start or stop of a "
+             "flow or CPU cap to the next, with the training's share of the link (bytes "
+             "of the link's class that were not the flows') where flows ran.", ""]
     for meta in cells:
         cell_dir = Path(meta["cell_dir"])
         name = meta["cell"]["name"]
         steps = step_times(load_results([cell_dir]), meta)
-        phases = phase_spans(meta)
+        phases = phase_spans(meta) if has_schedule(meta) else event_spans(meta)
         table = phase_table(steps, phases)
         png = plot_timeline(steps, phases, out_dir / f"timeline_{name}.png",
                             title=f"{name}: step times on the scheduled links")
         measured = steps[~steps["warmup"]]
         overall = float(measured["samples"].sum()) / float(measured["wall_s"].sum()) \
             if len(measured) and measured["wall_s"].sum() > 0 else math.nan
-        rows = [[str(r.phase), "down" if r.down else _fmt(r.rate_mbit, ".0f"),
-                 _fmt(r.time_s, ".1f"), str(r.steps), _fmt(r.step_time_s, ".3f"),
-                 _fmt(r.samples_s, ".1f")] for r in table.itertuples()]
-        rows.append(["all", "", _fmt(float(steps["end_s"].max()), ".1f"),
-                     str(len(measured)), _fmt(float(measured["wall_s"].median()), ".3f")
-                     if len(measured) else "-", _fmt(overall, ".1f")])
-        header = ["phase", "Mbit/s", "time in phase (s)", "steps", "median step (s)",
-                  "samples/s"]
+        total = ["all", "", _fmt(float(steps["end_s"].max()), ".1f"), str(len(measured)),
+                 _fmt(float(measured["wall_s"].median()), ".3f") if len(measured) else "-",
+                 _fmt(overall, ".1f")]
+        if has_schedule(meta):
+            rows = [[str(r.phase), "down" if r.down else _fmt(r.rate_mbit, ".0f"),
+                     _fmt(r.time_s, ".1f"), str(r.steps), _fmt(r.step_time_s, ".3f"),
+                     _fmt(r.samples_s, ".1f")] for r in table.itertuples()]
+            rows.append(total)
+            header = ["phase", "Mbit/s", "time in phase (s)", "steps", "median step (s)",
+                      "samples/s"]
+        else:
+            shares = _shares(meta)
+            rows = [[f"from {span.from_s:g} s", span.what, _fmt(r.time_s, ".1f"), str(r.steps),
+                     _fmt(r.step_time_s, ".3f"), _fmt(r.samples_s, ".1f"),
+                     _fmt(shares.get(span.from_s), ".2f")]
+                    for r, span in zip(table.itertuples(), phases.itertuples(), strict=True)]
+            rows.append([*total, ""])
+            header = ["stretch", "what ran", "time (s)", "steps", "median step (s)",
+                      "samples/s", "training's share"]
         rel = os.path.relpath(png, report_dir)
         lines += [f"### {name}", "", f"![timeline_{name}]({rel})", "",
                   "| " + " | ".join(header) + " |",

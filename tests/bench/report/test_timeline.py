@@ -11,6 +11,8 @@ import pytest
 
 from bench.report.timeline import (
     has_schedule,
+    event_spans,
+    has_events,
     phase_spans,
     phase_step_times,
     phase_table,
@@ -169,3 +171,40 @@ def test_phase_step_times_take_the_schedules_durations():
 ])
 def test_phases_visited(t0, t1, loop, expected):
     assert phases_visited([(3.0, 1.0), (3.0, 2.0), (1.0, 0.0)], loop, t0, t1) == expected
+
+
+def _event_meta():
+    """Two flows on 0 -> 1 from 2 s to 6 s, host 1 capped 2x from 4 s to 8 s; the run
+    stops at 9 s, when the launcher's own stop and lift come too."""
+    ev = [{"t_s": 2.0, "kind": "flow_start", "flow": 0, "applied_s": 2.01},
+          {"t_s": 2.0, "kind": "flow_start", "flow": 1, "applied_s": 2.03},
+          {"t_s": 4.0, "kind": "cpu", "host": 1, "factor": 2.0, "applied_s": 4.02},
+          {"t_s": 4.0, "kind": "counter", "src": 0, "dst": 1, "applied_s": 4.02},
+          {"t_s": 6.0, "kind": "flow_stop", "flow": 0, "applied_s": 6.0},
+          {"t_s": 6.0, "kind": "flow_stop", "flow": 1, "applied_s": 6.01},
+          {"t_s": 8.0, "kind": "cpu", "host": 1, "factor": None, "applied_s": 8.0},
+          {"t_s": 8.99, "kind": "cpu", "host": 1, "factor": None, "applied_s": 8.99}]
+    flow = {"src": 0, "dst": 1, "start_s": 2.0, "duration_s": 4.0, "max_rate_mbit": None}
+    return {"cell": {"name": "dyn__fp32"},
+            "scenario": {"link": {"rate_mbit": 20.0}, "competing": [flow, flow],
+                         "stragglers": [{"host": 1, "factor": 2.0, "start_s": 4.0,
+                                         "duration_s": 4.0}]},
+            "launcher": {"schedule": {"links": [], "run": {
+                "started_unix": T0, "stopped_unix": T0 + 9.0, "error": None, "changes": ev}}}}
+
+
+def test_competing_flows_and_a_straggler_give_stretches():
+    meta = _event_meta()
+    assert has_events(meta) and not has_schedule(meta)
+    spans = event_spans(meta)
+    assert spans["from_s"].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert spans["start_s"].tolist() == pytest.approx([0.0, 2.03, 4.02, 6.01, 8.0])
+    assert spans["end_s"].tolist() == pytest.approx([2.03, 4.02, 6.01, 8.0, 9.0])
+    assert spans["what"].tolist() == [
+        "training alone", "2 competing flows on 0 -> 1",
+        "2 competing flows on 0 -> 1; host 1 2x slower", "host 1 2x slower", "training alone"]
+    table = phase_table(step_times(_frame(STEPS), meta), spans)
+    assert table["steps"].sum() == len([s for s in STEPS if not s[2]])
+    assert table["rate_mbit"].tolist() == [20.0] * 5
+    static = {**meta, "scenario": {"link": {"rate_mbit": 20.0}}}
+    assert not has_events(static)
