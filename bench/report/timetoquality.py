@@ -270,6 +270,24 @@ def _walk(steps: int, cell: ScheduleCell, start_s: float) -> tuple[float, set[in
     return end, unknown
 
 
+def _schedule_time(reached: int | None, warm: int, own: ScheduleCell | None,
+                   fp32: ScheduleCell | None) -> tuple[str, float]:
+    """(status, time_s) of one series on one dynamic scenario (module doc)."""
+    if own is None:
+        return "no dynamic cell", math.nan
+    if warm and fp32 is None:
+        return "no fp32 cell", math.nan
+    if reached is None:
+        return "not reached", math.nan
+    end, unknown = _walk(min(warm, reached), fp32, 0.0) if warm else (0.0, set())
+    if not unknown and math.isfinite(end):
+        end, more = _walk(max(0, reached - warm), own, end)
+        unknown |= more
+    if unknown:
+        return f"phase {min(unknown)} not measured", math.nan
+    return ("reached", end) if math.isfinite(end) else ("never", math.nan)
+
+
 def time_to_quality_under_schedule(quality: pd.DataFrame, bands: pd.DataFrame,
                                    facts: pd.DataFrame, cells: list[ScheduleCell],
                                    tolerance_pct: float = TOLERANCE_PCT) -> pd.DataFrame:
@@ -285,42 +303,20 @@ def time_to_quality_under_schedule(quality: pd.DataFrame, bands: pd.DataFrame,
     default = quality[quality["variant"] == ""]
     rows = []
     for scenario in dict.fromkeys(c.scenario for c in cells):
-        times: dict[str, float] = {}
         for _, q in default.iterrows():
             fact = facts.loc[q["series"]]
             layout = (int(q["stages"]), int(q["replicas"]), float(fact["samples_per_step"]))
             own = _serving(cells, scenario, fact["label"], *layout)
-            fp32 = _serving(cells, scenario, "fp32", *layout)
             target, reached = _reached(q, bands, tolerance_pct)
-            row = {"series": q["series"], "mode": q["mode"], "stages": q["stages"],
-                   "replicas": q["replicas"], "scenario": scenario,
-                   "reached_step": reached, "time_s": math.nan, "fp32_time_s": math.nan,
-                   "status": "", "source": None if own is None else own.cell}
-            warm = int(fact["warmup_steps"])
-            if own is None:
-                row["status"] = "no dynamic cell"
-            elif warm and fp32 is None:
-                row["status"] = "no fp32 cell"
-            elif math.isnan(target) or reached is None:
-                row["status"] = "not reached"
-            else:
-                end, unknown = _walk(min(warm, reached), fp32, 0.0) if warm else (0.0, set())
-                if not unknown and math.isfinite(end):
-                    end, more = _walk(max(0, reached - warm), own, end)
-                    unknown |= more
-                if unknown:
-                    row["status"] = f"phase {min(unknown)} not measured"
-                elif not math.isfinite(end):
-                    row["status"] = "never"
-                else:
-                    row["status"], row["time_s"] = "reached", end
-            times[q["series"]] = row["time_s"]
-            rows.append(row)
-        for row in rows:
-            if row["scenario"] == scenario:
-                fp32_series = default[(default["mode"] == "fp32")
-                                      & (default["stages"] == row["stages"])
-                                      & (default["replicas"] == row["replicas"])]["series"]
-                row["fp32_time_s"] = times.get(fp32_series.iloc[0], math.nan) \
-                    if len(fp32_series) else math.nan
-    return pd.DataFrame(rows, columns=columns)
+            status, time_s = _schedule_time(None if math.isnan(target) else reached,
+                                            int(fact["warmup_steps"]), own,
+                                            _serving(cells, scenario, "fp32", *layout))
+            rows.append({"series": q["series"], "mode": q["mode"], "stages": q["stages"],
+                         "replicas": q["replicas"], "scenario": scenario,
+                         "reached_step": reached, "time_s": time_s, "status": status,
+                         "source": None if own is None else own.cell})
+    out = pd.DataFrame(rows, columns=[c for c in columns if c != "fp32_time_s"])
+    fp32 = out[out["mode"] == "fp32"].set_index(["scenario", "stages", "replicas"])["time_s"]
+    out["fp32_time_s"] = fp32.reindex(pd.MultiIndex.from_frame(
+        out[["scenario", "stages", "replicas"]])).to_numpy(dtype=float)
+    return out[columns]
