@@ -1,11 +1,18 @@
 """Command line for the network emulation.
 
     python -m bench.launch probe 100mbps --hosts 2     # bring up, print the link table, tear down
+    python -m bench.launch probe dynamic-halving --timeline 80   # each phase's rate, live
     python -m bench.launch up wan --hosts 4            # bring up and hold until Ctrl-C
     python -m bench.launch cleanup --all-recorded      # remove what killed runs left behind
     python -m bench.launch cleanup --all-recorded --state-dir results/100mbps/.launcher
     python -m bench.launch cleanup --state /run/aqsgd-bench/state/aq1b2c3.json
     python -m bench.launch calibrate --repeats 3      # accuracy table of this machine's emulation
+
+`probe --timeline SECONDS` starts the scenario's link schedules (and its competing flows
+and stragglers) once the static probe is done, streams over one scheduled link (the
+first, or `--link SRC DST`) for that long and prints the rate each phase delivered
+against the schedule's (bench.net.probe.timeline: the first `--settle-s` of a phase
+left out); exit 1 when a phase is off by more than `--tolerance`.
 
 probe, up and calibrate bring up network namespaces (the netns launcher, which
 bench.launch.choice finds by name: this core module imports no launcher). Cleanup, of
@@ -37,7 +44,8 @@ from bench.launch.state import (
 )
 from bench.net.placement import place
 from bench.net.probe import LinkProbeError, check_links, format_table, host_limited_warning
-from bench.net.scenario import load_scenario, with_link
+from bench.net.probe.timeline import PhaseRateError, check_phases, phase_rates
+from bench.net.scenario import NetworkScenario, load_scenario, with_link
 
 __all__ = ["calibrate", "main"]
 
@@ -46,14 +54,70 @@ def _launcher(args) -> Launcher:
     scenario = load_scenario(args.scenario)
     n_hosts = scenario.n_hosts if args.hosts is None else args.hosts
     place(scenario, n_hosts)  # PlacementError before anything exists: too many hosts
+    if args.cmd == "probe" and args.timeline:
+        _timeline_link(args, scenario, n_hosts)  # a link to follow, or ValueError
     return launcher_factory("netns")(scenario, n_hosts, state_dir=args.state_dir,
                                      allow_drop=args.allow_drop,
                                      payload_correction=not args.no_payload_correction)
 
 
+def _timeline_link(args, scenario: NetworkScenario, n_hosts: int) -> tuple[int, int]:
+    """The link --timeline streams over; ValueError when there is none to follow."""
+    scheduled = [(a, b) for a, b, _ in scenario.scheduled_links(n_hosts)]
+    if args.link is not None:
+        link = tuple(args.link)
+        if link not in scheduled:
+            raise ValueError(f"--link {link[0]} {link[1]}: not a scheduled link of "
+                             f"{args.scenario} on {n_hosts} hosts (scheduled: "
+                             f"{', '.join(f'{a} {b}' for a, b in scheduled) or 'none'})")
+        return link
+    if not scheduled:
+        raise ValueError(f"--timeline: scenario {args.scenario} has no link with a schedule")
+    return scheduled[0]
+
+
+def _probe_timeline(args, hosts: Launcher, link: tuple[int, int]) -> tuple[int, list[str]]:
+    """--timeline: start the schedules, stream over `link`; (exit code, the lines that
+    give each phase's rate against the schedule's)."""
+    from bench.launch.schedules import probe_timeline, schedule_windows
+
+    spec = load_scenario(args.scenario).link_spec(*link)
+    top = max((p.rate_mbit for p in spec.schedule.phases if p.rate_mbit is not None),
+              default=spec.rate_mbit)
+    hosts.start_schedule()
+    try:
+        reply = probe_timeline(hosts, *link, args.timeline, args.state_dir / "timeline-logs",
+                               max_pacing_mbit=2 * max(top, spec.rate_mbit))
+    finally:
+        run = hosts.stop_schedule()
+    rates = phase_rates(reply, run["started_unix"], schedule_windows(spec, args.timeline),
+                        settle_s=args.settle_s)
+    lines = [f"link {link[0]} -> {link[1]}, {args.timeline:g} s of one TCP stream while the "
+             f"schedule ran (first {args.settle_s:g} s of each phase left out):",
+             f"{'phase':>5}  {'from s':>7}  {'to s':>7}  {'schedule':>9}  {'measured':>9}  "
+             f"{'ratio':>6}"]
+    for r in rates:
+        want = r.rate_mbit_expected
+        lines.append(f"{r.index:>5}  {r.start_s:>7.1f}  {r.end_s:>7.1f}  "
+                     f"{'down' if want is None else f'{want:.2f}':>9}  "
+                     f"{r.rate_mbit_achieved:>9.2f}  "
+                     f"{'-' if not want else f'{r.rate_mbit_achieved / want:.3f}':>6}")
+    lines.append("rates: TCP payload Mbit/s")
+    try:
+        check_phases(rates, args.tolerance)
+    except PhaseRateError as e:
+        return 1, [*lines, str(e)]
+    return 0, lines
+
+
 def _probe(args, launcher: Launcher) -> int:
+    link = (_timeline_link(args, load_scenario(args.scenario), launcher.n_hosts)
+            if args.timeline else None)
+    timeline_code, timeline = 0, []
     with launcher as hosts:
         results = hosts.probe(check=False, duration_s=args.duration_s)
+        if link is not None:
+            timeline_code, timeline = _probe_timeline(args, hosts, link)
     record = hosts.record()  # after tear-down, so that it holds both timings
     print(f"scenario {args.scenario}: {hosts.n_hosts} hosts, shaping {record['shaping']}, "
           f"data plane {record['data_plane']}, payload correction "
@@ -64,6 +128,8 @@ def _probe(args, launcher: Launcher) -> int:
         print(warning, file=sys.stderr)
     print(f"bring-up {record['timing']['up_s']:.2f} s, tear-down "
           f"{record['timing']['down_s']:.2f} s")
+    for line in timeline:
+        print(line, file=sys.stderr if timeline_code and line is timeline[-1] else sys.stdout)
     if args.json:
         atomic_write_text(args.json, json.dumps(record, indent=1))
     try:
@@ -71,7 +137,7 @@ def _probe(args, launcher: Launcher) -> int:
     except LinkProbeError as e:
         print(e, file=sys.stderr)
         return 1
-    return 0
+    return timeline_code
 
 
 def _up(args, launcher: Launcher) -> int:
@@ -168,6 +234,16 @@ def _cleanup(args) -> int:
     return 1 if unfinished else 0
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a positive number of seconds, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -190,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
                             "longer where slow start or the token bucket needs it "
                             "(bench.net.probe.plan_probe)")
     probe.add_argument("--json", type=Path, help="also write the launcher record here")
+    probe.add_argument("--timeline", type=_seconds, default=None, metavar="SECONDS",
+                       help="then start the schedules and measure each phase's rate on one "
+                            "scheduled link for SECONDS (module doc)")
+    probe.add_argument("--link", type=int, nargs=2, metavar=("SRC", "DST"),
+                       help="--timeline: the link (default the first scheduled one)")
+    probe.add_argument("--settle-s", type=float, default=1.0,
+                       help="--timeline: the start of each phase left out (default 1 s)")
     cal = sub.add_parser("calibrate")
     cal.add_argument("--repeats", type=int, default=3)
     cal.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
@@ -202,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--state-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.cmd in ("probe", "up"):
-        try:  # the scenario and the placement, checked before anything is brought up
+        try:  # the scenario, the placement and the link, checked before bring-up
             launcher = _launcher(args)
         except (ValueError, OSError) as err:  # ScenarioError, PlacementError; a bad path
             print(f"error: {err}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """`python -m bench.launch probe|up` on bad input: exit 2 and one line naming the
-scenario or the host count, before any host is brought up (the launcher is never built)."""
+scenario, the host count or the link, before any host is brought up (the launcher is
+never built)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ def nothing_is_built(monkeypatch):
     (["probe", "100mbps", "--hosts", "8"],
      "error: cell of 8 stages x 1 replica(s) needs 8 hosts; scenario '100mbps' has 4"),
     (["up", "100mbps", "--hosts", "0"], "error: place.stages must be >= 1, got 0"),
+    (["probe", "100mbps", "--timeline", "5"],
+     "error: --timeline: scenario 100mbps has no link with a schedule"),
+    (["probe", "dynamic-halving", "--timeline", "5", "--link", "0", "3"],
+     "error: --link 0 3: not a scheduled link of dynamic-halving on 2 hosts (scheduled: "
+     "0 1, 1 0)"),
 ])
 def test_bad_input_exits_2_before_anything_is_brought_up(argv, message, nothing_is_built,
                                                           capsys):
@@ -29,3 +35,10 @@ def test_bad_input_exits_2_before_anything_is_brought_up(argv, message, nothing_
     err = capsys.readouterr().err
     assert err.startswith(message) and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_timeline_length_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        launch_main.main(["probe", "dynamic-halving", "--timeline", "0"])
+    assert exit_.value.code == 2
+    assert "--timeline: a positive number of seconds, got '0'" in capsys.readouterr().err

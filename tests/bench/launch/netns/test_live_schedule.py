@@ -100,3 +100,24 @@ def test_outage_carries_nothing_and_the_stream_resumes(tmp_path):
     assert resumed is not None and resumed < 3.0
     downs = [c for c in run["changes"] if c["phase"] == 1]
     assert downs and all(any("blackhole" in cmd for cmd in c["commands"]) for c in downs)
+
+
+@pytest.mark.timeout(120)
+def test_the_probe_command_measures_each_phase_of_a_scenario_file(tmp_path, capsys):
+    from bench.launch import __main__ as launch_main
+
+    path = tmp_path / "two-phase.yaml"
+    path.write_text("description: 50 then 20 Mbit/s\nlayout: {stages: 2}\n"
+                    "link:\n  rate_mbit: 50\n  schedule:\n    phases:\n"
+                    "      - {duration_s: 5, rate_mbit: 50}\n"
+                    "      - {duration_s: 5, rate_mbit: 20}\n")
+    code = launch_main.main(["probe", str(path), "--timeline", "10", "--tolerance", "0.05",
+                             "--state-dir", str(tmp_path / "state")])
+    out = capsys.readouterr().out
+    print(out)
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()
+            if line.split()[:1] in (["0"], ["1"]) and len(line.split()) == 6]
+    assert [(r[0], r[3]) for r in rows] == [("0", "50.00"), ("1", "20.00")]
+    for r in rows:
+        assert abs(float(r[5]) - 1) <= 0.05, r
