@@ -341,6 +341,22 @@ def _fmt(value: float, spec: str) -> str:
         else format(value, spec)
 
 
+def _outage_lines(meta: dict) -> list[str]:
+    """What the cell's outages cost (meta.json's `schedule` block): [] without any."""
+    if not has_schedule(meta) or not meta["schedule"]["outages"]:
+        return []
+    block = meta["schedule"]
+    outages = block["outages"]
+    down = sum(o["up_s"] - o["down_s"] for o in outages if o["up_s"] is not None)
+    lost = block["time_lost_s"]
+    links = ", ".join(dict.fromkeys(f"{o['src']} -> {o['dst']}" for o in outages))
+    return [f"Outages: {len(outages)} ({down:.1f} s down in all, links {links}); "
+            f"the measured steps took {'-' if lost is None else f'{lost:.1f}'} s beyond the "
+            f"median step in all (the time the outages and any other slow step cost); the "
+            f"workers' process-group timeout of {block['dist_timeout_s']:g} s survives "
+            f"outages up to {block['survivable_outage_s']:g} s.", ""]
+
+
 def _shares(meta: dict) -> dict[float, float]:
     """The training's share of the competing flows' link per interval, by its scheduled
     start (the launcher record's `competing` block; {} without flows)."""
@@ -404,6 +420,7 @@ def timeline_section(metas: list[dict], out_dir: str | Path,
                       "samples/s", "training's share"]
         rel = os.path.relpath(png, report_dir)
         lines += [f"### {name}", "", f"![timeline_{name}]({rel})", "",
+                  *_outage_lines(meta),
                   "| " + " | ".join(header) + " |",
                   "|" + "|".join("---" for _ in header) + "|",
                   *("| " + " | ".join(r) + " |" for r in rows), ""]

@@ -208,3 +208,17 @@ def test_competing_flows_and_a_straggler_give_stretches():
     assert table["rate_mbit"].tolist() == [20.0] * 5
     static = {**meta, "scenario": {"link": {"rate_mbit": 20.0}}}
     assert not has_events(static)
+
+
+def test_a_cells_outages_are_said_with_the_time_they_cost():
+    from bench.report.timeline import _outage_lines
+
+    meta = _meta(CHANGES)
+    assert _outage_lines(meta) == []
+    meta["schedule"] = {"outages": [{"src": 0, "dst": 1, "down_s": 6.0, "up_s": 7.0},
+                                    {"src": 1, "dst": 0, "down_s": 6.0, "up_s": 7.0}],
+                        "time_lost_s": 2.35, "dist_timeout_s": 60.0,
+                        "survivable_outage_s": 15.0}
+    line = _outage_lines(meta)[0]
+    assert line.startswith("Outages: 2 (2.0 s down in all, links 0 -> 1, 1 -> 0)")
+    assert "2.4 s beyond the median step" in line and "up to 15 s" in line
