@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from bench.report.timeline import (
-    has_schedule,
     event_spans,
     has_events,
+    has_schedule,
     phase_spans,
     phase_step_times,
     phase_table,
