@@ -16,9 +16,10 @@ are written out by hand because the interpreter truncates fp32 -> bf16: loads ar
 on the GPU. `python -m bench.micro.gpu_check --ptx-audit` compiles every kernel variant
 for sm_90 on a CPU-only host and checks the PTX for all of this.
 
-The seven kernels stay in one file (over 400 lines): they are built from the same device
-helpers, whose rounding rules above hold for all of them together, and the PTX audit
-compiles exactly this module's kernels.
+The seven kernels stay in one file (over 400 lines): device code only, built from the
+same jit helpers and bit layout, whose rounding rules above hold for all of them
+together; each is mirrored by a function of aqsgd.quant.reference, the PTX audit
+compiles exactly this module's kernels, and the launch code lives in triton_launch.
 
 Design
 ------
@@ -64,10 +65,6 @@ code in triton_launch picks them):
   scales, write the values (or read m, write m). `decode_rows_kernel` on whole
   byte-aligned rows (a step per row, or per column loaded once per program);
   `decode_flat_kernel` otherwise (scale gathered per element by i % D or i // span).
-
-(One file past the usual length on purpose: it is device code only, every kernel beside
-the others that share its jit helpers and bit layout, each mirrored by a function of
-aqsgd.quant.reference; the launch code lives in triton_launch.)
 """
 
 from __future__ import annotations

@@ -45,54 +45,60 @@ from bench.launch.state import (
 from bench.net.placement import place
 from bench.net.probe import LinkProbeError, check_links, format_table, host_limited_warning
 from bench.net.probe.timeline import PhaseRateError, check_phases, phase_rates
-from bench.net.scenario import NetworkScenario, load_scenario, with_link
+from bench.net.scenario import LinkSpec, NetworkScenario, load_scenario, with_link
 
 __all__ = ["calibrate", "main"]
 
 
-def _launcher(args) -> Launcher:
+def _launcher(args) -> tuple[Launcher, TimelineLink | None]:
+    """The netns launcher (not brought up) and, for `probe --timeline`, the link to
+    follow; ValueError (ScenarioError, PlacementError) on bad input."""
     scenario = load_scenario(args.scenario)
     n_hosts = scenario.n_hosts if args.hosts is None else args.hosts
     place(scenario, n_hosts)  # PlacementError before anything exists: too many hosts
-    if args.cmd == "probe" and args.timeline:
-        _timeline_link(args, scenario, n_hosts)  # a link to follow, or ValueError
+    link = _timeline_link(args, scenario, n_hosts) if args.cmd == "probe" and args.timeline \
+        else None
     return launcher_factory("netns")(scenario, n_hosts, state_dir=args.state_dir,
                                      allow_drop=args.allow_drop,
-                                     payload_correction=not args.no_payload_correction)
+                                     payload_correction=not args.no_payload_correction), link
 
 
-def _timeline_link(args, scenario: NetworkScenario, n_hosts: int) -> tuple[int, int]:
+TimelineLink = tuple[int, int, LinkSpec]  # src, dst and the link's spec, its schedule
+
+
+def _timeline_link(args, scenario: NetworkScenario, n_hosts: int) -> TimelineLink:
     """The link --timeline streams over; ValueError when there is none to follow."""
-    scheduled = [(a, b) for a, b, _ in scenario.scheduled_links(n_hosts)]
+    scheduled = scenario.scheduled_links(n_hosts)
     if args.link is not None:
-        link = tuple(args.link)
-        if link not in scheduled:
-            raise ValueError(f"--link {link[0]} {link[1]}: not a scheduled link of "
-                             f"{args.scenario} on {n_hosts} hosts (scheduled: "
-                             f"{', '.join(f'{a} {b}' for a, b in scheduled) or 'none'})")
-        return link
+        src, dst = args.link
+        for link in scheduled:
+            if link[:2] == (src, dst):
+                return link
+        raise ValueError(f"--link {src} {dst}: not a scheduled link of "
+                         f"{args.scenario} on {n_hosts} hosts (scheduled: "
+                         f"{', '.join(f'{a} {b}' for a, b, _ in scheduled) or 'none'})")
     if not scheduled:
         raise ValueError(f"--timeline: scenario {args.scenario} has no link with a schedule")
     return scheduled[0]
 
 
-def _probe_timeline(args, hosts: Launcher, link: tuple[int, int]) -> tuple[int, list[str]]:
-    """--timeline: start the schedules, stream over `link`; (exit code, the lines that
-    give each phase's rate against the schedule's)."""
+def _probe_timeline(args, hosts: Launcher, link: TimelineLink) -> tuple[list[str], str]:
+    """--timeline: start the schedules, stream over `link`; (the lines that give each
+    phase's rate against the schedule's, '' or why a phase failed its tolerance)."""
     from bench.launch.schedules import probe_timeline, schedule_windows
 
-    spec = load_scenario(args.scenario).link_spec(*link)
+    src, dst, spec = link
     top = max((p.rate_mbit for p in spec.schedule.phases if p.rate_mbit is not None),
               default=spec.rate_mbit)
     hosts.start_schedule()
     try:
-        reply = probe_timeline(hosts, *link, args.timeline, args.state_dir / "timeline-logs",
+        reply = probe_timeline(hosts, src, dst, args.timeline, args.state_dir / "timeline-logs",
                                max_pacing_mbit=2 * max(top, spec.rate_mbit))
     finally:
         run = hosts.stop_schedule()
     rates = phase_rates(reply, run["started_unix"], schedule_windows(spec, args.timeline),
                         settle_s=args.settle_s)
-    lines = [f"link {link[0]} -> {link[1]}, {args.timeline:g} s of one TCP stream while the "
+    lines = [f"link {src} -> {dst}, {args.timeline:g} s of one TCP stream while the "
              f"schedule ran (first {args.settle_s:g} s of each phase left out):",
              f"{'phase':>5}  {'from s':>7}  {'to s':>7}  {'schedule':>9}  {'measured':>9}  "
              f"{'ratio':>6}"]
@@ -106,18 +112,16 @@ def _probe_timeline(args, hosts: Launcher, link: tuple[int, int]) -> tuple[int, 
     try:
         check_phases(rates, args.tolerance)
     except PhaseRateError as e:
-        return 1, [*lines, str(e)]
-    return 0, lines
+        return lines, str(e)
+    return lines, ""
 
 
-def _probe(args, launcher: Launcher) -> int:
-    link = (_timeline_link(args, load_scenario(args.scenario), launcher.n_hosts)
-            if args.timeline else None)
-    timeline_code, timeline = 0, []
+def _probe(args, launcher: Launcher, link: TimelineLink | None) -> int:
+    timeline, off = [], ""
     with launcher as hosts:
         results = hosts.probe(check=False, duration_s=args.duration_s)
         if link is not None:
-            timeline_code, timeline = _probe_timeline(args, hosts, link)
+            timeline, off = _probe_timeline(args, hosts, link)
     record = hosts.record()  # after tear-down, so that it holds both timings
     print(f"scenario {args.scenario}: {hosts.n_hosts} hosts, shaping {record['shaping']}, "
           f"data plane {record['data_plane']}, payload correction "
@@ -129,7 +133,9 @@ def _probe(args, launcher: Launcher) -> int:
     print(f"bring-up {record['timing']['up_s']:.2f} s, tear-down "
           f"{record['timing']['down_s']:.2f} s")
     for line in timeline:
-        print(line, file=sys.stderr if timeline_code and line is timeline[-1] else sys.stdout)
+        print(line)
+    if off:
+        print(off, file=sys.stderr)
     if args.json:
         atomic_write_text(args.json, json.dumps(record, indent=1))
     try:
@@ -137,7 +143,7 @@ def _probe(args, launcher: Launcher) -> int:
     except LinkProbeError as e:
         print(e, file=sys.stderr)
         return 1
-    return timeline_code
+    return 1 if off else 0
 
 
 def _up(args, launcher: Launcher) -> int:
@@ -286,11 +292,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd in ("probe", "up"):
         try:  # the scenario, the placement and the link, checked before bring-up
-            launcher = _launcher(args)
+            launcher, link = _launcher(args)
         except (ValueError, OSError) as err:  # ScenarioError, PlacementError; a bad path
             print(f"error: {err}", file=sys.stderr)
             return 2
-        return {"probe": _probe, "up": _up}[args.cmd](args, launcher)
+        return _probe(args, launcher, link) if args.cmd == "probe" else _up(args, launcher)
     commands = {"cleanup": _cleanup, "calibrate": _calibrate}
     return commands[args.cmd](args)
 
