@@ -19,6 +19,8 @@ and everything it starts is inside from its first instruction.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,8 +91,10 @@ class CpuCgroups:
 
     @staticmethod
     def remove(path: Path) -> bool:
-        """Remove cgroup `path` (waiting for its killed processes to leave); False when
-        it was not there."""
+        """Remove cgroup `path`, killing what is still inside it (a worker that joined
+        the group but had not yet entered its namespace when the run was killed is
+        found by no namespace) and waiting for it to leave; False when it was not
+        there."""
         deadline = time.monotonic() + REMOVE_WAIT_S
         while True:
             try:
@@ -99,8 +103,23 @@ class CpuCgroups:
             except FileNotFoundError:
                 return False
             except OSError as err:  # EBUSY: a process still inside
+                CpuCgroups._kill_inside(path)
                 if time.monotonic() > deadline:
                     left = (path / "cgroup.procs").read_text().split()
                     raise CgroupError(f"cgroup {path} will not go ({err}); processes "
                                       f"still inside: {left}") from None
                 time.sleep(0.1)
+
+    @staticmethod
+    def _kill_inside(path: Path) -> None:
+        """SIGKILL every process listed in cgroup `path` (one of the suite's, by its
+        exact name)."""
+        try:
+            pids = (path / "cgroup.procs").read_text().split()
+        except FileNotFoundError:
+            return
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -46,7 +46,7 @@ BAD_CELLS = [
      r"cell 100mbps__fp32: unknown key train.lrr"),
     ("modes: [fp32]\nreference: nosuch\n", "reference", r"no scenario 'nosuch'"),
     ("modes: [fp32]\nthroughput: nosuch\n", "throughput",
-     r"no sweep 'nosuch' in .*sweeps.*available: convergence"),
+     r"no sweep 'nosuch' in .*sweeps.*available: .*convergence"),
     ("modes: [aqsgd]\nbits: [[9, 4]]\n", "modes[0]", r"fw_bits must be in 1..8, got 9"),
 ]
 

@@ -9,6 +9,7 @@ Needs root, `ip netns` and a CPU cgroup controller (the `netns` mark; CI runs as
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -94,3 +95,22 @@ def test_a_killed_runs_cgroup_goes_with_its_state_file(tmp_path):
         # what `python -m bench.launch cleanup` does for a killed run's file
         removed = teardown_state(state, hosts.state_path, Executor())
         assert f"cgroup {path}" in removed and not path.exists()
+
+
+@pytest.mark.timeout(60)
+def test_removing_a_cgroup_kills_a_process_that_joined_it_but_no_namespace(tmp_path):
+    # a worker killed between joining its cgroup and `ip netns exec`: no namespace
+    # lists it, so the cgroup's own list is what finds it
+    groups = CpuCgroups.find()
+    path = groups.create(f"aqsgd-test{os.getpid()}-h9")
+    proc = subprocess.Popen(groups.enter_argv(path, ["sleep", "60"]))
+    try:
+        deadline = time.monotonic() + 5
+        while not (path / "cgroup.procs").read_text().split():
+            assert time.monotonic() < deadline, "the process never joined its cgroup"
+            time.sleep(0.05)
+        assert CpuCgroups.remove(path) and not path.exists()
+        assert proc.wait(timeout=5) == -9
+    finally:
+        proc.kill()
+        CpuCgroups.remove(path)
