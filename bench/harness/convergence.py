@@ -69,7 +69,7 @@ def plan(size: str, results: Path | None = None, throughput_results: Path | None
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", default="default", choices=SIZES,
-                   help="default: about 30 min on 2 cores; smoke: seconds")
+                   help="default: about 34 min on 2 cores; smoke: seconds")
     p.add_argument("--results", type=Path, help="convergence cells (default results/<sweep>)")
     p.add_argument("--throughput-results", type=Path,
                    help="throughput cells, shared with `make paper` (default results/paper)")

@@ -207,6 +207,7 @@ def at_edge(row, claim: str) -> bool:
 RULES = {
     "quality_2_4_bits": ("aqsgd", (2, 3, 4), "no_loss", "all"),
     "directq_worse": ("directq", (2, 3), "worse", "any"),
+    "tahquant_quality_3_4_bits": ("tahquant", (3, 4), "no_loss", "all"),
 }
 
 

@@ -268,3 +268,19 @@ def test_a_variant_without_its_fp32_says_so(tmp_path):
     assert "| - | - | none (no fp32 [masks-per_sample] cells) |" in text
     assert "3.0000 +- 0.0000 (no fp32 of this variant)" in text
     assert "No throughput cells under" in text
+
+
+def test_tah_quants_quality_claim_is_judged_at_3_and_4_bits_only(tmp_path):
+    # fp32 3.00; TAH-Quant 2/4 +5% (not judged by the claim), 3/6 +0.5%, 4/8 +2% beyond noise
+    for seed in range(3):
+        write_fixture_cell(tmp_path, seed=seed, eval_losses=[4.0, 3.0 + 0.001 * seed])
+        for fw, final in ((2, 3.15), (3, 3.015), (4, 3.06)):
+            write_fixture_cell(tmp_path, mode="tahquant", fw=fw, bw=2 * fw, seed=seed,
+                               eval_losses=[4.0, final + 0.001 * seed])
+    verdict = next(v for v in judge_claims(_quality(tmp_path).reset_index(), load_claims())
+                   if v.claim_id == "tahquant_quality_3_4_bits")
+    assert verdict.text.startswith("TAH-Quant: 3-4 bit")
+    assert verdict.verdict == "not matched" and len(verdict.evidence) == 2
+    assert verdict.evidence[0].startswith("tahquant:3/6: 3.0160 vs fp32 3.0010 (+0.50%")
+    assert "): matched" in verdict.evidence[0] and "): not matched" in verdict.evidence[1]
+    assert "forward 3, 4 bits" in verdict.rule
