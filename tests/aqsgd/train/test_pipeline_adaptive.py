@@ -19,12 +19,17 @@ from bench.harness.sweep import load_sweep
 M, B, L, D = 2, 4, 16, 64
 PHASE_S = 25.0  # scenarios/dynamic-swing.yaml: even phases 100 Mbit/s, odd ones 2 Mbit/s
 SETTLE_S = 8.0  # a step this long after its phase began was chosen within it
+# Enough steps to outlast a whole fast phase: at 0.18 s a step (this 2-core machine under
+# CI's load) the first one takes about 120 steps, so 120 steps could end as the first slow
+# phase began (CI once saw 93 settled fast steps and no slow one); 300 reach the second
+# fast phase on a machine up to twice as fast.
+STEPS = 300
 SWEEP = {
     "name": "adaptive-drop",
     "description": "aqsgd-adaptive on a link that drops",
     "scenarios": ["dynamic-swing"],
     "modes": ["aqsgd-adaptive"],
-    "workload": {"preset": "tiny", "stages": 2, "steps": 120, "init_from": None,
+    "workload": {"preset": "tiny", "stages": 2, "steps": STEPS, "init_from": None,
                  "timeout_s": 600},
 }
 
