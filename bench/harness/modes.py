@@ -40,10 +40,12 @@ DEFAULT_BITS = {name: c.default_bits for name, c in COMPARISONS.items() if c.tak
 _DP_MODES = ", ".join(name for name, c in COMPARISONS.items() if c.data_parallel)
 # The grid `python -m bench run` runs by default: every mode, AQ-SGD at three bit widths,
 # DirectQ at AQ-SGD's most aggressive width beside it (the paper's quality contrast), and
-# bf16, the baseline a system of today sends (speed-ups are shown over it too). fp16 has
-# bf16's bytes, so its throughput adds nothing here; it is one name away (`--modes`).
-DEFAULT_GRID = ("fp32", "bf16", "directq:2/4", "directq:4/8", "aqsgd:2/4", "aqsgd:3/6",
-                "aqsgd:4/8", "aqsgd+gc/qadam:2/4")
+# TAH-Quant there too (its 2 code bits plus 0.75 bit of tile header an element: the
+# nearest it comes to AQ-SGD 2/4's bytes), and bf16, the baseline a system of today sends
+# (speed-ups are shown over it too). fp16 has bf16's bytes, so its throughput adds nothing
+# here; it is one name away (`--modes`).
+DEFAULT_GRID = ("fp32", "bf16", "directq:2/4", "directq:4/8", "tahquant:2/4", "aqsgd:2/4",
+                "aqsgd:3/6", "aqsgd:4/8", "aqsgd+gc/qadam:2/4")
 BITS_RANGE = (1, 8)
 
 
