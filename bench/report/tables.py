@@ -263,9 +263,15 @@ def fit_columns(width: int, keys: Sequence[str], headers: Sequence[str],
 def print_table(summary: pd.DataFrame, console: Console | None = None) -> None:
     """The summary table on the console at its width (rich's: the terminal's, or
     COLUMNS): titled, host-limited notes as its caption. Columns that do not fit are
-    left out (DROP_ORDER) and named in a line below it."""
+    left out (DROP_ORDER) and named in a line below it. When the rows come from more
+    than one launcher, each row's scenario cell names its launcher ("100mbps docker")."""
     console = console or Console()
     keys, headers, rows = _keyed_rows(summary)
+    if summary["launcher"].nunique() > 1:
+        # rows of two launchers may share scenario and mode, and the launcher's column
+        # may not fit: the scenario's cell names the launcher too
+        at = keys.index("launcher_label")
+        rows = [[f"{r[0]} {r[at].split(' (')[0]}", *r[1:]] for r in rows]
     keep, widths = fit_columns(console.width, keys, headers, rows)
     # the title names every launcher the rows come from (their column may not fit)
     launchers = sorted(set(summary["launcher_label"].dropna()))

@@ -73,6 +73,17 @@ def test_the_terminal_table_fits_80_columns_leaving_out_the_least_columns(
     assert "samples/s" in text and "status" in text
     note = text[text.index("left out to fit 80 columns"):]
     assert "tokens/s" in note and "end-to-end vs fp32" in note and "summary.csv" in note
+    # rows of two launchers (the fixture has a Docker cell), their column left out: each
+    # row's scenario names its launcher
+    assert "launcher" in note
+    rows = [line for line in lines if "aqsgd+gc/ef21:2/4" in line or "bf16" in line]
+    assert any("100mbps docker" in r for r in rows) and any("100mbps netns" in r for r in rows)
+
+
+def test_one_launchers_rows_name_their_scenario_alone(sweep, monkeypatch, capsys):
+    summary = summarize([sweep])
+    text = "\n".join(_printed(monkeypatch, capsys, summary[summary["launcher"] == "netns"], 80))
+    assert "100mbps " in text and "netns" not in text.split("left out")[0].split("\n", 1)[1]
 
 
 def test_the_terminal_table_shows_every_column_in_200(sweep, monkeypatch, capsys):
