@@ -33,3 +33,16 @@ def test_cli_offers_only_launchers_that_exist(capsys, command):
     # argparse quotes the choices from Python 3.12.8 on
     assert re.search(r"invalid choice: 'kubernetes' \(choose from '?auto'?, '?netns'?, "
                      r"'?docker'?, '?local'?, '?ssh'?\)", capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("command", [["run", "--scenario", "loopback", "--stages", "2"],
+                                     ["run", "--scenario", "loopback", "--dry-run"]])
+def test_a_bad_hostfile_stops_the_command_before_any_cell(tmp_path, capsys, command):
+    hostfile = tmp_path / "hosts.txt"
+    hostfile.write_text("10.0.0.1 slots=x port=22x\n")
+    out = tmp_path / "results"
+    assert main([*command, "--launcher", "ssh", "--hostfile", str(hostfile), "--quiet",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{hostfile}: field 'hosts[0].slots': expected an integer, got 'x'" in err
+    assert not out.exists()  # no cell, no report

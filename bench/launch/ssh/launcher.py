@@ -129,7 +129,10 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
     @classmethod
     def bind(cls, hostfile: Path | str, shaping: bool = True) -> type[SshLauncher]:
         """This launcher with its hostfile (and shaping) fixed: the factory the harness
-        calls with the protocol's arguments only (bench.launch.choice)."""
+        calls with the protocol's arguments only (bench.launch.choice). The hostfile is
+        read here, so that a mistake in it (HostfileError: file, field, value) stops the
+        command before any cell, a dry run's included."""
+        load_hostfile(hostfile)
         return type(cls.__name__, (cls,), {"hostfile": Path(hostfile), "shaped": shaping,
                                            "__module__": cls.__module__})
 
