@@ -20,8 +20,9 @@ run ends (so it may not end down). Phase 0 starts with the run's clock (the sche
 runner, bench/launch/schedules.py, applies every phase on one clock for all links).
 
 Trace files (paths relative to the scenario file):
-- CSV: rows `t_s,rate_mbit[,delay_ms,loss_pct]` (an optional header line naming those
-  columns; `#` starts a comment line). t_s starts at 0 and increases; each row holds until
+- CSV: rows `t_s,rate_mbit[,delay_ms,loss_pct]` (an optional header line naming the
+  first 2 to 4 of those columns, and then no row has more cells than it names; `#`
+  starts a comment line; a column a row leaves out keeps the link's value). t_s starts at 0 and increases; each row holds until
   the next, the last for as long as the row before it (a trace sampled at a fixed step).
   rate_mbit 0 is an outage (a `down` phase).
 - Mahimahi (mahimahi.mit.edu, `mm-link`): one line per delivery opportunity, its time in
@@ -195,15 +196,20 @@ def read_csv_trace(path: Path, *, field: str = "trace", shown: str | None = None
     """The schedule a CSV trace file describes (see module doc)."""
     shown = shown or str(path)
     rows: list[tuple[int, list[float | None]]] = []
+    width = len(CSV_COLUMNS)  # the most cells a row may have: the header's columns
     for n, text in enumerate(_trace_text(path, field, shown), start=1):
         cells = [c.strip() for c in text.split(",")]
         if not text.strip() or text.lstrip().startswith("#"):
             continue
         if not rows and cells == list(CSV_COLUMNS[:len(cells)]):
+            width = len(cells)
             continue  # the header
         if not 2 <= len(cells) <= len(CSV_COLUMNS):
             raise _trace_error(field, shown, n, "(all)", f"2 to 4 columns "
                                f"{','.join(CSV_COLUMNS)}", text)
+        if len(cells) > width:  # a cell the header does not name
+            raise _trace_error(field, shown, n, "(all)", f"at most the header's {width} "
+                               f"columns {','.join(CSV_COLUMNS[:width])}", text)
         values: list[float | None] = []
         for column, cell in zip(CSV_COLUMNS, cells, strict=False):
             try:

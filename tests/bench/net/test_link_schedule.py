@@ -106,6 +106,9 @@ def test_csv_trace_is_read_relative_to_the_scenario_file(tmp_path):
     ("0,40\n10,0.01\n", "line 2, column rate_mbit", "0.01"),
     ("0,40\n10,20,5,120\n", "line 2, column loss_pct", "120"),
     ("0,40\n", "at least 2 rows", "1"),
+    # a cell the header does not name (it would be read as the loss)
+    ("t_s,rate_mbit,delay_ms\n0,40,5\n4,50,10,7\n", "line 3, column (all)", "4,50,10,7"),
+    ("t_s,rate_mbit\n0,40\n4,50,10\n", "at most the header's 2 columns", "4,50,10"),
 ])
 def test_bad_csv_traces_name_the_trace_line_column_and_value(tmp_path, text, where, value):
     (tmp_path / "bad.csv").write_text(text)
