@@ -68,8 +68,8 @@ def sweep_lock(sweep_dir: Path, echo: Callable[[str], None] = print) -> Iterator
                               f"elsewhere (--out DIR)") from None
         previous = _record(f)
         if previous is not None:
-            echo(f"{sweep_dir}: took over the lock of {holder_text(previous)}, which is no "
-                 f"longer running (killed or crashed)")
+            echo(f"{sweep_dir}: took over the lock left by {holder_text(previous)}: no "
+                 f"process holds it any more (that sweep was killed or crashed)")
         me = ProcessIdentity.of(os.getpid())
         f.seek(0)
         f.truncate()

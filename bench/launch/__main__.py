@@ -250,13 +250,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _hosts(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a number of hosts >= 1, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     for name in ("probe", "up"):
         p = sub.add_parser(name)
         p.add_argument("scenario", help="scenario name (scenarios/NAME.yaml) or YAML path")
-        p.add_argument("--hosts", type=int, default=None,
+        p.add_argument("--hosts", type=_hosts, default=None,
                        help="number of emulated hosts (default: the scenario's layout, "
                             "whose placement's links the probe measures)")
         p.add_argument("--allow-drop", action="store_true",

@@ -65,5 +65,5 @@ def test_the_lock_of_a_killed_sweep_is_taken_over_and_said_so(tmp_path):
         pass
     assert time.monotonic() - t0 < 5
     assert len(said) == 1 and said[0].startswith(
-        f"{tmp_path}: took over the lock of pid {holder.pid} (")
-    assert "no longer running" in said[0]
+        f"{tmp_path}: took over the lock left by pid {holder.pid} (")
+    assert "no process holds it any more" in said[0]

@@ -22,7 +22,6 @@ def nothing_is_built(monkeypatch):
     (["up", "nosuch.yaml"], "error: no scenario 'nosuch.yaml'"),
     (["probe", "100mbps", "--hosts", "8"],
      "error: cell of 8 stages x 1 replica(s) needs 8 hosts; scenario '100mbps' has 4"),
-    (["up", "100mbps", "--hosts", "0"], "error: place.stages must be >= 1, got 0"),
     (["probe", "100mbps", "--timeline", "5"],
      "error: --timeline: scenario 100mbps has no link with a schedule"),
     (["probe", "dynamic-halving", "--timeline", "5", "--link", "0", "3"],
@@ -35,6 +34,14 @@ def test_bad_input_exits_2_before_anything_is_brought_up(argv, message, nothing_
     err = capsys.readouterr().err
     assert err.startswith(message) and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("hosts", ["0", "-2", "two"])
+def test_a_host_count_must_be_positive_and_says_it_is_the_flag(capsys, hosts):
+    with pytest.raises(SystemExit) as exit_:
+        launch_main.main(["up", "100mbps", "--hosts", hosts])
+    assert exit_.value.code == 2
+    assert f"argument --hosts: a number of hosts >= 1, got '{hosts}'" in capsys.readouterr().err
 
 
 def test_a_timeline_length_must_be_positive(capsys):
