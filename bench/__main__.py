@@ -31,6 +31,7 @@ import dataclasses
 import re
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from bench.harness.modes import DEFAULT_GRID, ModeSpec, parse_mode
@@ -448,16 +449,22 @@ def _cmd_slurm(args) -> int:
 
 
 def _check_has_cells(path: Path) -> None:
-    """A ValueError unless `path` holds result cells (bench.results.files.find_cells)."""
-    from bench.results.files import find_cells
+    """A ValueError unless `path` holds result cells (bench.results.files.find_cells) and
+    one of them can be read."""
+    from bench.results.files import find_cells, load_metas
 
     if path.is_file():
         raise ValueError(f"{path} is a file: name a results directory (a sweep's, a cell's "
                          f"or a tree of them, e.g. results/100mbps)")
-    if not find_cells([path]):
+    cells = find_cells([path])
+    if not cells:
         raise ValueError(f"no result cells under {path} (no */meta.json): write them with "
                          f"`python -m bench run --scenario NAME --out {path}` or "
                          f"`python -m bench sweep FILE --out {path}`")
+    if not load_metas([path]):
+        raise ValueError(f"no readable result cell under {path}: the meta.json of each of "
+                         f"its {len(cells)} cell(s) is truncated or corrupt (named above); "
+                         f"the next run of its sweep measures them again")
 
 
 def _cmd_report(args) -> int:
@@ -469,8 +476,32 @@ def _cmd_report(args) -> int:
     return code
 
 
+def _name_skipped_files_once() -> None:
+    """A result file the loaders skip (ResultFileWarning) is named once, on one line of
+    stderr, however many readers meet it; other warnings show as Python shows them."""
+    from bench.results.files import ResultFileWarning
+
+    shown, python_show = set(), warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, ResultFileWarning):
+            python_show(message, category, filename, lineno, file, line)
+        elif str(message) not in shown:
+            shown.add(str(message))
+            print(f"warning: {message}", file=sys.stderr)
+
+    warnings.simplefilter("always", ResultFileWarning)
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():  # the caller's warning settings come back after
+        _name_skipped_files_once()
+        return _dispatch(args)
+
+
+def _dispatch(args) -> int:
     try:
         if args.command == "run":
             return _cmd_run(args)

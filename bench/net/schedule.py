@@ -22,8 +22,9 @@ runner, bench/launch/schedules.py, applies every phase on one clock for all link
 Trace files (paths relative to the scenario file):
 - CSV: rows `t_s,rate_mbit[,delay_ms,loss_pct]` (an optional header line naming the
   first 2 to 4 of those columns, and then no row has more cells than it names; `#`
-  starts a comment line; a column a row leaves out keeps the link's value). t_s starts at 0 and increases; each row holds until
-  the next, the last for as long as the row before it (a trace sampled at a fixed step).
+  starts a comment line; a column a row leaves out keeps the link's value). t_s starts
+  at 0 and increases; each row holds until the next, the last for as long as the row
+  before it (a trace sampled at a fixed step).
   rate_mbit 0 is an outage (a `down` phase).
 - Mahimahi (mahimahi.mit.edu, `mm-link`): one line per delivery opportunity, its time in
   integer milliseconds; each opportunity carries one 1500-byte packet and the trace

@@ -1,11 +1,12 @@
 """The bench command line (bench.__main__): an unknown scenario, a bad bit width, the
-launchers it offers."""
+launchers it offers, a bad hostfile, a truncated result file."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from report_fixtures import write_fixture_cell
 
 from bench.__main__ import main
 from bench.net.scenario import ScenarioError, load_scenario
@@ -46,3 +47,21 @@ def test_a_bad_hostfile_stops_the_command_before_any_cell(tmp_path, capsys, comm
     err = capsys.readouterr().err
     assert f"{hostfile}: field 'hosts[0].slots': expected an integer, got 'x'" in err
     assert not out.exists()  # no cell, no report
+
+
+def test_a_report_names_a_truncated_meta_once_and_refuses_a_folder_of_none_readable(
+        tmp_path, capsys):
+    write_fixture_cell(tmp_path, step_time_s=0.8, eval_losses=[4.0, 3.0])
+    write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, step_time_s=0.2,
+                       eval_losses=[4.0, 3.1])
+    [broken, kept] = sorted(tmp_path.glob("*/meta.json"), key=lambda p: "aqsgd" not in str(p))
+    broken.write_text(broken.read_text()[:120])  # cut as a killed writer would leave it
+    assert main(["report", str(tmp_path)]) == 0  # the other cell is read and reported
+    err = capsys.readouterr().err
+    assert err.count(str(broken)) == 1 and err.startswith(f"warning: {broken}: not a JSON")
+    assert "Traceback" not in err and "ResultFileWarning" not in err
+    kept.write_text("{")
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: no readable result cell under {tmp_path}: the meta.json of each of its 2" \
+        in err
