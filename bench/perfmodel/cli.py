@@ -286,7 +286,9 @@ def run_validate(args) -> int:
                              f"results of a run or sweep, e.g. results/paper")
     table = validate_cells(args.paths, profile)
     if table.empty:
-        print("no finished cells with measured steps", file=sys.stderr)
-        return 1
+        raise ValueError(f"no finished cell with measured steps under "
+                         f"{', '.join(map(str, args.paths))}: a failed cell, one without "
+                         f"measured steps and one whose files cannot be read (named above) "
+                         f"have nothing to validate")
     write_outputs(args, table, lambda: _print_validation(table))
     return 0

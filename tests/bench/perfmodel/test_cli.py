@@ -9,6 +9,7 @@ import re
 
 import pandas as pd
 import pytest
+from report_fixtures import write_fixture_cell
 
 from bench.__main__ import main
 from bench.perfmodel.cli import WHATIF_MODES
@@ -146,3 +147,13 @@ def test_bad_output_flags_exit_2(argv, message, capsys, tmp_path):
     assert main([*TINY, "--scenario", "100mbps", *argv]) == 2
     err = capsys.readouterr().err
     assert re.search(message, err) and "Traceback" not in err, err
+
+
+def test_validate_with_no_readable_cell_exits_2_saying_why(capsys, tmp_path):
+    write_fixture_cell(tmp_path, step_time_s=0.8, eval_losses=[4.0, 3.0])
+    [meta] = tmp_path.glob("*/meta.json")
+    meta.write_text(meta.read_text()[:100])  # truncated, as a killed writer leaves it
+    assert main(["validate", "--profile", "cpu-2core", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"warning: {meta}: not a JSON file" in err
+    assert f"error: no finished cell with measured steps under {tmp_path}" in err
