@@ -1,5 +1,6 @@
 """Compression on the wire: activation compressors and their per-sample cache
-(activation.py, cache.py), data-parallel gradient averaging (gradient.py), the byte
+(activation.py, cache.py), one direction's configuration and the size rule of its
+messages (message.py), data-parallel gradient averaging (gradient.py), the byte
 count of a message (wire.py), and the registries (registry.py) of the activation modes
 (one module each in modes/) and the gradient codecs (one module each in codecs/).
 

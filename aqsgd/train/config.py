@@ -5,7 +5,7 @@
 
 Sections: `model` (aqsgd.model.config.ModelConfig; `preset: tiny` picks a preset and the
 other keys override it), `pipeline`, `forward` and `backward`
-(aqsgd.compress.activation.CompressionConfig), `grad`
+(aqsgd.compress.message.CompressionConfig), `grad`
 (aqsgd.compress.gradient.GradCompressionConfig),
 `train`, `data`, `dist`, `output`. Files and dicts are checked by specfile against the
 dataclasses' type hints: unknown keys and values of the wrong type are rejected with the
@@ -26,8 +26,8 @@ from typing import Any, Literal
 
 import yaml
 
-from aqsgd.compress.activation import GRADIENT_MODES, CompressionConfig
 from aqsgd.compress.gradient import GradCompressionConfig
+from aqsgd.compress.message import GRADIENT_MODES, CompressionConfig
 from aqsgd.data.sources import DATASETS
 from aqsgd.model.config import PRESETS, ModelConfig
 from aqsgd.model.dropout import DROPOUT_MASKS

@@ -65,8 +65,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from aqsgd.compress.activation import message_spec
 from aqsgd.compress.adaptive import WidthChooser
+from aqsgd.compress.message import message_spec
 from aqsgd.compress.wire import spec_nbytes
 from aqsgd.data.sampler import Sampler
 from aqsgd.model.dropout import SampleMasks

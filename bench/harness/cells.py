@@ -27,9 +27,9 @@ from pathlib import Path
 
 import yaml
 
-from aqsgd.compress.activation import CompressionConfig
 from aqsgd.compress.adaptive import ladder
 from aqsgd.compress.gradient import GradCompressionConfig
+from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.registry import COMPARISONS
 from aqsgd.filecache import atomic_write_text
 from aqsgd.model.config import PRESETS

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import torch
 
-from aqsgd.compress.activation import CompressionConfig, make_compressor
+from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.cache import ActivationCache, CacheSpec
+from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.registry import ACTIVATION_MODES
 from aqsgd.compress.wire import message_nbytes
 from bench.micro.console import new_table, print_table

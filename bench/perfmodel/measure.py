@@ -21,8 +21,9 @@ from collections.abc import Callable
 
 import torch
 
-from aqsgd.compress.activation import CompressionConfig, make_compressor
+from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.gradient import GradCompressionConfig
+from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.registry import ACTIVATION_MODES, GRAD_CODECS
 from aqsgd.model.config import PRESETS, TINY_FAMILY, TINY_PIPELINE
 from aqsgd.model.gpt2 import init_stage, lm_loss

@@ -4,7 +4,7 @@ data-parallel exchange.
 
     work = step_workload(run_config, placement, profile)
 
-Bytes come from the compressors' own size rules (`aqsgd.compress.activation.message_spec`
+Bytes come from the compressors' own size rules (`aqsgd.compress.message.message_spec`
 for a pipeline message, `aqsgd.compress.gradient.exchange_nbytes` for the data-parallel
 exchange), in the steady state the measured steps run in: after the warm-up epochs every
 sample is in the caches (n_raw = 0 for directq and the aqsgd modes) and QuantizedAdam is
@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from aqsgd.compress.activation import message_spec, steady_raw_rows
 from aqsgd.compress.adaptive import widest_fitting
 from aqsgd.compress.gradient import exchange_nbytes
+from aqsgd.compress.message import message_spec, steady_raw_rows
 from aqsgd.compress.wire import spec_nbytes
 from aqsgd.model.config import PRESETS, ModelConfig, layer_split
 from aqsgd.train.config import RunConfig

@@ -64,7 +64,7 @@ class ActivationMode:
     @classmethod
     def coded_spec(cls, cfg, q_shape: tuple[int, ...]) -> WireSpec:
         """[(shape, dtype)] in wire order of `q_shape` = (n_q, *S) coded rows: the mode's
-        byte rule (aqsgd.compress.activation.message_spec adds header and raw rows)."""
+        byte rule (aqsgd.compress.message.message_spec adds header and raw rows)."""
         raise NotImplementedError(f"activation mode {cls.name!r} codes no rows")
 
     def encode(self, rows: torch.Tensor, generator: torch.Generator | None,

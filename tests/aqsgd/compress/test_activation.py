@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from aqsgd import quant
-from aqsgd.compress.activation import CompressionConfig, make_compressor
+from aqsgd.compress.activation import make_compressor
+from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.wire import message_nbytes
 
 L, D = 6, 16  # one sample's activation (L, D); small so that every case runs in ms

@@ -5,12 +5,8 @@ and both caches stay bit-identical whatever widths are chosen."""
 import pytest
 import torch
 
-from aqsgd.compress.activation import (
-    CompressionConfig,
-    header_fields,
-    make_compressor,
-    message_spec,
-)
+from aqsgd.compress.activation import make_compressor
+from aqsgd.compress.message import CompressionConfig, header_fields, message_spec
 from aqsgd.compress.wire import message_nbytes, spec_nbytes
 
 S, N, B = (8, 32), 64, 4  # sample shape (L, D), cache rows, micro-batch

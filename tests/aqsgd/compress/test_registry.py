@@ -14,15 +14,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from aqsgd.compress import activation, gradient
-from aqsgd.compress.activation import (
-    CompressionConfig,
-    make_compressor,
-    message_spec,
-    steady_raw_rows,
-)
+from aqsgd.compress import gradient, message
+from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.codecs.base import DataParallel
 from aqsgd.compress.gradient import GradCompressionConfig, exchange_nbytes, make_data_parallel
+from aqsgd.compress.message import CompressionConfig, message_spec, steady_raw_rows
 from aqsgd.compress.modes.base import FMT_RAW, ActivationMode, Comparison
 from aqsgd.compress.modes.directq import DirectQ
 from aqsgd.compress.registry import (
@@ -115,8 +111,8 @@ def test_every_comparison_builds_the_run_config_it_declares(name):
 
 
 def test_every_list_of_modes_is_the_registrys():
-    assert activation.MODES == tuple(ACTIVATION_MODES)
-    assert activation.GRADIENT_MODES == tuple(n for n, m in ACTIVATION_MODES.items()
+    assert message.MODES == tuple(ACTIVATION_MODES)
+    assert message.GRADIENT_MODES == tuple(n for n, m in ACTIVATION_MODES.items()
                                               if m.codes_gradients)
     assert gradient.GRAD_MODES == tuple(GRAD_CODECS)
     assert harness_modes.MODE_NAMES == tuple(COMPARISONS)

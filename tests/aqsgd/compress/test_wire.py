@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from aqsgd import quant
-from aqsgd.compress.activation import CompressionConfig, make_compressor, message_spec
+from aqsgd.compress.activation import make_compressor
+from aqsgd.compress.message import CompressionConfig, message_spec
 from aqsgd.compress.wire import message_nbytes, spec_nbytes
 
 

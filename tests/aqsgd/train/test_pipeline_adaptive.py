@@ -11,7 +11,7 @@ import pytest
 import yaml
 from harness_helpers import run_ranks
 
-from aqsgd.compress.activation import CompressionConfig, message_spec
+from aqsgd.compress.message import CompressionConfig, message_spec
 from aqsgd.compress.wire import spec_nbytes
 from bench.harness.run import run_sweep
 from bench.harness.sweep import load_sweep

@@ -1,7 +1,7 @@
 """The performance model's width of an adaptive direction (bench.perfmodel.workload.
 adaptive_bits): the chooser's rule on the slowest link and the fastest stage."""
 
-from aqsgd.compress.activation import CompressionConfig, message_spec
+from aqsgd.compress.message import CompressionConfig, message_spec
 from aqsgd.compress.wire import spec_nbytes
 from bench.perfmodel.workload import LinkWork, StageWork, adaptive_bits
 

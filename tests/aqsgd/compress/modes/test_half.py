@@ -13,7 +13,8 @@ import pytest
 import torch
 from report_fixtures import write_fixture_cell
 
-from aqsgd.compress.activation import EVAL_DTYPE, make_compressor, message_spec
+from aqsgd.compress.activation import make_compressor
+from aqsgd.compress.message import EVAL_DTYPE, message_spec
 from aqsgd.compress.modes.base import Comparison
 from aqsgd.compress.registry import (
     COMPARISONS,
