@@ -25,26 +25,17 @@ those processes to remove.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text
-from bench.launch.base import new_run_id
-from bench.launch.lifecycle import HostsLifecycle
-from bench.launch.process import (
-    TEARDOWN_GRACE_S,
-    ProcessIdentity,
-    free_port,
-    spawn_group,
-    stop_all,
-)
-from bench.launch.state import DEFAULT_STATE_DIR, launcher_fields
+from bench.launch.hosts import Hosts
+from bench.launch.process import TEARDOWN_GRACE_S, free_port, spawn_group, stop_all
+from bench.launch.state import launcher_fields
 from bench.net.executor import Executor
 from bench.net.probe import ProbeRecord, measure, plan_probe, serve
 from bench.net.scenario import NetworkScenario
@@ -75,12 +66,6 @@ def guarded(argv: list[str]) -> list[str]:
     return [sys.executable, "-c", PDEATHSIG_GUARD, str(os.getpid()), *argv]
 
 
-def _new_prefix(run_id: str) -> str:
-    """'aq' + 5 hex digits, as every state file of the suite is named."""
-    digest = hashlib.sha1(f"{run_id}-{os.getpid()}-{time.time_ns()}".encode())
-    return "aq" + digest.hexdigest()[:5]
-
-
 def teardown_state(state: dict, path: Path, executor: Executor) -> list[str]:
     """A killed local run's teardown (bench.launch.state.cleanup, by its state file):
     its only leftovers are the processes the file lists, which cleanup has killed
@@ -88,7 +73,7 @@ def teardown_state(state: dict, path: Path, executor: Executor) -> list[str]:
     return []
 
 
-class LocalLauncher(HostsLifecycle):
+class LocalLauncher(Hosts):
     """Context manager for `n_hosts` hosts that are all this machine (see module doc).
 
     `run_id` as NetnsLauncher's; `state_dir`: where its state file goes (None:
@@ -106,22 +91,8 @@ class LocalLauncher(HostsLifecycle):
                  run_id: str | None = None, state_dir: Path | str | None = None, warn=True):
         if n_hosts is None and scenario is None:
             raise ValueError("LocalLauncher: give n_hosts or a scenario (its layout's hosts)")
-        self.scenario = scenario
-        self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
-        if self.n_hosts < 1:
-            raise ValueError(f"n_hosts: expected >= 1, got {self.n_hosts}")
-        self.run_id = run_id or new_run_id()
-        self.prefix = _new_prefix(self.run_id)
-        self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
+        super().__init__(scenario, n_hosts, run_id=run_id, state_dir=state_dir)
         self._warn = warn
-        self._procs: list[subprocess.Popen] = []
-        self._started: list[ProcessIdentity] = []
-        self._probe_records: list[ProbeRecord] = []
-        self._timing: dict[str, float] = {}
-
-    @property
-    def state_path(self) -> Path:
-        return self.state_dir / f"{self.prefix}.json"
 
     def _write_state(self) -> None:
         state = {**launcher_fields(self.name, self.run_id, self.prefix),
@@ -140,10 +111,6 @@ class LocalLauncher(HostsLifecycle):
         stop_all(self._procs, TEARDOWN_GRACE_S)
         self.state_path.unlink(missing_ok=True)
 
-    def _check_host(self, i: int) -> None:
-        if not 0 <= i < self.n_hosts:
-            raise IndexError(f"host index {i} out of range [0, {self.n_hosts})")
-
     def addr(self, i: int) -> str:
         self._check_host(i)
         return LOOPBACK
@@ -160,11 +127,16 @@ class LocalLauncher(HostsLifecycle):
         full_env.update(self.worker_env(i))
         proc = spawn_group(guarded(list(argv)), full_env, log_path)
         self._procs.append(proc)
-        ident = ProcessIdentity.of(proc.pid)
-        if ident is not None:  # None: it has exited already, nothing to clean up
-            self._started.append(ident)
-            self._write_state()
+        self._started_process(proc)
         return proc
+
+    def _run_on_host(self, i: int, argv: list[str]) -> subprocess.CompletedProcess:
+        self._check_host(i)
+        return Executor().run(argv)
+
+    def helper_argv(self, i: int, argv: list[str]) -> list[str]:
+        self._check_host(i)
+        return [sys.executable, *argv[1:]] if argv[:1] == ["python"] else list(argv)
 
     def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
@@ -204,18 +176,10 @@ class LocalLauncher(HostsLifecycle):
     def stop_schedule(self) -> dict | None:
         return None
 
-    def record(self) -> dict:
-        none = "none (local launcher: loopback, not emulated)"
+    def _record(self) -> dict:
         return {
-            "launcher": self.name,
-            "shaped": self.shaped,
             "warning": UNSHAPED_WARNING,
-            "run_id": self.run_id,
-            "prefix": self.prefix,
-            "n_hosts": self.n_hosts,
-            "scenario": self.scenario.to_dict() if self.scenario else None,
-            "shaping": {p: none for p in ("rate", "delay", "jitter", "loss", "schedule")},
+            "shaping": {p: NOT_EMULATED for p in ("rate", "delay", "jitter", "loss", "schedule")},
             "hosts": [{"host": i, "addr": LOOPBACK, "device": "lo"}
                       for i in range(self.n_hosts)],
-            "probe": [r.to_dict() for r in self._probe_records],
         }

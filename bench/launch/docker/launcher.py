@@ -55,7 +55,6 @@ from pathlib import Path
 
 from aqsgd.filecache import default_cache_dir
 from bench import REPO_ROOT
-from bench.launch.base import links_record, new_run_id
 from bench.launch.docker.checks import (
     ContainerExecutor,
     check_delay_lines,
@@ -72,17 +71,9 @@ from bench.launch.docker.spec import (
     DockerRunSpec,
 )
 from bench.launch.docker.state import teardown_docker, write_state
-from bench.launch.lifecycle import HostsLifecycle
-from bench.launch.probing import PROBE_PORT, LinkProbing, exchange
-from bench.launch.process import (
-    TEARDOWN_GRACE_S,
-    spawn_group,
-    stop_all,
-)
-from bench.launch.schedules import ScheduledLinks
-from bench.launch.state import DEFAULT_STATE_DIR
+from bench.launch.hosts import ShapedHosts
+from bench.launch.process import TEARDOWN_GRACE_S, spawn_group, stop_all
 from bench.net.executor import Argv
-from bench.net.probe import ProbePlan, ProbeRecord
 from bench.net.scenario import NetworkScenario
 from bench.net.shaping import Interface, ShapingPlan
 from bench.net.tc import Capabilities, mechanisms_for
@@ -104,7 +95,7 @@ MECHANISMS = {"htb": "htb qdisc (kernel, inside each container)",
 PASSED_PREFIXES = ("AQ", "NCCL_", "GLOO_", "TORCH", "OMP_", "MKL_", "CUDA_", "TRITON_", "HF_")
 
 
-class DockerLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
+class DockerLauncher(ShapedHosts):
     """Context manager building `n_hosts` containers for one run (see module doc).
 
     `image`: the worker image. `gpus`: True = rank i on GPU i (a GpuShortage error when
@@ -122,15 +113,15 @@ class DockerLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
                  image: str | None = None, gpus: bool | None = None,
                  results_dir: Path | str | None = None, allow_drop: bool = False,
                  payload_correction: bool = True, python: str | None = None, client=None):
-        self.scenario = scenario
-        self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
-        self.run_id = run_id or new_run_id()
+        super().__init__(scenario, n_hosts, run_id=run_id, state_dir=state_dir,
+                         allow_drop=allow_drop, payload_correction=payload_correction)
         n_gpus = gpu_count()
         self._spec_kw = {"use_gpus": n_gpus > 0 if gpus is None else gpus,
                          "gpu_count": n_gpus, "payload_correction": payload_correction}
         if image is not None:
             self._spec_kw["image"] = image
         self.spec = DockerRunSpec.new(scenario, self.n_hosts, self.run_id, **self._spec_kw)
+        self.prefix = self.spec.prefix
         system = Path(sys.base_prefix).resolve() in SYSTEM_PREFIXES
         self.python = python or ("image" if self.spec.use_gpus or system else "host")
         if self.python not in PYTHONS:
@@ -139,27 +130,17 @@ class DockerLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
             raise ValueError(f"python: 'host' needs an interpreter outside the system "
                              f"directories (a virtual environment's base, pyenv, conda), "
                              f"got {sys.base_prefix}; use python='image'")
-        self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
         self.results_dir = Path(results_dir) if results_dir else (
             Path(state_dir).resolve().parent if state_dir else None)
-        self.allow_drop = allow_drop
         self._client = client
         self.capabilities: Capabilities | None = None
-        self.mechanisms: dict[str, str] = {}
         self.history: list[Argv] = []
         self._containers: dict[int, object] = {}
         self._created: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
-        self._procs: list[subprocess.Popen] = []
-        self._probe_records: list[ProbeRecord] = []
-        self._timing: dict[str, float] = {}
         self.delay_line_scheduling: list[str] = []
         self.cgroup_parent: str | None = None
 
     # -- names, addresses, environment ---------------------------------------------
-    @property
-    def state_path(self) -> Path:
-        return self.state_dir / f"{self.spec.prefix}.json"
-
     def addr(self, i: int) -> str:
         return self.spec.addr(i)
 
@@ -223,6 +204,7 @@ class DockerLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
                                           **self._spec_kw)
                 self.spec = dataclasses.replace(self.spec, prefix=fresh.prefix,
                                                 subnet_index=fresh.subnet_index)
+                self.prefix = fresh.prefix
                 continue
             self._created["networks"].append(self.spec.network)
             return
@@ -349,51 +331,38 @@ class DockerLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         self._write_state()
         return proc
 
-    # -- link probe (LinkProbing.probe) and record -----------------------------------
-    def _measure_link(self, src: int, dst: int, plan: ProbePlan) -> dict:
-        """One bench.net.probe client/server exchange from container src to container
-        dst, each side through `docker exec`."""
-        server = spawn_group(self.exec_argv(dst, [
-            "python3", "-m", "bench.net.probe", "serve", "--addr", self.addr(dst), "--port",
-            str(PROBE_PORT)], tied=True), dict(os.environ), pipe_stdout=True, stdin_pipe=True)
-        client = self.exec_argv(src, [
-            "python3", "-m", "bench.net.probe", "measure", "--addr", self.addr(dst),
-            "--port", str(PROBE_PORT), *plan.client_args()])
-        return exchange(server, client, plan, dict(os.environ), src, dst,
-                        f"container {dst}")
+    # -- the transport (bench.launch.hosts) ------------------------------------------
+    def helper_argv(self, i: int, argv: list[str]) -> list[str]:
+        """argv in container i through `docker exec` (a leading "python": the image's)."""
+        return self.exec_argv(i, argv)
 
-    def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
-        """In the containers that hold them (src's egress, dst's downlink cap)."""
-        for i, argv in self.spec.rate_limit_argvs(src, dst, lifted):
-            self.run_as_root(i, argv)
+    def start_helper(self, i: int, argv: list[str]) -> subprocess.Popen:
+        """Through the entrypoint's --tied mode: stopping the client stops argv."""
+        return spawn_group(self.exec_argv(i, argv, tied=True), dict(os.environ),
+                           pipe_stdout=True, stdin_pipe=True)
 
-    def _payload_ratio(self) -> float:
-        return 1.0 if self.spec.payload_correction else 1.0 / self.spec.factor
+    def _run_on_host(self, i: int, argv: Argv) -> subprocess.CompletedProcess:
+        return self.run_as_root(i, argv)
+
+    def _framing(self) -> float:
+        return self.spec.factor
 
     def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:
         return self.spec.shaping(), tuple(self.spec.interface(i) for i in range(self.n_hosts))
-
-    def _run_on_host(self, i: int, argv: Argv) -> None:
-        self.run_as_root(i, argv)
 
     def run_as_root(self, i: int, argv: Argv) -> subprocess.CompletedProcess:
         """One command (tc, ip) in container i as root, kept in the run's history."""
         return ContainerExecutor(self._containers[i], self.history).run(argv)
 
-    def record(self) -> dict:
-        """meta.json's launcher block: as the netns launcher's, with the containers,
-        the network, the image and each container's GPU."""
+    def _commands(self) -> list[str]:
+        return [" ".join(c) for c in self.history]
+
+    def _record(self) -> dict:
+        """The containers, the network, the image and each container's GPU."""
         sp = self.spec
         return {
-            "launcher": self.name,
-            "shaped": self.shaped,
-            "run_id": self.run_id,
-            "prefix": sp.prefix,
-            "n_hosts": self.n_hosts,
-            "scenario": self.scenario.to_dict(),
             "capabilities": self.capabilities.to_dict() if self.capabilities else None,
             "shaping": {p: MECHANISMS.get(m, m) for p, m in self.mechanisms.items()},
-            "allow_drop": self.allow_drop,
             "data_plane": ("TUN of each container's delay line, over the Docker bridge "
                            "network" if sp.delay_line else
                            "Docker bridge network, eth0 of each container"),
@@ -409,10 +378,4 @@ class DockerLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
                        "addr": sp.addr(i), "network_addr": sp.network_addr(i),
                        "gpu": sp.gpu(i)} for i in range(self.n_hosts)],
             "containers": sp.containers(),
-            "links": links_record(self.scenario, self.n_hosts),
-            "schedule": self.schedule_record(),
-            "probe": [r.to_dict() for r in self._probe_records],
-            "timing": dict(self._timing),
-            "commands": [" ".join(c) for c in self.history],
         }
-

@@ -28,11 +28,9 @@ line over UDP on eth0 (`network_addr(i)`).
 
 from __future__ import annotations
 
-import hashlib
-import os
-import time
 from dataclasses import dataclass
 
+from bench.launch.hosts import MAX_HOSTS, check_host, new_prefix
 from bench.net.delayline import TUNNEL_OVERHEAD_BYTES, TunnelConfig
 from bench.net.executor import Argv
 from bench.net.scenario import NetworkScenario
@@ -42,7 +40,7 @@ from bench.net.tc import ETHERNET_HEADER_BYTES, payload_factor
 __all__ = ["CONTAINER_DEV", "DELAY_LINE_LOG_FILE", "DELAY_LINE_PID_FILE",
            "DELAY_LINE_PORT", "DELAY_LINE_READY_FILE",
            "DOCKER_IMAGE", "DockerRunSpec", "GpuShortage", "TUN_DEV", "TUN_DEVICE",
-           "gpu_for_rank", "new_docker_prefix"]
+           "gpu_for_rank"]
 
 # The image the launcher, the compose file and the tests use: `make docker-image` builds it.
 DOCKER_IMAGE = "aqsgd-bench-worker:latest"
@@ -64,17 +62,10 @@ DELAY_LINE_PID_FILE = "/run/aqsgd/delayline.pid"
 DELAY_LINE_LOG_FILE = "/run/aqsgd/delayline.log"
 SHAPED_FILE = "/run/aqsgd/shaped"  # the image's entrypoint waits for it (docker/entrypoint.py)
 WORKER_USER = "worker"  # the image's non-root user (docker/Dockerfile)
-MAX_HOSTS = 250  # .2 .. .251 of the run's /24
 
 
 class GpuShortage(ValueError):
     """Fewer GPUs than ranks that need one (NCCL refuses two ranks on one GPU)."""
-
-
-def new_docker_prefix(run_id: str) -> str:
-    """'aqd' + 5 hex digits, new for every call."""
-    digest = hashlib.sha1(f"{run_id}-{os.getpid()}-{time.time_ns()}".encode())
-    return "aqd" + digest.hexdigest()[:5]
 
 
 def gpu_for_rank(rank: int, n_ranks: int, gpu_count: int, use_gpus: bool) -> int | None:
@@ -128,7 +119,7 @@ class DockerRunSpec:
 
     @classmethod
     def new(cls, scenario: NetworkScenario, n_hosts: int, run_id: str, **kw) -> DockerRunSpec:
-        prefix = new_docker_prefix(run_id)
+        prefix = new_prefix(run_id, "aqd")
         return cls(scenario, n_hosts, prefix, int(prefix[3:], 16) % 512, **kw)
 
     # -- names -----------------------------------------------------------------------
@@ -267,5 +258,4 @@ class DockerRunSpec:
                             loss_out_pct=row("loss_pct", True), seed=i)
 
     def _check_host(self, i: int) -> None:
-        if not 0 <= i < self.n_hosts:
-            raise IndexError(f"host index {i} out of range [0, {self.n_hosts})")
+        check_host(i, self.n_hosts)

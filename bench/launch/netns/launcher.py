@@ -38,10 +38,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.launch.base import links_record, new_run_id
-from bench.launch.lifecycle import HostsLifecycle
+from bench.launch.hosts import ShapedHosts, new_prefix
 from bench.launch.netns.cgroups import CpuCgroups, cgroup_name
-from bench.launch.netns.names import MTU, TopologyNames, host_addr, new_prefix
+from bench.launch.netns.names import MTU, TopologyNames, host_addr
 from bench.launch.netns.shaping import NetnsShaping, plan_shaping
 from bench.launch.netns.state import (
     StateFiles,
@@ -56,20 +55,11 @@ from bench.launch.netns.topology import (
     switch_argvs,
     tun_argvs,
 )
-from bench.launch.probing import PROBE_PORT, LinkProbing, exchange
-from bench.launch.process import (
-    TEARDOWN_GRACE_S,
-    ProcessIdentity,
-    env_with_repo,
-    spawn_group,
-    stop_all,
-)
-from bench.launch.schedules import LinkChange, ScheduledLinks
-from bench.launch.state import DEFAULT_STATE_DIR
+from bench.launch.process import TEARDOWN_GRACE_S, spawn_group, stop_all
+from bench.launch.schedules import LinkChange
 from bench.net.competing import sent_bytes
 from bench.net.delayline import set_link
 from bench.net.executor import Argv, Executor
-from bench.net.probe import ProbePlan, ProbeRecord
 from bench.net.scenario import NetworkScenario
 from bench.net.shaping import Interface, ShapingPlan
 from bench.net.straggler import PERIOD_US, cpu_quota_us
@@ -83,8 +73,6 @@ from bench.net.tc import (
 
 __all__ = ["NetnsLauncher", "require_netns"]
 
-MAX_HOSTS = 200  # host addresses are 198.18.0.1 .. 198.18.0.200 in one /24
-
 
 def require_netns() -> None:
     """Raise PermissionError unless this process may create network namespaces."""
@@ -93,7 +81,7 @@ def require_netns() -> None:
                               "LocalLauncher (bench/launch/local.py) for an unshaped run")
 
 
-class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
+class NetnsLauncher(ShapedHosts):
     """Context manager building `n_hosts` emulated hosts for one run (see module doc).
 
     `state_dir`: where the state file goes (default DEFAULT_STATE_DIR). `allow_drop`:
@@ -111,37 +99,23 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
                  run_id: str | None = None, state_dir: Path | str | None = None,
                  allow_drop: bool = False, payload_correction: bool = True,
                  executor: Executor | None = None, python: str = sys.executable):
-        self.scenario = scenario
-        self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
-        if not 1 <= self.n_hosts <= MAX_HOSTS:
-            raise ValueError(f"n_hosts: expected 1..{MAX_HOSTS}, got {self.n_hosts}")
-        self.run_id = run_id or new_run_id()
+        super().__init__(scenario, n_hosts, run_id=run_id, state_dir=state_dir,
+                         allow_drop=allow_drop, payload_correction=payload_correction)
         self.names = TopologyNames(new_prefix(self.run_id), self.n_hosts)
-        self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
+        self.prefix = self.names.prefix
         self.files = StateFiles(self.state_dir, self.names.prefix)
-        self.allow_drop = allow_drop
-        self.payload_correction = payload_correction
         self.executor = executor or Executor()
         self.python = python
         self.capabilities: Capabilities | None = None
-        self.mechanisms: dict[str, str] = {}
         self.use_delay_line = False
         self.shaping: NetnsShaping | None = None
         self.delay_line: subprocess.Popen | None = None
         self.delay_line_scheduling: str | None = None
-        self._procs: list[subprocess.Popen] = []
-        self._started: list[ProcessIdentity] = []  # delay line and workers, for cleanup
         self._created_namespaces: list[str] = []
-        self._probe_records: list[ProbeRecord] = []
-        self._timing: dict[str, float] = {}
         self.cgroups: CpuCgroups | None = None
         self._cgroups: dict[int, Path] = {}  # straggler host -> its cgroup, once created
 
     # -- names and addresses -------------------------------------------------------
-    @property
-    def state_path(self) -> Path:
-        return self.files.state
-
     def addr(self, i: int) -> str:
         self._check_host(i)
         return host_addr(i, tun=self.use_delay_line)
@@ -162,10 +136,6 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
                 "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
                 "NCCL_HOSTID": f"{self.names.prefix}-host{i}"}
 
-    def _check_host(self, i: int) -> None:
-        if not 0 <= i < self.n_hosts:
-            raise IndexError(f"host index {i} out of range [0, {self.n_hosts})")
-
     def _write_state(self) -> None:
         write_state(self.files, self.names, self.run_id, self._started,
                     list(self._cgroup_paths().values()))
@@ -177,18 +147,12 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         hosts = sorted({s.host for s in self.scenario.stragglers_within(self.n_hosts)})
         return {h: self.cgroups.path(cgroup_name(self.names.prefix, h)) for h in hosts}
 
-    def _started_process(self, proc: subprocess.Popen) -> None:
-        """Record a process this run started (before anything else can happen to it)."""
-        ident = ProcessIdentity.of(proc.pid)
-        if ident is not None:  # None: it has exited already, nothing to clean up
-            self._started.append(ident)
-        self._write_state()
-
     # -- lifecycle -----------------------------------------------------------------
     def _prepare(self) -> None:
         require_netns()
         while set(self.names.namespaces()) & existing_namespaces(self.executor):
             self.names = TopologyNames(new_prefix(self.run_id), self.n_hosts)  # name clash
+        self.prefix = self.names.prefix
         self.files = StateFiles(self.state_dir, self.names.prefix)
 
     def _build(self) -> None:
@@ -259,31 +223,20 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         self._started_process(proc)
         return proc
 
-    def spawn_quiet(self, i: int, python_args: list[str]) -> subprocess.Popen:
-        """A helper Python process in host i's namespace, stdout and stderr on pipes.
-        Not stopped by teardown: removing the namespaces kills what runs inside."""
-        return spawn_group(["ip", "netns", "exec", self.netns(i), self.python, *python_args],
-                           env_with_repo(), pipe_stdout=True)
+    # -- the transport (bench.launch.hosts) ------------------------------------------
+    def _run_on_host(self, i: int, argv: Argv) -> subprocess.CompletedProcess:
+        return self.executor.run(argv)  # every command names its namespace (tc -n)
 
-    # -- link probe (LinkProbing.probe) and record -----------------------------------
-    def _measure_link(self, src: int, dst: int, plan: ProbePlan) -> dict:
-        """One bench.net.probe client/server exchange from host src to host dst."""
-        server = self.spawn_quiet(dst, ["-m", "bench.net.probe", "serve", "--addr",
-                                        self.addr(dst), "--port", str(PROBE_PORT)])
-        client = ["ip", "netns", "exec", self.netns(src), self.python, "-m",
-                  "bench.net.probe", "measure", "--addr", self.addr(dst), "--port",
-                  str(PROBE_PORT), *plan.client_args()]
-        return exchange(server, client, plan, env_with_repo(), src, dst, f"host {dst}")
-
-    def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
-        self.executor.run_all(self.shaping.rate_limit_argvs(src, dst, lifted=lifted))
+    def helper_argv(self, i: int, argv: list[str]) -> list[str]:
+        """argv in host i's namespace (a leading "python": `python`, the helpers'
+        interpreter). Not stopped by teardown: removing the namespaces kills what runs
+        inside."""
+        argv = [self.python, *argv[1:]] if argv[:1] == ["python"] else list(argv)
+        return ["ip", "netns", "exec", self.netns(i), *argv]
 
     # -- links that change (ScheduledLinks) -------------------------------------------
     def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:
         return self.shaping.plan, self.shaping.interfaces
-
-    def _run_on_host(self, i: int, argv: Argv) -> None:
-        self.executor.run(argv)  # every command names its namespace (tc -n)
 
     def _set_delay_line(self, change: LinkChange) -> str:
         self.check_delay_line()
@@ -322,27 +275,18 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         done = self.cgroups.set_quota(path, quota, PERIOD_US)
         return f"{done}; cpu.stat {self.cgroups.stat(path)}"
 
-    def _payload_ratio(self) -> float:
-        # configured literally, a link carries rate x 1448/1514 of TCP payload
-        return 1.0 if self.payload_correction else 1.0 / payload_factor(MTU)
+    def _commands(self) -> list[str]:
+        return [" ".join(c) for c in self.executor.history]
 
-    def record(self) -> dict:
-        """What meta.json needs: launcher, which mechanism delivered each property,
-        names, link settings, probe results, bring-up and tear-down times."""
+    def _record(self) -> dict:
+        """Which mechanism delivered each property, the names, the delay line."""
         delay_mech = {"netem": "netem qdisc (kernel)",
                       "delayline": "userspace TUN delay line (bench/net/delayline.py)"}
         return {
-            "launcher": self.name,
-            "shaped": self.shaped,
-            "run_id": self.run_id,
-            "prefix": self.names.prefix,
-            "n_hosts": self.n_hosts,
-            "scenario": self.scenario.to_dict(),
             "capabilities": self.capabilities.to_dict() if self.capabilities else None,
             "shaping": {p: delay_mech.get(m, m) if p != "rate" else
                         ("htb qdisc (kernel)" if m == "htb" else m)
                         for p, m in self.mechanisms.items()},
-            "allow_drop": self.allow_drop,
             "data_plane": "TUN via delay line" if self.use_delay_line else "veth + bridge",
             "delay_line_scheduling": self.delay_line_scheduling,
             "delay_line_alive": None if self.delay_line is None
@@ -352,10 +296,4 @@ class NetnsLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
                        "addr": self.addr(i)} for i in range(self.n_hosts)],
             "namespaces": self.names.namespaces(),
             "cgroups": [str(p) for p in self._cgroups.values()],
-            "removed_before_start": list(self.removed_before_start),
-            "links": links_record(self.scenario, self.n_hosts),
-            "schedule": self.schedule_record(),
-            "probe": [r.to_dict() for r in self._probe_records],
-            "timing": dict(self._timing),
-            "commands": [" ".join(c) for c in self.executor.history],
         }

@@ -1,6 +1,6 @@
 """Names, addresses and MTU of one netns run: every namespace and device it creates is
-derived from a short per-run prefix P (such as "aq3f9c1"), so that device names
-fit in Linux's 15 characters and teardown can remove them by exact name.
+derived from a short per-run prefix P (such as "aq3f9c1", bench.launch.hosts.new_prefix),
+so that device names fit in Linux's 15 characters and teardown removes them by exact name.
 
     namespace P-sw:   bridge Pbr -- ports Ps0, Ps1, ...
     namespace P-hI:   veth PhI (198.18.0.I+1/24), peer PsI on the bridge
@@ -10,24 +10,14 @@ fit in Linux's 15 characters and teardown can remove them by exact name.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import time
 from dataclasses import dataclass
 
-__all__ = ["MTU", "TUN_SUBNET", "VETH_SUBNET", "TopologyNames", "host_addr", "new_prefix"]
+__all__ = ["MTU", "TUN_SUBNET", "VETH_SUBNET", "TopologyNames", "host_addr"]
 
 VETH_SUBNET = "198.18.0"  # 198.18.0.0/15 is reserved for benchmarking (RFC 2544)
 TUN_SUBNET = "198.19.0"
 MTU = 1500  # of every veth and TUN (bytes)
 MAX_DEVICE_NAME = 15  # IFNAMSIZ - 1
-
-
-def new_prefix(run_id: str) -> str:
-    """'aq' + 5 hex digits: short enough for 15-character device names, and new for
-    every call (a launcher that finds its names taken draws another)."""
-    digest = hashlib.sha1(f"{run_id}-{os.getpid()}-{time.time_ns()}".encode())
-    return "aq" + digest.hexdigest()[:5]
 
 
 def host_addr(i: int, tun: bool) -> str:

@@ -48,27 +48,16 @@ killed run through bench.launch.ssh.state.teardown_state.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import secrets
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench.launch.base import links_record, new_run_id
-from bench.launch.lifecycle import HostsLifecycle
-from bench.launch.probing import PROBE_PORT, LinkProbing, exchange
-from bench.launch.process import (
-    TEARDOWN_GRACE_S,
-    ProcessIdentity,
-    env_with_repo,
-    spawn_group,
-    stop_all,
-)
-from bench.launch.schedules import ScheduledLinks
+from bench.launch.hosts import ShapedHosts
+from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, spawn_group, stop_all
 from bench.launch.ssh.checks import (
     HostFacts,
     check_hosts,
@@ -82,8 +71,7 @@ from bench.launch.ssh.hostside import HOST_RECORD_ROOT
 from bench.launch.ssh.relay import relay_argv
 from bench.launch.ssh.remote import Remote
 from bench.launch.ssh.state import host_record, teardown_hosts, write_state
-from bench.launch.state import DEFAULT_STATE_DIR
-from bench.net.probe import ProbePlan, ProbeRecord
+from bench.net.probe import ProbeRecord
 from bench.net.scenario import NetworkScenario
 from bench.net.shaping import Interface, ShapingPlan, shaping_plan
 from bench.net.tc import (
@@ -108,13 +96,7 @@ def real_links(scenario: NetworkScenario) -> NetworkScenario:
     return dataclasses.replace(scenario, link=link, overrides=(), host_caps=())
 
 
-def _new_prefix(run_id: str) -> str:
-    """'aq' + 5 hex digits, as every state file of the suite is named."""
-    digest = hashlib.sha1(f"{run_id}-{os.getpid()}-{time.time_ns()}".encode())
-    return "aq" + digest.hexdigest()[:5]
-
-
-class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
+class SshLauncher(ShapedHosts):
     """Context manager over the first `n_hosts` hosts of a hostfile (see module doc).
 
     `hostfile`: its path (None: the class's, set by `bind`). `shaping`: shape the
@@ -142,48 +124,31 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
                  results_dir: Path | str | None = None, gpus: bool | None = None,
                  allow_drop: bool = False, payload_correction: bool = True,
                  python: str = sys.executable):
-        self.scenario = scenario
-        self.n_hosts = scenario.n_hosts if n_hosts is None else n_hosts
+        super().__init__(scenario, n_hosts, run_id=run_id, state_dir=state_dir,
+                         allow_drop=allow_drop, payload_correction=payload_correction)
         path = hostfile if hostfile is not None else type(self).hostfile
         if path is None:
             raise ValueError("SshLauncher: a hostfile is needed (--hostfile FILE)")
         self.hostfile_path = Path(path)
-        self.shaping = type(self).shaped if shaping is None else shaping
-        self.run_id = run_id or new_run_id()
-        self.prefix = _new_prefix(self.run_id)
-        self.state_dir = Path(state_dir) if state_dir else DEFAULT_STATE_DIR
+        self.shaping = self.shaped = type(self).shaped if shaping is None else shaping
         self.results_dir = Path(results_dir).resolve() if results_dir else (
             Path(state_dir).resolve().parent if state_dir else None)
-        self.gpus, self.allow_drop = gpus, allow_drop
-        self.payload_correction = payload_correction
+        self.gpus = gpus
         self.python = python
         self.hosts: tuple[HostEntry, ...] = ()
         self.remote: Remote | None = None
         self.facts: list[HostFacts] = []
         self.use_gpus = False
-        self.mechanisms: dict[str, str] = {}
         self.plan: ShapingPlan | None = None
         self.interfaces: tuple[Interface, ...] = ()
         self._records: list[dict] = []
-        self._procs: list[subprocess.Popen] = []
-        self._started: list[ProcessIdentity] = []
         self._job: Rendezvous | None = None
-        self._probe_records: list[ProbeRecord] = []
-        self._timing: dict[str, float] = {}
 
     # -- names and addresses -------------------------------------------------------
-    @property
-    def state_path(self) -> Path:
-        return self.state_dir / f"{self.prefix}.json"
-
     def record_dir(self, i: int) -> str:
         """Host i's own record of the run (bench/launch/ssh/hostside.py); named by host
         too, so that hosts sharing a filesystem keep one each."""
         return str(HOST_RECORD_ROOT / f"{self.prefix}-h{i}")
-
-    def _check_host(self, i: int) -> None:
-        if not 0 <= i < self.n_hosts:
-            raise IndexError(f"host index {i} out of range [0, {self.n_hosts})")
 
     def addr(self, i: int) -> str:
         self._check_host(i)
@@ -234,8 +199,8 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
     def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:
         return self.plan, self.interfaces
 
-    def _run_on_host(self, i: int, argv: list[str]) -> None:
-        self.remote.run(i, argv)
+    def _run_on_host(self, i: int, argv: list[str]) -> Any:
+        return self.remote.run(i, argv)
 
     def _mechanisms(self, impaired: bool) -> dict[str, str]:
         if not self.shaping:
@@ -263,6 +228,7 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         factor = payload_factor(mtu, ETHERNET_HEADER_BYTES) if self.payload_correction else 1.0
         netem = "netem" in self.mechanisms.values()
         addrs = tuple(f.addr for f in self.facts)
+        self._framing_factor = payload_factor(mtu, ETHERNET_HEADER_BYTES)
         self.plan = shaping_plan(self.scenario, self.n_hosts, factor=factor, netem=netem)
         self.interfaces = tuple(
             Interface(h.interface, addrs,
@@ -333,10 +299,7 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         proc = spawn_group(relay_argv(self.python, self.hosts[i], self.label(i), command,
                                       put=put, get=get), env_with_repo(), log_path)
         self._procs.append(proc)
-        ident = ProcessIdentity.of(proc.pid)
-        if ident is not None:
-            self._started.append(ident)
-        self._write_state()
+        self._started_process(proc)
         return proc
 
     # -- link probe (LinkProbing.probe) and record -----------------------------------
@@ -352,41 +315,23 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
         finally:
             self.scenario = configured
 
-    def _measure_link(self, src: int, dst: int, plan: ProbePlan) -> dict:
-        """One bench.net.probe exchange from host src to host dst, each side through a
-        relay."""
-        serve = ["python", "-m", "bench.net.probe", "serve", "--addr", self.addr(dst),
-                 "--port", str(PROBE_PORT)]
-        server = spawn_group(relay_argv(self.python, self.hosts[dst], self.label(dst),
-                                        self.remote_argv(dst, serve, None), raw=True),
-                             env_with_repo(), pipe_stdout=True)
-        measure = ["python", "-m", "bench.net.probe", "measure", "--addr", self.addr(dst),
-                   "--port", str(PROBE_PORT), *plan.client_args()]
-        client = relay_argv(self.python, self.hosts[src], self.label(src),
-                            self.remote_argv(src, measure, None), raw=True)
-        return exchange(server, client, plan, env_with_repo(), src, dst,
-                        f"host {self.hosts[dst].name}")
+    def helper_argv(self, i: int, argv: list[str]) -> list[str]:
+        """argv on host i through a relay, its output unprefixed (raw)."""
+        return relay_argv(self.python, self.hosts[i], self.label(i),
+                          self.remote_argv(i, argv, None), raw=True)
 
-    def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
-        for host, argv in self.plan.rate_limit_argvs(src, dst, lifted, self.interfaces):
-            self.remote.run(host, argv)
+    def _framing(self) -> float:
+        return self._framing_factor
 
-    def _payload_ratio(self) -> float:
-        return 1.0 if self.payload_correction or self.plan is None else 1.0 / self.plan.factor
+    def _commands(self) -> list[str]:
+        return [f"h{i}: {' '.join(a)}" for i, a in (self.remote.history if self.remote else [])]
 
-    def record(self) -> dict[str, Any]:
-        """meta.json's launcher block: as the netns launcher's, with every host's entry,
-        address, interface and what its checks found."""
+    def _record(self) -> dict[str, Any]:
+        """The hostfile, and every host's entry, address, interface and what its checks
+        found."""
         return {
-            "launcher": self.name,
-            "shaped": self.shaping,
-            "run_id": self.run_id,
-            "prefix": self.prefix,
-            "n_hosts": self.n_hosts,
-            "scenario": self.scenario.to_dict(),
             "hostfile": str(self.hostfile_path),
             "shaping": {p: MECHANISMS.get(m, m) for p, m in self.mechanisms.items()},
-            "allow_drop": self.allow_drop,
             "data_plane": "each host's own interface (real network)",
             "payload_correction_factor": None if self.plan is None else self.plan.factor,
             "uses_gpus": self.use_gpus,
@@ -396,11 +341,4 @@ class SshLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
                        "netem": f.facts["netem"], "suite_commit": f.commit,
                        "record_dir": self.record_dir(i)}
                       for i, (h, f) in enumerate(zip(self.hosts, self.facts, strict=True))],
-            "removed_before_start": list(self.removed_before_start),
-            "links": links_record(self.scenario, self.n_hosts),
-            "schedule": self.schedule_record(),
-            "probe": [r.to_dict() for r in self._probe_records],
-            "timing": dict(self._timing),
-            "commands": [f"h{i}: {' '.join(a)}" for i, a in
-                         (self.remote.history if self.remote else [])],
         }

@@ -26,7 +26,7 @@ from bench.launch.state import all_recorded_state_files, cleanup, recorded_state
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.workers]
 REPO = Path(__file__).resolve().parents[4]
-SUITE_NAME = re.compile(r"\baq[0-9a-f]{5}")  # bench.launch.netns.names.new_prefix
+SUITE_NAME = re.compile(r"\baq[0-9a-f]{5}")  # bench.launch.hosts.new_prefix
 WAIT_S = 150.0  # bring-up, probe and two workers importing torch on a loaded 2-core host
 
 

@@ -99,9 +99,9 @@ def test_delay_line_loss_and_jitter(tmp_path):
                          loss_pct=20.0)
     n = 400
     with NetnsLauncher(scenario, 2, state_dir=tmp_path) as hosts:
-        rx = hosts.spawn_quiet(1, ["-c", UDP_RECEIVE, hosts.addr(1)])
+        rx = hosts.start_helper(1, ["python", "-c", UDP_RECEIVE, hosts.addr(1)])
         assert rx.stdout.readline().strip() == b"listening"
-        tx = hosts.spawn_quiet(0, ["-c", UDP_SEND, hosts.addr(1), str(n)])
+        tx = hosts.start_helper(0, ["python", "-c", UDP_SEND, hosts.addr(1), str(n)])
         assert tx.wait(timeout=30) == 0
         delays = json.loads(rx.stdout.readline())
         rec = hosts.record()
