@@ -3,19 +3,19 @@ are safe when several processes race. The one atomic write of the suite lives he
 (the harness, launchers and reports use it too).
 
 Every worker of a run may ask for the same tokenizer or starting checkpoint at
-once. The first takes an exclusive lock (fcntl.flock on NAME.lock, released by
-the kernel if the process dies) and builds; the others wait, then find the file.
+once. The first takes an exclusive lock (filelock's `FileLock` on NAME.lock, an flock
+the kernel drops if the process dies) and builds; the others wait, then find the file.
 The file itself appears by atomic rename, so a reader never sees half of it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+
+from filelock import FileLock
 
 __all__ = ["default_cache_dir", "build_once", "atomic_write", "atomic_write_bytes",
            "atomic_write_text"]
@@ -24,17 +24,6 @@ __all__ = ["default_cache_dir", "build_once", "atomic_write", "atomic_write_byte
 def default_cache_dir() -> Path:
     """`.cache/` at the repository root (git-ignored)."""
     return Path(__file__).resolve().parent.parent / ".cache"
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    lock_path = path.with_name(path.name + ".lock")
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
@@ -77,7 +66,7 @@ def build_once(path: Path, write: Callable[[Path], None]) -> bool:
     if path.exists():
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(path):
+    with FileLock(path.with_name(path.name + ".lock")):
         if path.exists():  # another process built it while we waited
             return False
         atomic_write(path, write)

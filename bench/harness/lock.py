@@ -3,18 +3,15 @@
     with sweep_lock(sweep_dir, echo):   # SweepLocked (a ValueError: exit 2) when held
         ...run the cells...
 
-The lock is `fcntl.flock` on SWEEP_DIR/LOCK_NAME, held for as long as the sweep runs;
-the kernel releases it when its holder exits however it exits (SIGKILL included), so a
-dead holder never blocks. The holder writes who it is into the file (pid with its start
-time, command line, since when, UTC) and empties it when it is done: a second sweep
-into the same directory is refused naming the holder, and a sweep that finds the lock
-free but the file still naming someone knows that holder died, takes the lock over and
-says so. The record is information only: the flock alone decides.
+The lock is filelock's `FileLock` (an flock on SWEEP_DIR/LOCK_NAME, which the kernel
+drops when its holder exits however it exits) held while the sweep runs. The holder
+writes who it is into that file and empties it when done: a second sweep is refused
+naming the holder, and a sweep that finds the lock free but the file still naming
+someone takes it over and says so. docs/ARCHITECTURE.md, "The sweep lock", says why.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sys
@@ -22,6 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from bench.launch.process import ProcessIdentity
 
@@ -40,9 +39,9 @@ def holder_text(record: dict) -> str:
             f"{record.get('since_utc', '?')}")
 
 
-def _record(f) -> dict | None:
-    f.seek(0)
-    text = f.read()
+def _record(path: Path) -> dict | None:
+    """The holder record in the lock file; None when it is empty."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
     if not text.strip():
         return None
     try:
@@ -58,28 +57,25 @@ def sweep_lock(sweep_dir: Path, echo: Callable[[str], None] = print) -> Iterator
     the holder when another sweep holds it."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
     path = sweep_dir / LOCK_NAME
-    with open(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+", encoding="utf-8") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            record = _record(f) or {}
-            raise SweepLocked(f"{sweep_dir}: another sweep is writing it: "
-                              f"{holder_text(record)}; wait for it to finish, or write "
-                              f"elsewhere (--out DIR)") from None
-        previous = _record(f)
+    # the record is written in place: the file must stay the one the flock is on
+    lock = FileLock(path, mode=0o644, blocking=False, preserve_lock_file=True,
+                    fallback_to_soft=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise SweepLocked(f"{sweep_dir}: another sweep is writing it: "
+                          f"{holder_text(_record(path) or {})}; wait for it to finish, or "
+                          f"write elsewhere (--out DIR)") from None
+    try:
+        previous = _record(path)
         if previous is not None:
             echo(f"{sweep_dir}: took over the lock left by {holder_text(previous)}: no "
                  f"process holds it any more (that sweep was killed or crashed)")
         me = ProcessIdentity.of(os.getpid())
-        f.seek(0)
-        f.truncate()
-        f.write(json.dumps({**me.to_dict(), "command": " ".join(sys.argv),
-                            "since_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
-        f.flush()
-        try:
-            yield
-        finally:
-            f.seek(0)
-            f.truncate()  # released on purpose: the next sweep takes nothing over
-            f.flush()
-            fcntl.flock(f, fcntl.LOCK_UN)
+        path.write_text(json.dumps({
+            **me.to_dict(), "command": " ".join(sys.argv),
+            "since_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}), encoding="utf-8")
+        yield
+    finally:
+        path.write_text("", encoding="utf-8")  # released on purpose: nothing to take over
+        lock.release()

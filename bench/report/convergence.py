@@ -35,6 +35,7 @@ from bench.report.convergence_plots import (
     plot_loss_time,
     plot_time_to_quality,
 )
+from bench.report.markdown import markdown_table
 from bench.report.quality import (
     NOISE_SPREADS,
     TOLERANCE_PCT,
@@ -45,7 +46,6 @@ from bench.report.quality import (
     seed_bands,
 )
 from bench.report.summary import SPEEDUP_REFERENCES
-from bench.report.tables import markdown_table
 from bench.report.timetoquality import (
     format_seconds,
     schedule_cells,

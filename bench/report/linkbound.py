@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report.markdown import markdown_table
+
 __all__ = ["LinkBound", "bound_lines", "cell_bound", "fp32_bounds"]
 
 
@@ -152,16 +154,15 @@ def bound_lines(metas: list[dict], summary: pd.DataFrame) -> list[str]:
     rows = fp32_bounds(metas, summary)
     if not rows:
         return []
-    table = ["| cell | slowest used link | MB/step on it | link time (ms) | bound (samples/s) "
-             "| schedule bound (samples/s) | measured (samples/s) | measured / schedule bound |",
-             "|---|---|---|---|---|---|---|---|"]
-    for b in rows:
-        table.append(
-            f"| {b.cell} | {b.busiest[0]} -> {b.busiest[1]} ({b.busiest_rate_mbit:g} Mbit/s) | "
-            f"{b.busiest_bytes_per_step / 1e6:.3f} | {b.busiest_s * 1e3:.1f} | "
-            f"{b.busiest_samples_s:.1f} | {b.schedule_samples_s:.1f} | "
-            f"{b.measured_samples_s:.1f} | {b.measured_samples_s / b.schedule_samples_s:.0%} |")
-    return ["## What the links allow (fp32)", "", *table, "",
+    headers = ["cell", "slowest used link", "MB/step on it", "link time (ms)",
+               "bound (samples/s)", "schedule bound (samples/s)", "measured (samples/s)",
+               "measured / schedule bound"]
+    table = [[b.cell, f"{b.busiest[0]} -> {b.busiest[1]} ({b.busiest_rate_mbit:g} Mbit/s)",
+              f"{b.busiest_bytes_per_step / 1e6:.3f}", f"{b.busiest_s * 1e3:.1f}",
+              f"{b.busiest_samples_s:.1f}", f"{b.schedule_samples_s:.1f}",
+              f"{b.measured_samples_s:.1f}", f"{b.measured_samples_s / b.schedule_samples_s:.0%}"]
+             for b in rows]
+    return ["## What the links allow (fp32)", "", markdown_table(headers, table), "",
             *[b.text() for b in rows], "",
             "Both bounds leave compute out, and with replicas the data-parallel exchange "
             "after the backward pass as well, so a measured throughput above either would "

@@ -37,10 +37,10 @@ from bench import REPO_ROOT
 from bench.report.claims import CLAIMS_FILE, find_claim, load_claims
 from bench.report.convergence import Convergence, analyse
 from bench.report.convergence_plots import BAND, draw_epoch_curves, draw_relative_final
+from bench.report.markdown import markdown_table
 from bench.report.plots import plot_rate_lines, plt, save, series_color, series_labels
 from bench.report.repeats import over_repeats
 from bench.report.summary import SPEEDUP_REFERENCES, summarize
-from bench.report.tables import markdown_table
 
 __all__ = ["relative_throughput", "claims_table", "draw_paper_figures", "write_model_report"]
 

@@ -6,7 +6,7 @@
 Terminal and plain-text tables are rich tables (`print_table`, at the terminal's width:
 the least columns of DROP_ORDER left out and named where it is narrow; `text_table`
 renders one as plain text for logs, CI output and other callers); report.md holds
-Markdown tables (`markdown_table`), a file format of its own; summary.csv and
+Markdown tables (bench.report.markdown), a file format of its own; summary.csv and
 summary.json beside it the same rows for scripts (bench.report.summary). Modes read as
 the command line spells them (`mode_text`: 'aqsgd:2/4').
 
@@ -34,6 +34,7 @@ from rich.text import Text
 from aqsgd.compress.registry import SPEEDUP_REFERENCES
 from aqsgd.filecache import atomic_write_text
 from bench.report.linkbound import bound_lines
+from bench.report.markdown import markdown_table
 from bench.report.repeats import REPEATED, over_repeats
 from bench.report.summary import COMPUTE_BOUND_SHARE, mode_text, write_summary_files
 from bench.report.timeline import timeline_section
@@ -41,7 +42,7 @@ from bench.results.files import load_metas
 
 __all__ = ["TABLE_COLUMNS", "DROP_ORDER", "compute_bound_note", "fit_columns", "format_table",
            "held_out_header",
-           "host_limited_notes", "markdown_table", "mode_text", "print_table", "text_table",
+           "host_limited_notes", "mode_text", "print_table", "text_table",
            "write_report"]
 
 
@@ -183,13 +184,6 @@ def format_table(summary: pd.DataFrame) -> str:
     headers, rows = _rows(summary)
     return "\n".join([text_table(headers, rows), *host_limited_notes(summary),
                       *compute_bound_note(summary)])
-
-
-def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A Markdown (GitHub) table; `|` inside a cell is escaped."""
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 # The columns print_table leaves out, first to last, when the table does not fit the
@@ -335,9 +329,9 @@ def _placement_lines(metas: list[dict]) -> list[str]:
         seen.add(key)
         lines += [f"{p['stages']} stages x {p['replicas']} replica(s) on {p['scenario']} "
                   f"({p['n_hosts']} hosts; rank = replica * stages + stage):", "",
-                  "| host | rank | stage | replica |", "|---|---|---|---|",
-                  *[f"| {r['host']} | {r['rank']} | {r['stage']} | {r['replica']} |"
-                    for r in p["ranks"]], ""]
+                  markdown_table(["host", "rank", "stage", "replica"],
+                                 [[r["host"], r["rank"], r["stage"], r["replica"]]
+                                  for r in p["ranks"]]), ""]
     return ["## Placement", "", *lines] if lines else []
 
 
@@ -345,7 +339,7 @@ def _probe_lines(metas: list[dict]) -> list[str]:
     """Rows of the link-probe table, once per scenario: meta.json's `probe` records
     (ProbeRecord.to_dict() of the launcher's probe: every field present), each with the
     traffic the cells' placements put on it."""
-    seen, lines = set(), []
+    seen, rows = set(), []
     for meta in metas:
         scenario = meta["cell"]["scenario"]
         if scenario in seen or not meta["probe"]:
@@ -355,19 +349,19 @@ def _probe_lines(metas: list[dict]) -> list[str]:
         for link in meta["probe"]:
             want, got = link["rate_mbit_configured"], link["rate_mbit_achieved"]
             ratio = got / want if want else None
-            lines.append(f"| {scenario} | {link['src']} -> {link['dst']} | "
-                         f"{_fmt_or_dash(want, '.1f')} | {_fmt_or_dash(got, '.1f')} | "
-                         f"{_fmt_or_dash(ratio, '.3f')} | "
-                         f"{_fmt_or_dash(link['rate_mbit_ceiling'], '.1f')} | "
-                         f"{'**yes**' if link['host_limited'] else 'no'} | "
-                         f"{_fmt_or_dash(link['rtt_ms'], '.3f')} | "
-                         f"{'; '.join(carried.get((link['src'], link['dst']), [])) or '-'} |")
-    if not lines:
+            rows.append([scenario, f"{link['src']} -> {link['dst']}",
+                         _fmt_or_dash(want, ".1f"), _fmt_or_dash(got, ".1f"),
+                         _fmt_or_dash(ratio, ".3f"),
+                         _fmt_or_dash(link["rate_mbit_ceiling"], ".1f"),
+                         "**yes**" if link["host_limited"] else "no",
+                         _fmt_or_dash(link["rtt_ms"], ".3f"),
+                         "; ".join(carried.get((link["src"], link["dst"]), [])) or "-"])
+    if not rows:
         return []
-    return ["## Link probe", "",
-            "| scenario | link | configured (Mbit/s) | achieved (Mbit/s) | achieved/configured "
-            "| host ceiling (Mbit/s) | host-limited | RTT (ms) | carries |",
-            "|---|---|---|---|---|---|---|---|---|", *lines, "",
+    headers = ["scenario", "link", "configured (Mbit/s)", "achieved (Mbit/s)",
+               "achieved/configured", "host ceiling (Mbit/s)", "host-limited", "RTT (ms)",
+               "carries"]
+    return ["## Link probe", "", markdown_table(headers, rows), "",
             "The host ceiling is measured only for a link that falls short: the same path "
             "with its rate limit lifted (a short link is measured twice first). A ceiling "
             "below twice the configured rate, with the link near the lesser of the two, "

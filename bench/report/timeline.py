@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.report.markdown import markdown_table
 from bench.results.files import load_results
 
 __all__ = ["has_schedule", "has_events", "phase_spans", "event_spans", "step_times",
@@ -421,7 +422,5 @@ def timeline_section(metas: list[dict], out_dir: str | Path,
         rel = os.path.relpath(png, report_dir)
         lines += [f"### {name}", "", f"![timeline_{name}]({rel})", "",
                   *_outage_lines(meta),
-                  "| " + " | ".join(header) + " |",
-                  "|" + "|".join("---" for _ in header) + "|",
-                  *("| " + " | ".join(r) + " |" for r in rows), ""]
+                  markdown_table(header, rows), ""]
     return lines
