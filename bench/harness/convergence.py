@@ -17,7 +17,6 @@ Both sweeps' times are stated before the first cell. Then the report
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from bench.harness.sweep import SweepSpec
 from bench.launch.choice import LAUNCHERS, choose_launcher
 from bench.results.files import find_cells
 
-__all__ = ["CONVERGENCE_LAUNCHER", "SIZES", "ConvergencePlan", "add_arguments", "plan",
+__all__ = ["CONVERGENCE_LAUNCHER", "SIZES", "ConvergencePlan", "register", "plan",
            "run_convergence", "run_plan", "state_times", "sweep_file", "write_report"]
 
 SWEEPS_DIR = REPO_ROOT / "scenarios" / "sweeps"
@@ -67,7 +66,11 @@ def plan(size: str, results: Path | None = None, throughput_results: Path | None
                            throughput_results or REPO_ROOT / "results" / tp_name)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def register(sub) -> None:
+    """Add `convergence` to the subparsers `sub` of `python -m bench`."""
+    p = sub.add_parser(
+        "convergence", help="model quality: every mode for many epochs and seeds, held-out "
+                            "loss per epoch, then the convergence report")
     p.add_argument("--size", default="default", choices=SIZES,
                    help="default: about 34 min on 2 cores; smoke: seconds")
     p.add_argument("--results", type=Path, help="convergence cells (default results/<sweep>)")

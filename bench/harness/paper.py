@@ -14,7 +14,6 @@ reused; both sweeps' times are stated before the first cell.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from bench.report.paper import draw_paper_figures, write_model_report
 from bench.report.plots import print_figure_paths
 from bench.results.files import find_cells
 
-__all__ = ["add_arguments", "run_paper", "model_configs", "write_model_results"]
+__all__ = ["register", "run_paper", "model_configs", "write_model_results"]
 
 # The performance model in the paper report: validated with this machine's profile,
 # projected with a published-figures GPU profile (profiles/).
@@ -58,7 +57,10 @@ MODEL_NOTE = ("Validation: the measured cells with this machine's profile "
               "Equations and limits: docs/performance-model.md.")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def register(sub) -> None:
+    """Add `paper` to the subparsers `sub` of `python -m bench`."""
+    p = sub.add_parser("paper", help="paper-style figures with the "
+                                          "published claims beside them")
     p.add_argument("--results", type=Path, help="throughput cells (default results/paper)")
     p.add_argument("--conv-results", type=Path,
                    help="convergence cells (default results/convergence)")

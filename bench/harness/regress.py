@@ -28,7 +28,6 @@ much), 2 bad input or no baseline.
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,7 @@ __all__ = [
     "baseline_rows",
     "compare",
     "format_checks",
-    "add_arguments",
+    "register",
 ]
 
 LOSS_ABS_TOL = 1e-3
@@ -186,7 +185,10 @@ def _write_baseline(baseline_dir: Path, rows: pd.DataFrame, results_dir: Path) -
     })
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def register(sub) -> None:
+    """Add `regress` to the subparsers `sub` of `python -m bench`."""
+    p = sub.add_parser("regress", help="short fixed-seed sweep compared "
+                                              "with the committed baseline")
     p.add_argument("--update-baseline", action="store_true",
                    help="rewrite results/baseline/ from this run (deliberately)")
     p.add_argument("--sweep-file", type=Path, default=SWEEP_FILE,

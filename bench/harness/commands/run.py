@@ -1,0 +1,112 @@
+"""`python -m bench run --scenario NAME`: one scenario, every mode of the grid, then the
+table, figures and report.md.
+
+    python -m bench run --scenario 100mbps                 # default grid, table, figures
+    python -m bench run --scenario 100mbps --modes fp32 aqsgd:2/4 --steps 5
+    python -m bench run --scenario 100mbps --dry-run       # cells, placement, time; no run
+
+The workload flags are Workload's fields (bench.harness.sweep), each declared once there;
+`--stages` and `--preset` default to the scenario's layout (bench.harness.defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from pathlib import Path
+
+from bench.harness.commands.options import add_launch_options, parse_modes, run_and_finish
+from bench.harness.modes import DEFAULT_GRID
+from bench.harness.sweep import SweepSpec, Workload
+from specfile import SpecError
+
+__all__ = ["register", "run_spec"]
+
+# The field of a sweep a `bench run` flag sets (bench.harness.preflight names fields).
+RUN_FLAGS = {"workload.stages": "--stages", "workload.gc_stages": "--stages",
+             "workload.preset": "--preset", "workload.train_samples": "--train-samples",
+             "workload.init_from": "--init-from", "workload.replicas": "--replicas",
+             "scenarios[0]": "--scenario", "reference": "--reference"}
+
+
+def register(sub) -> None:
+    """Add `run` to the subparsers `sub` of `python -m bench`."""
+    defaults = Workload()
+    run = sub.add_parser("run", help="one scenario, every mode of the grid")
+    run.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
+    run.add_argument("--modes", nargs="+", default=list(DEFAULT_GRID),
+                     help=f"modes as NAME[/GRAD][:FW/BW], e.g. aqsgd+gc/ef21:2/4, the "
+                          f"spelling of tables and legends; a directory's aqsgd-fw2-bw4 "
+                          f"reads too (docs/results-schema.md, \"Mode spellings\"; "
+                          f"default: {' '.join(DEFAULT_GRID)})")
+    run.add_argument("--steps", type=int, default=defaults.steps,
+                     help=f"measured steps after the warm-up (default {defaults.steps})")
+    run.add_argument("--warmup-epochs", type=int, default=defaults.warmup_epochs,
+                     help="uncompressed epochs before the measured steps (default "
+                          f"{defaults.warmup_epochs})")
+    run.add_argument("--train-samples", type=int, default=defaults.train_samples,
+                     help="training windows (one warm-up epoch = one pass over them; "
+                          f"default {defaults.train_samples})")
+    run.add_argument("--preset", default=None,
+                     help="model preset (default: the tiny preset sized for the stages)")
+    run.add_argument("--stages", type=int, default=None,
+                     help="pipeline stages (default: the scenario's layout, e.g. 4; the "
+                          "aqsgd+gc cells then run 2 stages x 2 replicas on the same hosts)")
+    run.add_argument("--replicas", type=int, default=defaults.replicas,
+                     help=f"data-parallel replicas of the pipeline (default {defaults.replicas})")
+    run.add_argument("--seed", type=int, default=defaults.seed,
+                     help=f"seed of data order, dropout and init (default {defaults.seed})")
+    run.add_argument("--init-from", default=defaults.init_from,
+                     help="starting weights: 'pretrained' (cached checkpoint, built once; "
+                          "default), 'none' (random init) or a state-dict path")
+    run.add_argument("--reference", default="loopback", metavar="SCENARIO",
+                     help="also run fp32 on this (unshaped) scenario as the speed-up "
+                          "reference; 'none' to skip (default loopback)")
+    run.add_argument("--repeats", type=int, default=1,
+                     help="run every cell this many times, interleaved (all cells once, then "
+                          "again); tables and figures show the median with its min..max "
+                          "(default 1)")
+    run.add_argument("--out", type=Path, help="results directory (default results/<scenario>)")
+    add_launch_options(run)
+    run.set_defaults(func=run_scenario)
+
+
+def run_spec(args: argparse.Namespace) -> SweepSpec:
+    """The sweep `bench run` runs, every cell checked; a check that fails names the flag
+    that decides it (RUN_FLAGS)."""
+    from bench.harness.defaults import bench_workload
+    from bench.harness.preflight import check_sweep
+    from bench.net.scenario import load_scenario
+
+    modes = parse_modes(args.modes)
+    scenario = load_scenario(args.scenario)
+    try:
+        workload = bench_workload(scenario, dataclasses.replace(
+            Workload(), steps=args.steps, warmup_epochs=args.warmup_epochs,
+            train_samples=args.train_samples, replicas=args.replicas, seed=args.seed,
+            init_from=None if args.init_from in ("none", "") else args.init_from),
+            stages=args.stages, preset=args.preset)
+    except (ValueError, TypeError) as err:  # Workload's own checks name its fields
+        field = re.search(r"Workload\.(\w+)", str(err))
+        flag = f"--{field[1].replace('_', '-')}: " if field else ""
+        raise ValueError(f"{flag}{err}") from None
+    name = Path(args.scenario).stem
+    reference = None if args.reference in ("none", "", name) else args.reference
+    try:
+        spec = SweepSpec(name=name, scenarios=(args.scenario,), modes=modes,
+                         workload=workload, reference_scenario=reference,
+                         repeats=args.repeats)
+    except ValueError as err:  # SweepSpec.repeats
+        raise ValueError(f"--repeats: {err}") from None
+    try:
+        check_sweep(spec)
+    except SpecError as err:
+        flag = RUN_FLAGS.get(err.field or "", "the run's options")
+        raise ValueError(f"{flag}: {err.text}") from None
+    return spec
+
+
+def run_scenario(args: argparse.Namespace) -> int:
+    spec = run_spec(args)
+    return run_and_finish(spec, args.out, args, title=f"Benchmark: scenario {spec.name}")
