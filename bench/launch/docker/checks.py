@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Mapping
 from pathlib import Path
+
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from bench.launch.docker.spec import (
     DELAY_LINE_LOG_FILE,
@@ -125,17 +126,26 @@ def wait_for_delay_line(container) -> str:
     """Wait until the container's delay line forwards; its scheduling ("normal", or
     "fifo:N" where it got a real-time priority). Raises with the container's log when
     the entrypoint gave up."""
-    deadline = time.monotonic() + DELAY_LINE_TIMEOUT_S
-    while True:
+    def ready() -> str | None:  # its scheduling once ready; raises once it cannot be
         code, out = container.exec_run(["cat", DELAY_LINE_READY_FILE], user="root")
         if code == 0 and out.decode().startswith("ready "):
             return out.decode().split()[1]
         container.reload()
-        if container.status != "running" or time.monotonic() > deadline:
-            raise RuntimeError(f"the delay line of container {container.name} is not ready "
-                               f"(container {container.status}); its log:\n"
-                               f"{container.logs().decode(errors='replace')[-4000:]}")
-        time.sleep(POLL_S)
+        if container.status != "running":
+            raise not_ready()
+        return None
+
+    def not_ready() -> RuntimeError:
+        return RuntimeError(f"the delay line of container {container.name} is not ready "
+                            f"(container {container.status}); its log:\n"
+                            f"{container.logs().decode(errors='replace')[-4000:]}")
+
+    scheduling = Retrying(stop=stop_after_delay(DELAY_LINE_TIMEOUT_S), wait=wait_fixed(POLL_S),
+                          retry=retry_if_result(lambda r: r is None),
+                          retry_error_callback=lambda state: None)(ready)
+    if scheduling is None:
+        raise not_ready()
+    return scheduling
 
 
 def check_delay_lines(containers: list, history: list[Argv]) -> None:

@@ -46,6 +46,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
+
 from bench import REPO_ROOT
 from bench.launch.export.multihost import plan_hosts
 from bench.net.executor import format_argv
@@ -152,6 +154,7 @@ def shape(scenario_name: str, addrs: list[str], iface: str, links_dir: Path, *,
     if not record["shaped"]:
         return 0  # `links` decides whether the job may go on
     release = links_dir / RELEASE
+    # an event and a file to wait for, not an attempt to retry: no tenacity here
     while not stop.wait(POLL_S) and not release.exists():
         pass
     _remove(plan.teardown)
@@ -168,10 +171,10 @@ def _remove(argvs) -> None:
 
 def check_links(links_dir: Path, nodes: int, allow_unshaped: bool) -> int:
     """The job's verdict on its links (see module doc); prints one line per node."""
-    deadline = time.monotonic() + WAIT_RECORDS_S
     paths = [links_dir / f"node{i}.json" for i in range(nodes)]
-    while not all(p.is_file() for p in paths) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    Retrying(stop=stop_after_delay(WAIT_RECORDS_S), wait=wait_fixed(0.2),
+             retry=retry_if_result(lambda written: not written),
+             retry_error_callback=lambda state: False)(lambda: all(p.is_file() for p in paths))
     missing = [i for i, p in enumerate(paths) if not p.is_file()]
     if missing:
         print(f"links: no shaping record from node(s) {missing} within "

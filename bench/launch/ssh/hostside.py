@@ -28,7 +28,7 @@ exec`. The tree, not ARGV's process group: torchrun starts each worker in a sess
 its own, which a signal to torchrun's group misses. `tied` is a subreaper, so the
 workers of a torchrun that died first stay below it; `procs/` records `tied` itself,
 and `teardown` stops the tree below each recorded process the same way (no grace).
-Imports the standard library and bench.launch.process only.
+Imports the standard library, psutil (through proctree) and bench.launch.process only.
 """
 
 from __future__ import annotations

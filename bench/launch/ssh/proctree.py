@@ -5,18 +5,12 @@
     tree = descendants(me.pid)                # [ProcessIdentity], parents first
     stop_tree(me, grace_s=5.0)                # SIGTERM to each, SIGKILL after grace_s
 
-Why not the process group: torchrun starts each worker in a session of its own
-(torch.distributed.elastic's SubprocessHandler, `start_new_session=True`), so a signal
-to torchrun's group misses the workers, and a torchrun killed before it stops them
-leaves them running, reparented to init. Here the tree is read from every process's
-parent in /proc/PID/stat, each process named by its ProcessIdentity (pid, start time,
-boot), and signalled through a pidfd opened and checked against that identity: a pid the
-kernel has since given to another process is never signalled. A subreaper
-(PR_SET_CHILD_SUBREAPER) keeps the orphans of a dead torchrun below `tied`, so a later
-walk still finds them.
-
-Standard library and bench.launch.process only (what runs on each host stays light;
-psutil is not in the suite's pinned environment, and every host must match it).
+The tree, not the process group: torchrun starts each worker in a session of its own.
+psutil walks the tree; each process is named by its ProcessIdentity (pid, start time,
+boot) and signalled through a pidfd checked against it, so a reused pid is never
+signalled. A subreaper keeps the orphans of a dead torchrun below `tied`. Runs on the
+SSH hosts, which have the suite's pinned packages (psutil among them; checked by
+bench.launch.ssh.checks). Why: docs/multihost.md, "Stopping a host's processes".
 """
 
 from __future__ import annotations
@@ -25,9 +19,10 @@ import ctypes
 import os
 import signal
 import time
-from pathlib import Path
 
-from bench.launch.process import BOOT_ID, KILL_WAIT_S, ProcessIdentity
+import psutil
+
+from bench.launch.process import KILL_WAIT_S, ProcessIdentity
 
 __all__ = ["become_subreaper", "descendants", "send", "stop_tree"]
 
@@ -43,32 +38,19 @@ def become_subreaper() -> None:
         raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
 
 
-def _stat(pid: int) -> tuple[int, int, str] | None:
-    """(parent pid, start ticks, state) of pid; None when it is gone."""
-    try:
-        # the command name in parentheses may hold spaces: fields follow the last ')'
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-    return int(fields[1]), int(fields[19]), fields[0]
-
-
 def descendants(root: int) -> list[ProcessIdentity]:
     """Every living process below pid `root` (not root itself), parents before
-    children; zombies left out (they have exited)."""
-    boot = BOOT_ID.read_text().strip()
-    children: dict[int, list[tuple[int, int, str]]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            st = _stat(int(entry.name))
-            if st is not None:
-                children.setdefault(st[0], []).append((int(entry.name), st[1], st[2]))
-    found, todo = [], [root]
-    while todo:
-        for pid, ticks, state in children.get(todo.pop(0), []):
-            todo.append(pid)
-            if state != "Z":
-                found.append(ProcessIdentity(pid, ticks, boot))
+    children (psutil's walk); zombies left out (they have exited)."""
+    try:
+        below = psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for p in below:
+        ident = ProcessIdentity.of(p.pid)
+        # is_running after `of`: the pid still names the process psutil found (start time)
+        if ident is not None and p.is_running():
+            found.append(ident)
     return found
 
 

@@ -120,6 +120,7 @@ def serve(addr: str, port: int, sessions: int, out=sys.stdout) -> None:
 
 
 def _connect(addr: str, port: int, timeout_s: float) -> socket.socket:
+    # a loop, not tenacity: the probe starts without site-packages (tests/bench/net/probe)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
