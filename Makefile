@@ -116,7 +116,12 @@ bench-coding: setup
 	$(PY) -m bench.micro.coding
 
 # On a CUDA machine: Triton kernels against the reference, a pipeline on CUDA, GPT2-XL stages.
+# Needs an NVIDIA GPU, its driver (nvidia-smi) and a CUDA build of torch; writes results/gpu/.
 gpu-check: setup
+	@command -v nvidia-smi >/dev/null || { echo "gpu-check: no NVIDIA driver here (nvidia-smi \
+	not found): it needs a CUDA GPU, its driver and a CUDA build of torch. Without a GPU, \
+	$(PY) -m bench.micro.gpu_check --ptx-audit --out DIR compiles and audits the kernels" >&2; \
+	exit 2; }
 	$(PY) -m bench.micro.gpu_check --out results/gpu
 
 # Remove the virtual environment.
@@ -125,6 +130,10 @@ clean-venv:
 
 # The offline base image: a minimal Debian with Python 3.11 and iproute2, no registry.
 docker-base:
+	@command -v debootstrap >/dev/null || { echo "docker-base: debootstrap not found: \
+	apt-get install debootstrap" >&2; exit 2; }
+	@command -v docker >/dev/null || { echo "docker-base: docker not found: apt-get install \
+	docker.io, then make docker-daemon-start" >&2; exit 2; }
 	rootfs=$$(mktemp -d) && trap 'rm -rf "$$rootfs"' EXIT && \
 	debootstrap --variant=minbase --include=iproute2,python3,python3-venv $(DEBIAN_SUITE) \
 		"$$rootfs" >/dev/null && \

@@ -26,6 +26,7 @@ import hashlib
 import math
 import os
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,7 @@ __all__ = [
     "GPT2Stage",
     "build_full_model",
     "build_stage",
+    "compute_precision",
     "init_stage",
     "lm_loss",
 ]
@@ -122,6 +124,17 @@ def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     pred = logits[:, :-1].reshape(-1, vocab).float()  # (B * (L-1), V)
     target = input_ids[:, 1:].reshape(-1)  # (B * (L-1),)
     return F.cross_entropy(pred, target)
+
+
+def compute_precision(precision: str, device: torch.device) -> AbstractContextManager:
+    """The context a stage's forward and loss run in: "fp32" none (bit-identical to no
+    context), "bf16" torch.autocast to bfloat16 on `device`'s type (CPU or CUDA). Run the
+    backward outside it, as torch advises; the weights and their gradients stay fp32."""
+    if precision == "fp32":
+        return nullcontext()
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
 
 
 # ---------------------------------------------------------------- initialisation

@@ -98,6 +98,10 @@ class TrainConfig:
     # behaviour); "per_sample" from generators seeded by (seed, sample id, module), so a
     # sample's masks repeat at every visit (aqsgd.model.dropout, docs/dropout-and-deltas.md).
     dropout_masks: Literal["random", "per_sample"] = "random"
+    # Compute precision of each stage's forward, backward and evaluation: "bf16" runs them
+    # under torch.autocast on the stage's device (CPU too); weights, optimizer and the wire
+    # stay as they are (the wire's dtype is forward/backward.dtype).
+    precision: Literal["fp32", "bf16"] = "fp32"
     # Test hooks (not for experiments): raise inside step `fail_at_step` on rank
     # `fail_rank`; write every rank's gradients after the first step to OUTPUT_DIR/grads.
     fail_at_step: int | None = None

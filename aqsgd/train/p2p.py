@@ -113,16 +113,19 @@ class P2P:
     """This rank's sends and receives, with byte counting, tracing and timeouts."""
 
     def __init__(self, meter: StepMeter, device: torch.device, timeout_s: float,
-                 time_sends: bool = False):  # fmt: skip
+                 time_sends: bool = False, wire_device: torch.device | None = None):  # fmt: skip
         self.meter = meter
         self.device = device
+        # where the transport's buffers live (default `device`): gloo sends host memory
+        # only, so a CUDA stage on gloo passes the CPU and its messages go through it
+        self.wire_device = wire_device or device
         self.timeout = timedelta(seconds=timeout_s)
         self._sends: list[tuple[int, str, list, list[torch.Tensor], float]] = []
         self.send_timer = SendTimer(self.timeout) if time_sends else None
 
     def send(self, peer: int, kind: str, tensors: list[torch.Tensor]) -> None:
         """Post one message; returns at once (the tensors are kept until sent)."""
-        msg = [t.contiguous() for t in tensors]
+        msg = [t.to(self.wire_device).contiguous() for t in tensors]
         works = [dist.isend(t, dst=peer) for t in msg]
         nbytes = message_nbytes(msg)
         self.meter.add_bytes(kind, peer, sent=nbytes)
@@ -139,7 +142,8 @@ class P2P:
     def post_recv(self, peer: int, kind: str, label: str,
                   spec: list[tuple[tuple[int, ...], torch.dtype]]) -> PendingRecv:  # fmt: skip
         """Post the receives of one message described by `spec` = [(shape, dtype)]."""
-        tensors = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in spec]
+        tensors = [torch.empty(shape, dtype=dtype, device=self.wire_device)
+                   for shape, dtype in spec]
         works = [dist.irecv(t, src=peer) for t in tensors]
         return PendingRecv(peer, kind, label, tensors, works, self.meter.now_us())
 
@@ -158,7 +162,7 @@ class P2P:
         self.meter.add_bytes(pending.kind, pending.peer, recv=message_nbytes(pending.tensors))
         self.meter.add_trace(f"recv {pending.label}", "recv", pending.posted_us,
                              self.meter.now_us() - pending.posted_us)  # fmt: skip
-        return pending.tensors
+        return [t.to(self.device) for t in pending.tensors]
 
     def wait_sends(self) -> None:
         """Block until every send posted so far has completed."""

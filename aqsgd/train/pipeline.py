@@ -70,6 +70,7 @@ from aqsgd.compress.message import message_spec
 from aqsgd.compress.wire import spec_nbytes
 from aqsgd.data.sampler import Sampler
 from aqsgd.model.dropout import SampleMasks
+from aqsgd.model.gpt2 import compute_precision
 from aqsgd.train.metrics import StepMeter
 from aqsgd.train.p2p import P2P, PendingRecv
 from aqsgd.train.schedule import Op, Schedule
@@ -185,7 +186,7 @@ class PipelineRunner:
                  clip: float, meter: StepMeter, p2p: P2P, device: torch.device,
                  fail_at_step: int | None = None,
                  after_sync: Callable[[int], None] | None = None,
-                 dropout_masks: SampleMasks | None = None):  # fmt: skip
+                 dropout_masks: SampleMasks | None = None, precision: str = "fp32"):  # fmt: skip
         self.schedule, self.topo, self.module, self.loss_fn = schedule, topo, module, loss_fn
         self.train_tokens, self.eval_tokens = train_tokens, eval_tokens  # (N, L) int64
         self.sampler, self.comp, self.dp, self.lr_scheduler = sampler, compressors, dp, lr_scheduler
@@ -194,6 +195,7 @@ class PipelineRunner:
         self.fail_at_step = fail_at_step
         self.after_sync = after_sync  # test hook, called with the step after dp sync
         self.dropout_masks = dropout_masks  # None: dropout masks from torch's RNG
+        self.precision = precision  # train.precision: fp32, or bf16 autocast in forward and loss
         self.actions = schedule.stage_actions(topo.stage)
         self.params = [p for p in module.parameters() if p.requires_grad]
         self._dp_sent = self._dp_recv = 0
@@ -303,7 +305,8 @@ class PipelineRunner:
     def _forward(self, mb: _MicroBatch, k: int, num_mb: int) -> None:
         x = mb.tokens.to(self.device) if self.topo.is_first else mb.inp
         masks = self.dropout_masks.samples(mb.ids) if self.dropout_masks else nullcontext()
-        with self.meter.span("compute", f"F{k}"), masks:
+        autocast = compute_precision(self.precision, self.device)
+        with self.meter.span("compute", f"F{k}"), masks, autocast:
             mb.out = self.module(x)
             if self.topo.is_last:
                 mb.loss = self.loss_fn(mb.out, mb.tokens.to(self.device))
@@ -376,8 +379,9 @@ class PipelineRunner:
                     if j + 1 < len(batches):
                         pend = self._post("activation", batches[j + 1], j + 1, step, False)
                 x = mb.tokens.to(self.device) if self.topo.is_first else mb.inp
-                with self.meter.span("compute", f"eval F{j}"):
-                    out = self.module(x)
+                autocast = compute_precision(self.precision, self.device)
+                with self.meter.span("compute", f"eval F{j}"), autocast:
+                    out = self.module(x)  # (lm_loss takes bf16 logits to fp32 itself)
                 if self.topo.is_last:
                     loss_sum += self.loss_fn(out, mb.tokens.to(self.device)).double().cpu()
                 else:

@@ -93,6 +93,16 @@ def _device(cfg: RunConfig, rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def _wire_device(device: torch.device) -> torch.device:
+    """Where point-to-point messages travel from: gloo sends and receives host memory only
+    (torch.distributed's backend table), so a CUDA rank on gloo goes through the CPU; NCCL
+    sends from the GPU. On one GPU NCCL refuses two ranks ("Duplicate GPU detected"), which
+    leaves gloo (docs/performance-model.md, "The GPU check")."""
+    if device.type == "cuda" and dist.get_backend() == "gloo":
+        return torch.device("cpu")
+    return device
+
+
 def _build_compressors(cfg: RunConfig, topo: Topology, n_train: int, device) -> dict:
     shape = (cfg.model.seq_len, cfg.model.n_embd)
     seed = cfg.train.seed * 1000 + topo.rank
@@ -141,10 +151,11 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
         lr_scheduler=lr_sched, pipe_group=pipe_group, dp_group=dp_group, clip=t.clip,
         meter=meter, device=device,
         p2p=P2P(meter, device, cfg.dist.timeout_s,
-                time_sends=bool(cfg.forward.widths or cfg.backward.widths)),
+                time_sends=bool(cfg.forward.widths or cfg.backward.widths),
+                wire_device=_wire_device(device)),
         fail_at_step=t.fail_at_step if topo.rank == t.fail_rank else None,
         after_sync=_grad_dumper(cfg, topo, module) if t.dump_grads else None,
-        dropout_masks=masks,
+        dropout_masks=masks, precision=t.precision,
     )  # fmt: skip
     if t.eval_batches and t.eval_at_start:
         writer.write(runner.evaluate(0, t.eval_batches, p.micro_batch_size))

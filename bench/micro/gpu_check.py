@@ -18,17 +18,17 @@ gpu_check.json (environment, per-case results, bandwidth, benchmark status):
 5. `bench.micro.kernels` at its CUDA sizes (its table in the log, its rows in kernels.json);
 6. compressor round trip (skip with --skip-pipeline): aqsgd.compress.activation sender and
    receiver on CUDA (Triton path) against the same pair on CPU (torch path);
-7. stage timing (skip with --skip-stage-profile): forward, backward and AdamW step of
-   GPT2-XL's stages cut 8 ways at micro-batch 1 x 1024 tokens, in fp32 and under bf16
-   autocast, written as performance-model profiles (profile-fp32.yaml, profile-bf16.yaml;
-   format in docs/performance-model.md; `python -m bench model --profile FILE`).
+7. pipeline run (skip with --skip-pipeline): a 2-stage GPT-2 job of real worker processes
+   on torch.distributed, in fp32 and in bf16 compute (bench.micro.gpu_training);
+8. stage timing (skip with --skip-stage-profile): GPT2-XL's stages cut 8 ways, fp32 and
+   bf16, written as performance-model profiles (profile-fp32.yaml, profile-bf16.yaml).
 With no CUDA device it prints why and exits with status 2; the PTX audit runs
 anywhere (it compiles for sm_90 on the host), and `--cpu-dry-run` runs every
 other stage on CPU through the Triton interpreter, which is how the tests
 exercise this script. Status 1: a check failed.
 
 This module is the command line and the report (log and JSON); the checks are in
-bench.micro.triton_checks and bench.micro.ptx_audit.
+bench.micro.triton_checks, bench.micro.ptx_audit and bench.micro.gpu_training.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from pathlib import Path
 import torch
 
 from bench.micro.console import new_table, table_lines
+from bench.micro.gpu_training import pipeline_runs, stage_profile, stage_profiles
 from bench.micro.ptx_audit import ptx_audit
 from bench.micro.triton_checks import (
     CASES,
@@ -127,7 +128,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="sm version for the PTX audit (default: this GPU's, else 90)")
     p.add_argument("--smoke", action="store_true", help="small cases only, no 64M-element runs")
     p.add_argument("--skip-bench", action="store_true", help="do not run bench.micro.kernels")
-    p.add_argument("--skip-pipeline", action="store_true", help="no compressor round trip")
+    p.add_argument("--skip-pipeline", action="store_true",
+                   help="no compressor round trip and no 2-stage pipeline run")
     p.add_argument("--skip-stage-profile", action="store_true",
                    help="no GPT2-XL stage timing (the performance-model profiles)")
     p.add_argument("--cpu-dry-run", action="store_true",
@@ -218,8 +220,10 @@ def main(argv: list[str] | None = None) -> int:
                                    lambda res: res is not None)
     if not args.skip_pipeline:
         stages["pipeline"] = (lambda: pipeline_check(device), lambda res: bool(res and res["ok"]))
+        stages["pipeline_run"] = (lambda: pipeline_runs(device, log),
+                                  lambda res: bool(res and res["ok"]))
     if not args.skip_stage_profile:
-        stages["stage_profile"] = (lambda: _stage_profiles(out, device, args.cpu_dry_run, log),
+        stages["stage_profile"] = (lambda: stage_profiles(out, device, args.cpu_dry_run, log),
                                    lambda res: bool(res))
     ok = True
     for name, (fn, passed) in stages.items():
@@ -256,96 +260,6 @@ def _bench_kernels(out: Path, smoke: bool, log: _Log, device: torch.device) -> d
     for line in text.getvalue().splitlines():
         log(f"  {line}")
     return {"argv": argv, "rows": len(rows), "json": str(out / "kernels.json")}
-
-
-def _timed(fn, device: torch.device, repeats: int) -> float:
-    """Median wall time of `fn` over `repeats` calls after one untimed call."""
-    times = []
-    for i in range(repeats + 1):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if i:
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
-
-
-def _stage_cost(preset: str, stages: int, stage: int, micro_batch_size: int,
-                device: torch.device, dtype: str, repeats: int) -> dict:
-    from aqsgd.model.config import PRESETS
-    from aqsgd.model.gpt2 import init_stage, lm_loss
-
-    cfg = PRESETS[preset]
-    module = init_stage(cfg, stage, stages, seed=0).to(device).train()
-    opt = torch.optim.AdamW(module.parameters(), lr=1e-4)
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, cfg.vocab_size, (micro_batch_size, cfg.seq_len), generator=gen)
-    ids = ids.to(device)
-    x = torch.randn(micro_batch_size, cfg.seq_len, cfg.n_embd, generator=gen).to(device)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
-    held: dict = {}
-
-    def forward() -> None:
-        with autocast:
-            out = module(ids if module.first else x.clone().requires_grad_())
-            held["loss"] = lm_loss(out, ids) if module.last else out.float().square().mean()
-
-    def both() -> None:
-        forward()
-        held["loss"].backward()
-
-    fwd = _timed(forward, device, repeats)
-    backward = max(0.0, _timed(both, device, repeats) - fwd)
-    optimizer = _timed(opt.step, device, repeats)
-    return {"preset": preset, "stages": stages, "stage": stage,
-            "micro_batch_size": micro_batch_size, "forward_s": fwd, "backward_s": backward,
-            "optimizer_s": optimizer}
-
-
-def stage_profile(device: torch.device, preset: str = "gpt2-xl", stages: int = 8,
-                  micro_batch_size: int = 1, dtype: str = "bf16", repeats: int = 10) -> dict:
-    """A performance-model profile (docs/performance-model.md) of `preset` cut into
-    `stages` stages on `device`: the first, second and last stages timed (the middle
-    stages have the second's shape), compression and communication not measured."""
-    kinds = sorted({0, min(1, stages - 1), stages - 1})
-    timed = {s: _stage_cost(preset, stages, s, micro_batch_size, device, dtype, repeats)
-             for s in kinds}
-    rows = [dict(timed[s if s in timed else 1], stage=s) for s in range(stages)]
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-    return {
-        "name": f"{preset}-{dtype}-{device.type}", "device": f"{name or device.type}, {dtype}",
-        "source": "python -m bench.micro.gpu_check (stage timing)",
-        "date": time.strftime("%Y-%m-%d"), "kind": "measured",
-        "cores": None if device.type == "cuda" else 1,
-        "compute": {"flop_rate_tflops": None, "optimizer_gbyte_s": None, "stages": rows},
-        "assumptions": [
-            f"median of {repeats} timed calls after one untimed call, torch {torch.__version__}",
-            "backward = (forward + backward) - forward, timed separately",
-            "compression and communication not measured here: the model takes zero coding "
-            "time and no per-message overhead; copy them from another profile if needed"],
-    }
-
-
-def _stage_profiles(out: Path, device: torch.device, dry_run: bool, log: _Log) -> list[str]:
-    """Profiles of GPT2-XL on 8 stages in fp32 and bf16 (the dry run: tiny, 2 stages)."""
-    import yaml
-
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for dtype in ("fp32",) if dry_run else ("fp32", "bf16"):
-        prof = (stage_profile(device, "tiny", 2, 2, dtype, repeats=2) if dry_run
-                else stage_profile(device, dtype=dtype))
-        path = out / f"profile-{dtype}.yaml"
-        path.write_text(yaml.safe_dump(prof, sort_keys=False), encoding="utf-8")
-        for row in prof["compute"]["stages"]:
-            log(f"  {dtype} stage {row['stage']}: forward {row['forward_s'] * 1e3:.2f} ms, "
-                f"backward {row['backward_s'] * 1e3:.2f} ms, optimizer "
-                f"{row['optimizer_s'] * 1e3:.2f} ms")
-        written.append(str(path))
-    return written
 
 
 if __name__ == "__main__":

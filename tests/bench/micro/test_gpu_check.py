@@ -1,6 +1,7 @@
 """The GPU check's own checks (bench.micro.gpu_check, bench.micro.triton_checks) on CPU,
 through the Triton interpreter: the cases against the torch backend, a dry run of every
-stage, the exit without CUDA, and the PTX audit for sm_90 (a real compilation).
+stage (the 2-stage worker run and the stage profiles too), the exit without CUDA, and the
+PTX audit for sm_90 (a real compilation).
 
 Like tests/aqsgd/quant/test_triton_kernels.py, this module sets TRITON_INTERPRET=1 before
 anything imports triton; the script itself runs in its own process.
@@ -62,6 +63,13 @@ def test_gpu_check_cpu_dry_run(tmp_path):
     ops = {r["op"].split()[0] for r in record["bandwidth"]}
     assert ops == {"copy", "quantize_packed", "dequantize_packed", "aqsgd_encode", "aqsgd_decode"}
     assert record["pipeline"] == {"steps": 3, "mismatched_elements": 0, "ok": True}
+    # real worker processes (torchrun, gloo), the same job in fp32 and in bf16 compute
+    runs = record["pipeline_run"]["runs"]
+    assert record["pipeline_run"]["ok"] and sorted(runs) == ["bf16", "fp32"]
+    for run in runs.values():
+        assert run["ok"] and run["steps"] == 6 and run["losses"][-1] < run["losses"][0], run
+    assert {Path(p).name for p in record["stage_profile"]} == {"profile-fp32.yaml",
+                                                               "profile-bf16.yaml"}
     assert json.loads((tmp_path / "kernels.json").read_text())["rows"]
     assert "gpu_check PASSED" in (tmp_path / "gpu_check.log").read_text()
 
