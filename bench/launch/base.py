@@ -1,5 +1,4 @@
-"""The launcher contract: what every launcher (netns, Docker, local, SSH) offers the harness,
-and the parts of it every launcher fills the same way.
+"""The launcher contract: what every launcher (netns, Docker, local, SSH) offers the harness.
 
     factory = choose_launcher("auto").factory   # NetnsLauncher or LocalLauncher (a class)
     with factory(scenario, n_hosts, run_id=rid, state_dir=d) as hosts:
@@ -7,25 +6,13 @@ and the parts of it every launcher fills the same way.
         print(format_table(records))            # bench.net.probe
         proc = hosts.spawn(0, argv, env, log_path)  # host 0 runs rank 0
 
-A launcher class is built as `factory(scenario, n_hosts=None, *, run_id=None,
-state_dir=None)` (n_hosts None: the scenario's layout); options only one launcher has
-(netns: allow_drop, payload_correction, executor, python; Docker: image, gpus,
-results_dir, allow_drop, payload_correction, python, client; local: warn; SSH: hostfile,
-shaping, results_dir, gpus, allow_drop, payload_correction, python) are keywords the
-harness never passes; the options a user gives on the command line (SSH: --hostfile,
---no-shaping) are bound to the factory by bench.launch.choice.choose_launcher, so the
-harness still builds it with the arguments above only. It builds `n_hosts` hosts on
-`__enter__` and removes exactly what it built on `__exit__` (also after a crash, Ctrl-C
-or SIGTERM). The harness never asks which launcher it holds: the class attributes
-`name` and `shaped` say it, `record()` gives meta.json its `launcher` block.
-
-Shared by every launcher: `new_run_id()` (the run id when the harness passes none) and
-`links_record()` (the `links` block of `record()`); the probe loop and, for the shaped
-launchers, the `probe()` method itself are bench/launch/probing.py's.
-
-The probe record (`bench.net.probe.ProbeRecord`) lives with the probe in
-bench/net, the lower layer, so that the link checks there read the same type
-the launchers return.
+A launcher is built as `factory(scenario, n_hosts=None, *, run_id=None, state_dir=None)`;
+options of one launcher are keywords the harness never passes, or bound to the factory
+by bench.launch.choice.choose_launcher (SSH's --hostfile, --no-shaping). It builds the
+hosts on `__enter__` and removes exactly what it built on `__exit__` (also after a
+crash, Ctrl-C or SIGTERM). The harness never asks which launcher it holds. Every
+launcher is built on bench.launch.hosts (its transport); `new_run_id()` and
+`links_record()` are shared here. docs/ARCHITECTURE.md, "Launchers".
 """
 
 from __future__ import annotations

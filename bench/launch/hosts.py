@@ -86,6 +86,11 @@ class Hosts(HostsLifecycle):
     def _check_host(self, i: int) -> None:
         check_host(i, self.n_hosts)
 
+    def worker_environ(self, i: int, env: dict[str, str] | None) -> dict[str, str]:
+        """A worker's whole environment on host i: env (None: os.environ) with
+        worker_env(i) on top."""
+        return {**(os.environ if env is None else env), **self.worker_env(i)}
+
     def _started_process(self, proc: subprocess.Popen) -> None:
         """Record a process this run started in the state file (its identity, which
         cleanup of a killed run kills) before anything else can happen to it."""

@@ -1,26 +1,15 @@
-"""Local launcher: every worker is a process on this machine talking over
-127.0.0.1. No root needed and NO network shaping: the scenario's rates and
-delays are not applied, and the run record says so (`"shaped": false`).
+"""Local launcher: every worker is a process on this machine talking over 127.0.0.1. No
+root needed and NO network shaping: the record says so (`"shaped": false`).
 
     with LocalLauncher(load_scenario("100mbps"), n_hosts=2) as hosts:
         p = hosts.spawn(0, [sys.executable, "-m", "aqsgd.train.worker", ...], env, log)
 
-The same contract as the netns and Docker launchers (bench/launch/base.py's Launcher).
-Imports the core of bench/launch and bench.net; no other launcher.
-
-Kill-safe. Its workers lead their own sessions (so that stopping one stops its
-children), which alone would let them outlive a harness killed with SIGKILL. Two
-things end them: each worker starts through PDEATHSIG_GUARD, which asks the kernel to
-SIGKILL it when the harness (its parent) dies (prctl PR_SET_PDEATHSIG, kept across the
-exec of the worker; the kernel sends it when the *thread* that spawned the worker ends,
-so spawn from a thread that outlives the workers: the harness spawns from its main
-thread), and exits at once if the harness died before that; and, as every
-launcher does, a state file (STATE_DIR/PREFIX.json: bench.launch.state.launcher_fields,
-then `processes`, the identity of every worker it started, written before the worker
-can do anything) lets `python -m bench.launch cleanup` (`make net-cleanup`) and the next
-local run in the same STATE_DIR kill exactly those processes, never a recycled pid
-(bench.launch.process.ProcessIdentity). `teardown_state` is its teardown: nothing but
-those processes to remove.
+Its transport (bench.launch.hosts) is this machine. Kill-safe: each worker leads its own
+session and starts through PDEATHSIG_GUARD, so the kernel kills it when the harness (its
+parent's spawning thread: spawn from a thread that outlives the workers) dies; the state
+file lists every worker's identity, so `python -m bench.launch cleanup` and the next local
+run in the same STATE_DIR kill exactly those (`teardown_state` has nothing else to
+remove). docs/ARCHITECTURE.md, "Launchers", has the reasoning.
 """
 
 from __future__ import annotations
@@ -123,9 +112,7 @@ class LocalLauncher(Hosts):
               log_path: Path | str | None = None) -> subprocess.Popen:
         """Run argv as a local process in its own process group, ended with this process
         (PDEATHSIG_GUARD) and recorded in the state file; env as NetnsLauncher."""
-        full_env = dict(os.environ if env is None else env)
-        full_env.update(self.worker_env(i))
-        proc = spawn_group(guarded(list(argv)), full_env, log_path)
+        proc = spawn_group(guarded(list(argv)), self.worker_environ(i, env), log_path)
         self._procs.append(proc)
         self._started_process(proc)
         return proc

@@ -1,18 +1,15 @@
-"""The link probe of the shaped launchers (netns, Docker): bench.net.probe's server on
-the destination host, its client on the source, one link after the other.
+"""The link probe of the shaped launchers: bench.net.probe's server on the destination
+host, its client on the source, one link after the other.
 
-    class MyLauncher(HostsLifecycle, LinkProbing):
-        def _measure_link(self, src, dst, plan): ...   # one exchange: its JSON reply
-        def _lift_limits(self, src, dst, lifted): ...  # the path's rate limits off / on
-        def _payload_ratio(self): ...                  # payload per Mbit/s of the scenario
+    records = probe_each(scenario, links, measure=..., lift_limits=..., payload_ratio=1.0,
+                         delay_dropped=False, tolerance=0.10, duration_s=1.0)
 
-`LinkProbing.probe` is the Launcher.probe of every such launcher. Each link's probe is
-planned by bench.net.probe.plan_probe (bytes, steady window, timeouts). A link that
-falls short of its rate is measured again with every rate limit on its path lifted (the
-shaping plan's `rate_limit_argvs`, bench.net.shaping), which gives the host's ceiling
-for that path; the limits are put back afterwards. bench.net.probe's `rate_verdict`
-then tells a host-limited link from a wrongly shaped one. `exchange` runs one client
-against a started server, whatever runs them (`ip netns exec`, `docker exec`).
+`LinkProbing.probe` is the Launcher.probe of every shaped launcher; bench.launch.hosts.
+ShapedHosts gives it the exchange (`_measure_link`, through the launcher's transport),
+the lifted limits (`_lift_limits`) and the payload ratio. A link that falls short is
+measured once more, then with every rate limit on its path lifted (the host's ceiling),
+which bench.net.probe's `rate_verdict` reads to tell a host-limited link from a wrongly
+shaped one. `exchange` runs one client against a started server.
 """
 
 from __future__ import annotations
@@ -106,10 +103,10 @@ def exchange(server: subprocess.Popen, client: list[str], plan: ProbePlan,
 
 
 class LinkProbing:
-    """Launcher.probe for a launcher whose links are shaped; the launcher gives how one
-    exchange runs (`_measure_link`), how a path's limits are lifted (`_lift_limits`), the
-    payload rate per Mbit/s it configured (`_payload_ratio`) and, where a delay line
-    carries the packets, the check that it still runs (`check_delay_line`)."""
+    """Launcher.probe for a launcher whose links are shaped: bench.launch.hosts.ShapedHosts
+    gives one exchange (`_measure_link`), how a path's limits are lifted (`_lift_limits`)
+    and the payload rate per Mbit/s configured (`_payload_ratio`); a launcher whose delay
+    line carries the packets gives the check that it still runs (`check_delay_line`)."""
 
     scenario: NetworkScenario
     n_hosts: int

@@ -1,36 +1,17 @@
 """Links that change during a run: the schedule runner every shaped launcher shares.
 
-    class MyLauncher(HostsLifecycle, LinkProbing, ScheduledLinks):
-        def _schedule_plan(self): ...            # (ShapingPlan, interfaces) of the hosts
-        def _run_on_host(self, i, argv): ...     # one tc command on host i (its executor)
-        def _set_delay_line(self, change): ...   # delay/jitter/loss where a delay line runs
-
     hosts.start_schedule()   # t = 0 of every link's schedule (bench.net.schedule)
     ...                      # the workers run
     hosts.stop_schedule()    # every link back to its own values; the record of the run
 
-One clock for every link and host: a single thread of the launcher's process walks the
-changes of all scheduled links in time order (`link_changes`, pure) and applies each at
-its time on time.monotonic(): the plan's `tc class change` / `tc qdisc change` commands
-(bench.net.shaping.ShapingPlan.phase_argvs) through the launcher's own executor (netns:
-`tc -n`, Docker: `docker exec`), and a change of delay, jitter or loss through the
-launcher's delay line where one carries them (netem leaves change with the tc commands).
-`schedule_record()` (in record()'s `schedule`) keeps every link's schedule and, for the
-last run, the wall-clock start and each change: planned and applied time (s after the
-start), the phase, and the commands it ran. A change that fails stops the runner; the
-failure is in the record and `stop_schedule` raises it (the run measured the wrong link).
-
-The same clock starts and stops a scenario's competing flows and stragglers
-(bench/launch/competing.py: `run_events`): a launcher that runs them gives how a link's
-htb class counter is read (`_class_bytes`), its framing (`_framing`), where the flows'
-logs go (`_flow_log_dir`) and how a host's CPU is capped (`_set_cpu`), and names them in
-`during_run`; `check_schedule` refuses a scenario asking another launcher for them.
-The record's `competing` and `stragglers` blocks say what each flow sent, the training's
-share of each link per interval, and when each CPU cap was applied.
-
-The time-resolved probe (`probe_timeline`, through any launcher's `spawn`) streams over
-one link while its schedule runs; `schedule_windows` gives each phase's window and rate,
-and bench.net.probe.phase_rates / check_phases read the stream phase by phase.
+One thread of the launcher's process walks the changes of all scheduled links in time
+order (`link_changes`, pure) on time.monotonic() and applies each through the launcher's
+transport (`_run_on_host`: the plan's `tc ... change` commands, ShapingPlan.phase_argvs)
+or its delay line (`_set_delay_line`); the same clock starts and stops competing flows
+and stragglers (bench/launch/competing.py) on the launchers that name them in
+`during_run`. A failed change stops the runner and `stop_schedule` raises it.
+`probe_timeline` streams over one link through any launcher's `spawn`. What each record
+holds and why: docs/ARCHITECTURE.md, "Launchers".
 """
 
 from __future__ import annotations

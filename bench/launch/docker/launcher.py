@@ -5,44 +5,13 @@ container's egress shaped with tc inside it, removal by exact recorded names.
         print(format_table(hosts.probe()))          # measured inside the containers
         p = hosts.spawn(0, [sys.executable, "-m", "aqsgd.train.worker", ...], env, log)
 
-Talks to the daemon through the Docker SDK (`docker.from_env()`: DOCKER_HOST, or the
-default socket; `docker/dockerd.sh start` runs one of the suite's own). The image
-(bench.launch.docker.spec.DOCKER_IMAGE, `make docker-image`) holds Python and the
-pinned packages; the checkout is mounted read-only at its own path, the results
-directory (the parent of `state_dir`, or `results_dir`) read-write, so the harness's
-argv, PYTHONPATH and output paths mean the same inside and out. The cache (.cache/:
-tokenizers, starting checkpoints) is the run's volume, mounted at the host cache's
-real path and seeded from it: the non-root worker may build what is missing there
-without writing into the host's cache.
-
-Each container gets NET_ADMIN only (never --privileged): the tc commands of
-bench.launch.docker.spec run in it as root through `docker exec`, then the shaped
-file is created, which the image's entrypoint waits for. Workers run as the image's
-non-root `worker` user (`docker exec -u worker`), so the results directory is
-handed to that user before each spawn. `docker exec` does not pass signals on, so
-each worker runs under the entrypoint's `--tied` mode: stopping the client (the
-harness's stop_all, or the harness dying) closes its stdin, and the worker's
-process group inside the container is stopped. Delay, jitter and loss use netem where the
-kernel has it (tried in a scratch container P-cap before the hosts exist); without
-it, each container runs its own userspace delay line (bench.net.delayline, container
-mode), which the image's entrypoint starts before anything else: the containers then
-get the TUN device (`--device /dev/net/tun`, only then) and the workers talk over it.
-
-Interpreter (`python`): "host" runs the workers with this process's interpreter and
-virtual environment, mounted read-only at their own paths: the same standard library
-text (the BPE's corpus, the pydoc fine-tuning text), so the host's cached tokenizer and
-checkpoint keys, and the same torch as a netns cell. "image" (the default with GPUs):
-the image's Python, whose other cache keys make the run build its own in its volume.
-
-Every name is written to the state file before it exists (bench/launch/docker/state.py);
-teardown removes exactly those names, in a `finally`; `python -m bench.launch cleanup`
-does the same for a killed run (through bench.launch.docker.state.teardown_state).
-The link probe is the core's (bench.launch.probing.LinkProbing), each exchange a
-`docker exec` of bench.net.probe in the two containers. Links that change during a run
-are the core's too (bench.launch.schedules.ScheduledLinks): the plan's tc changes run in
-the containers with `docker exec`; a schedule that changes delay, jitter or loss needs
-netem there (the containers' delay lines have no control channel: refused before the
-hosts exist).
+Talks to the daemon through the Docker SDK (`docker.from_env()`; `docker/dockerd.sh
+start` runs the suite's own). Its transport (bench.launch.hosts): `docker exec`, as root
+for tc, as the image's non-root `worker` for workers, under the entrypoint's `--tied`
+mode (stopping the client stops the process in the container). The checkout is mounted
+read-only at its own path, the results read-write; `python` ("host" or "image") picks
+the workers' interpreter. What a run creates, the delay line without netem and why the
+host's interpreter: docs/docker.md.
 """
 
 from __future__ import annotations

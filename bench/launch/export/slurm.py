@@ -189,7 +189,7 @@ def _header(job: SlurmJob, command: str) -> list[str]:
 
 # One torchrun agent per node, run by srun in each task ($SLURM_NODEID: the node's rank):
 # c10d rendezvous on node 0; the worker takes its rank from --rank and builds its process
-# group on its own store (Note [own store] in bench/launch/ssh/launcher.py).
+# group on its own store (Note [own store] in docs/multihost.md).
 AGENT = r"""addr=($AQ_ADDRS); world=$1; port=$2; cell=$3
 exec env TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 $AQ_SOCKET_ENV \
   "$AQ_PYTHON" -m torch.distributed.run --nnodes="$world" --nproc-per-node=1 \

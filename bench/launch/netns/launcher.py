@@ -1,33 +1,16 @@
-"""Network-namespace launcher: one namespace per emulated host, shaped links,
+"""Network-namespace launcher: one namespace per emulated host on a bridge, shaped links,
 removal by exact recorded names.
 
     with NetnsLauncher(load_scenario("100mbps"), n_hosts=2) as hosts:
         print(format_table(hosts.probe()))             # achieved link table
         p = hosts.spawn(0, [sys.executable, "-m", "aqsgd.train.worker", ...], env, log)
 
-NetnsLauncher composes one module per concern, in this folder:
-  names.py     every name and address of the run, from a per-run prefix
-  state.py     the state file, written before anything exists, and teardown by name
-  topology.py  namespaces, switch, veths; the userspace delay line and its TUNs
-  shaping.py   the host shaping plan (bench.net.shaping) rendered on the veths or TUNs
-               (lifted and restored by the probe)
-  cgroups.py   a CPU cgroup per straggler host (bench.net.straggler), its processes in it
-and, from the core of bench/launch:
-  probing.py   the link probe and the host-ceiling measurement (LinkProbing.probe)
-  schedules.py links that change during the run (ScheduledLinks.start_schedule): the
-               plan's tc changes with `tc -n`, the delay line's through its control socket;
-               competing flows (`ip netns exec` of the hosts' own addresses) and the
-               stragglers' CPU caps on the same clock (competing.py)
-  process.py   starting and stopping process groups
-  lifecycle.py bring-up and signal-safe teardown
-  state.py     the state dirs, and cleanup of killed runs (which calls state.py here)
-
-Without netem, delay, jitter and loss come from the userspace delay line
-(bench/net/delayline.py): the workers then talk over the TUN devices.
-
-Every name is written to a state file before it is created; teardown deletes
-exactly those names, in a `finally`, on success, worker crash, Ctrl-C or
-SIGTERM. `python -m bench.launch cleanup` does the same for a run that was killed.
+Its transport (bench.launch.hosts): a command runs from this host naming its namespace
+(`tc -n`), a process through `ip netns exec`. This folder holds the rest: names.py
+(every name from the run prefix), state.py (the state file and teardown by name),
+topology.py (namespaces, switch, veths; the userspace delay line and its TUNs, used
+without netem), shaping.py (the host plan on the veths or TUNs), cgroups.py (a CPU
+cgroup per straggler host). docs/ARCHITECTURE.md, "Launchers", says how they fit.
 """
 
 from __future__ import annotations
@@ -213,12 +196,10 @@ class NetnsLauncher(ShapedHosts):
         kill it and its children). Environment: `env` (default: this process's) with
         worker_env(i) on top; stdout and stderr go to log_path (appended). A straggler
         host's processes run in its CPU cgroup from their start."""
-        full_env = dict(os.environ if env is None else env)
-        full_env.update(self.worker_env(i))
         command = ["ip", "netns", "exec", self.netns(i), *argv]
         if i in self._cgroups:
             command = self.cgroups.enter_argv(self._cgroups[i], command)
-        proc = spawn_group(command, full_env, log_path)
+        proc = spawn_group(command, self.worker_environ(i, env), log_path)
         self._procs.append(proc)
         self._started_process(proc)
         return proc

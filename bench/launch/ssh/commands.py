@@ -78,8 +78,8 @@ def torchrun_argv(h: HostEntry, i: int, argv: list[str], job: Rendezvous, rdzv_a
             f"--rdzv-endpoint={rdzv_addr}:{job.port}", f"--rdzv-id={job.rdzv_id}",
             f"--rdzv-conf=is_host={1 if i == 0 else 0}", f"--local-addr={local_addr}",
             "--max-restarts=0"]
-    # Note [own store]: the workers' own `--master-addr/--master-port` store, not the
-    # agent's (torchrun would otherwise tell rank 0 not to host the store it names)
+    # Note [own store] (docs/multihost.md): the workers' own `--master-addr/--master-port`
+    # store, not the agent's (torchrun would otherwise tell rank 0 not to host the store)
     head = ["env", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", h.python, "-m",
             "torch.distributed.run", *opts]
     if argv and Path(argv[0]).name.startswith("python"):

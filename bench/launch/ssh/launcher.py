@@ -1,48 +1,18 @@
-"""SSH launcher: the hosts are real machines named in a hostfile, reached over SSH;
-each host's interface shaped with the one host shaping plan, workers started by one
-torchrun agent per host, result files copied back.
+"""SSH launcher: the hosts are real machines named in a hostfile, reached over SSH; each
+host's interface shaped with the one host shaping plan, workers started by one torchrun
+agent per host, result files copied back.
 
     factory = SshLauncher.bind("hosts.txt")                 # what choose_launcher("ssh") gives
     with factory(load_scenario("100mbps"), 2, state_dir=d) as hosts:
         print(format_table(hosts.probe()))                  # measured between the hosts
         p = hosts.spawn(0, [sys.executable, "-m", "aqsgd.train.worker", ...], env, log)
 
-Bring-up (`_prepare`, before anything is changed): the hostfile is read
-(bench/launch/ssh/hostfile.py), every host is checked (bench/launch/ssh/checks.py: it
-answers, the interface, Python, packages and suite commit match this machine, root and
-tc for shaping, GPUs); a host that fails is named with its reasons. Then (`_build`) the
-state file is written (bench/launch/ssh/state.py: every host's removal commands, before
-anything exists), each host records the run itself (`hostside record`), and each
-interface gets its host's part of bench.net.shaping's plan: htb classes and u32 filters
-per peer address, netem leaves where the host has netem, a downlink cap on an ifb. This
-launcher does not run the userspace delay line on remote hosts: a scenario with delay,
-jitter or loss on a host without netem is refused naming the hosts (ShapingError), or
-its impairments dropped and recorded with `allow_drop`. With `shaping=False` (`--no-
-shaping`) nothing is changed on any host: the probe measures the real links, recorded
-as unshaped (`shaped: false`).
-
-Workers (`spawn(i, argv, env, log_path)`): host i runs rank i under torchrun, one agent
-per host, c10d rendezvous (`--nnodes` = the job's WORLD_SIZE from `env`, the variable
-every launcher's spawn gets from the harness; the rendezvous store on host 0). The c10d
-backend numbers its nodes by its own order (torch ignores `--node-rank` there, and says
-so), so the rank of each worker comes from the harness's own `--rank` in argv, which
-the worker takes before torchrun's RANK: rank i stays on host i, whose links the plan
-shaped for it. For the same reason the workers build their process group on the store
-their own `--master-addr/--master-port` name, not on the agents' (Note [own store]:
-TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; torchrun would otherwise tell every worker, rank
-0 too, to connect to a store that then nobody hosts). GLOO_SOCKET_IFNAME (and NCCL's,
-TP's) name the host's interface; gloo or NCCL is the worker's choice by device (the
-command lines: bench/launch/ssh/commands.py). Each command goes through a local relay
-process (bench/launch/ssh/relay.py: the Popen the harness supervises) and `hostside
-tied` on the host, so that stopping, killing or losing the relay stops the command on
-the host, its whole process tree. The relay prefixes every log line with the host,
-copies the files argv names under the results directory to the same path on the host
-before the start, and that folder back afterwards (SFTP: the hosts need not share a
-filesystem with this machine).
-
-Teardown removes on every host exactly what its record names (`hostside teardown`);
-`python -m bench.launch cleanup --all-recorded` (`make net-cleanup`) does the same for a
-killed run through bench.launch.ssh.state.teardown_state.
+Its transport (bench.launch.hosts): a command runs over the host's SSH connection
+(bench/launch/ssh/remote.py), a process through a local relay (relay.py) and `hostside
+tied` there, so stopping the relay stops its tree on the host. Bring-up checks every host
+first (checks.py), then writes the state file, then shapes. Workers: rank i on host i
+under torchrun's c10d rendezvous, with the worker's own store (Note [own store] in
+docs/multihost.md). Why each step: docs/multihost.md.
 """
 
 from __future__ import annotations
