@@ -49,7 +49,6 @@ longer only in a direction with ``widths``; every other mode's bytes are unchang
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -119,20 +118,20 @@ class Compressor:
         self.coder = cfg.coding(cfg)  # the mode: codes the rows not sent raw
         # Note [adaptive widths]: one coder per width; `bits` is the width of the next
         # training message of this direction, known to both sides
-        self._coders = {b: cfg.coding(dataclasses.replace(cfg, bits=b))
+        self._coders = {b: cfg.coding(cfg.with_bits(b))
                         for b in cfg.widths} or {cfg.bits: self.coder}
         self.bits = self._next_bits = cfg.bits
         self.last_bits = 0  # width of the last message encoded (0: no row coded)
         self._transport = TRANSPORT_DTYPES[cfg.dtype]
-        if self.coder.codes_rows and cfg.granularity == "group":
+        if self.coder.codes_rows and cfg.quant.granularity == "group":
             numel = math.prod(self.sample_shape)
-            if numel % cfg.group_size:
+            if numel % cfg.quant.group_size:
                 raise ValueError(
-                    f"CompressionConfig.group_size={cfg.group_size} must divide the per-sample "
-                    f"element count {numel} (sample_shape {self.sample_shape})"
+                    f"CompressionConfig.quant.group_size={cfg.quant.group_size} must divide "
+                    f"the per-sample element count {numel} (sample_shape {self.sample_shape})"
                 )
         self._generator = None
-        if cfg.rounding == "stochastic":
+        if cfg.quant.stochastic:
             self._generator = torch.Generator(device=self.device)
             self._generator.manual_seed(seed)
         self.cache = None

@@ -29,15 +29,18 @@ The two adaptive-width fields (``WIDTH_FIELDS``) are there only in a direction w
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 import torch
+from pydantic import Field, model_validator
 
 from aqsgd import quant
 from aqsgd.compress.cache import CacheSpec
 from aqsgd.compress.modes.base import ActivationMode
 from aqsgd.compress.registry import ACTIVATION_MODES
 from aqsgd.compress.wire import WireSpec
+from aqsgd.quant.config import check_fields
 
 __all__ = [
     "MODES",
@@ -46,6 +49,7 @@ __all__ = [
     "EVAL_DTYPE",
     "HEADER_FIELDS",
     "WIDTH_FIELDS",
+    "QUANT_KEYS",
     "CompressionConfig",
     "header_fields",
     "message_spec",
@@ -62,74 +66,94 @@ EVAL_DTYPE = torch.float32
 # header[0]: FMT_RAW, FMT_WARMUP (every row raw) or the mode's wire_format.
 HEADER_FIELDS = 3  # format, epoch, n_raw; then the B sample ids
 WIDTH_FIELDS = 2  # with `widths`: then this message's bits and the next one's
+# a config file's keys of CompressionConfig.quant, written flat in the direction
+QUANT_KEYS = tuple(f.name for f in dataclasses.fields(quant.QuantConfig))
 
 
-def _check_bits(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 8:
-        raise ValueError(f"CompressionConfig.{name} must be an int in 1..8, got {value!r}")
+def _split(data: dict) -> tuple[dict, dict]:
+    """A file's direction -> (its own keys, the quantizer's keys)."""
+    return ({k: v for k, v in data.items() if k not in QUANT_KEYS},
+            {k: data[k] for k in QUANT_KEYS if k in data})
 
 
 @dataclass(frozen=True)
 class CompressionConfig:
-    """One direction of one stage boundary. See the module docstring for the modes."""
+    """One direction of one stage boundary. See the module docstring for the modes.
 
-    mode: str = "none"
-    dtype: str = "fp32"
-    bits: int = 4
-    granularity: str = "channel"
-    group_size: int = 128
-    rounding: str = "nearest"
-    grid: str = "reference"
-    scale_method: str = "maxabs"
-    warmup_epochs: int = 1
-    first_visit: str = "raw"
-    cache_dtype: str = "fp16"
-    cache_bits: int = 4
-    cache_storage: str = "memory"
+    `quant` is the quantizer of its coded rows; a config file writes its fields flat
+    beside this class's own (`forward.bits`, `forward.granularity`, ...: `to_dict`)."""
+
+    mode: str = "none"  # one of MODES (checked against the registry, which can grow)
+    dtype: Annotated[Literal[tuple(TRANSPORT_DTYPES)], Field(description=(
+        "the dtype of rows sent raw"))] = "fp32"
+    quant: quant.QuantConfig = field(default_factory=quant.QuantConfig)
+    warmup_epochs: Annotated[int, Field(ge=0, description=(
+        "epochs whose every row is sent raw"))] = 1
+    first_visit: Annotated[Literal["raw", "zero"], Field(description=(
+        "a sample's first coded visit: sent raw, or coded against a zero cache"))] = "raw"
+    cache_dtype: Annotated[Literal["fp16", "fp32"], Field(description=(
+        "the cache's dtype (aqsgd-lowbits stores cache_bits codes instead)"))] = "fp16"
+    cache_bits: quant.Bits = 4
+    cache_storage: Annotated[Literal["memory", "mmap"], Field(description=(
+        "where the cache lives; 'mmap' needs cache_dir"))] = "memory"
     cache_dir: str | None = None
     # adaptive widths (aqsgd.compress.adaptive): the bit widths the sender may choose per
-    # message, `bits` the first; () sends every coded message at `bits`
-    widths: tuple[int, ...] = ()
+    # message, `quant.bits` the first; () sends every coded message at `quant.bits`
+    widths: tuple[quant.Bits, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "widths", tuple(self.widths))
         if self.mode not in MODES:
             raise ValueError(f"CompressionConfig.mode must be one of {MODES}, got {self.mode!r}")
-        if self.dtype not in TRANSPORT_DTYPES:
-            raise ValueError(
-                f"CompressionConfig.dtype must be one of {tuple(TRANSPORT_DTYPES)}, "
-                f"got {self.dtype!r}"
-            )
-        _check_bits("bits", self.bits)
-        _check_bits("cache_bits", self.cache_bits)
-        w = self.warmup_epochs
-        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-            raise ValueError(f"CompressionConfig.warmup_epochs must be an int >= 0, got {w!r}")
-        if self.first_visit not in ("raw", "zero"):
-            raise ValueError(
-                f"CompressionConfig.first_visit must be 'raw' or 'zero', got {self.first_visit!r}"
-            )
-        if self.cache_dtype not in ("fp16", "fp32"):
-            raise ValueError(
-                f"CompressionConfig.cache_dtype must be 'fp16' or 'fp32' (aqsgd-lowbits stores "
-                f"cache_bits codes instead), got {self.cache_dtype!r}"
-            )
-        if self.cache_storage not in ("memory", "mmap"):
-            raise ValueError(
-                f"CompressionConfig.cache_storage must be 'memory' or 'mmap', "
-                f"got {self.cache_storage!r}"
-            )
+        check_fields(self)
         if self.uses_cache and self.cache_storage == "mmap" and not self.cache_dir:
             raise ValueError("CompressionConfig.cache_dir is required when cache_storage='mmap'")
-        self.quant_config()  # validates granularity, group_size, rounding, grid, scale_method
         self._check_widths()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_file(cls, data):
+        """A config file's direction: the quantizer's keys sit flat beside the others."""
+        if not isinstance(data, dict):
+            return data
+        rest, flat = _split(data)
+        # what this returns is validated as Python objects, where strict mode takes a
+        # tuple (widths) only as a tuple
+        rest = {k: tuple(v) if isinstance(v, list) else v for k, v in rest.items()}
+        return {**rest, "quant": flat} if flat else rest
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CompressionConfig:
+        """A direction as a config file writes it (`to_dict`'s inverse)."""
+        rest, flat = _split(data)
+        return cls(**rest, quant=quant.QuantConfig(**flat))
+
+    def to_dict(self) -> dict:
+        """The config file's form: the quantizer's fields flat, where `bits` stood."""
+        tree = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "quant":
+                tree.update(dataclasses.asdict(value))
+            else:
+                tree[f.name] = value
+        return tree
+
+    @property
+    def bits(self) -> int:
+        """The code width of the direction's messages (adaptive: the first)."""
+        return self.quant.bits
+
+    def with_bits(self, bits: int) -> CompressionConfig:
+        """The same direction coding at `bits`."""
+        if bits == self.bits:
+            return self
+        return dataclasses.replace(self, quant=dataclasses.replace(self.quant, bits=bits))
+
     def _check_widths(self) -> None:
-        w = tuple(self.widths)
-        object.__setattr__(self, "widths", w)
+        w = self.widths
         if not w:
             return
-        for b in w:
-            _check_bits("widths[]", b)
         if list(w) != sorted(set(w)):
             raise ValueError(f"CompressionConfig.widths must be distinct and ascending, got {w}")
         if not self.coding.codes_rows:
@@ -148,19 +172,12 @@ class CompressionConfig:
     def uses_cache(self) -> bool:
         return self.coding.uses_cache
 
-    def quant_config(self) -> quant.QuantConfig:
-        """The quantizer applied to activations (directq) or deltas (aqsgd modes)."""
-        return quant.QuantConfig(
-            bits=self.bits, granularity=self.granularity, group_size=self.group_size,
-            scale_method=self.scale_method, rounding=self.rounding, grid=self.grid,
-        )
-
     def cache_spec(self, sample_shape, num_samples: int) -> CacheSpec:
         return CacheSpec(
             num_samples=num_samples, sample_shape=tuple(sample_shape),
             dtype="quant" if self.coding.quantized_cache else self.cache_dtype,
             bits=self.cache_bits,
-            grid=self.grid, storage=self.cache_storage, directory=self.cache_dir,
+            grid=self.quant.grid, storage=self.cache_storage, directory=self.cache_dir,
         )
 
 
@@ -189,7 +206,7 @@ def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int,
         raw_dtype = TRANSPORT_DTYPES[cfg.dtype] if training else EVAL_DTYPE
         spec.append(((n_raw, *row_shape), raw_dtype))
     if batch - n_raw:
-        coded = cfg if bits is None or bits == cfg.bits else dataclasses.replace(cfg, bits=bits)
+        coded = cfg if bits is None else cfg.with_bits(bits)
         spec += cfg.coding.coded_spec(coded, (batch - n_raw, *row_shape))
     return spec
 

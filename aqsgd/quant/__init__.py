@@ -48,6 +48,7 @@ from aqsgd.quant.config import (
     ROUNDINGS,
     SCALE_DTYPE,
     SCALE_METHODS,
+    Bits,
     QuantConfig,
     draw_seed,
     scale_shape,
@@ -63,6 +64,7 @@ from aqsgd.quant.tah import (
 
 __all__ = [
     "BACKENDS",
+    "Bits",
     "GRANULARITIES",
     "GRIDS",
     "QuantConfig",

@@ -8,13 +8,19 @@ a call. The constants below are the contract's numbers (docs/ARCHITECTURE.md,
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import torch
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 __all__ = [
+    "Bits",
     "CACHE_DTYPES",
     "FP16_MAX",
     "GOLDEN32",
@@ -27,6 +33,7 @@ __all__ = [
     "SCALE_MARGIN",
     "SCALE_METHODS",
     "SEED_HIGH",
+    "check_fields",
     "draw_seed",
     "scale_shape",
 ]
@@ -45,47 +52,78 @@ SEED_HIGH = 2**31 - 1  # seeds are drawn from [0, SEED_HIGH)
 GOLDEN32 = 0x9E3779B9  # seed_mix = seed * GOLDEN32 mod 2**32
 
 
-def _check_choice(field: str, value, choices: Sequence[str]) -> None:
-    if not isinstance(value, str):
-        kind = type(value).__name__
-        raise TypeError(f"QuantConfig.{field} must be a str, got {value!r} ({kind})")
-    if value not in choices:
-        raise ValueError(f"QuantConfig.{field} must be one of {list(choices)}, got {value!r}")
+Bits = Annotated[int, Field(ge=1, le=8, description="code width in bits")]
 
 
-def _check_int(field: str, value, low: int, high: int | None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{field} must be an int, got {value!r} ({type(value).__name__})")
-    if value < low or (high is not None and value > high):
-        bound = f"{low}..{high}" if high is not None else f">= {low}"
-        raise ValueError(f"{field} must be in {bound}, got {value}")
+@functools.cache
+def _declared(cls: type) -> dict[str, tuple[TypeAdapter, str, bool]]:
+    """Each field's validator (its declared, constrained type, checked strictly), the words
+    saying what it expects, and whether it is a tuple whose items are what is declared."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls, include_extras=True)[f.name]
+        items = typing.get_origin(hint) is tuple
+        if items:  # tuple[X, ...]: each item is checked as an X
+            hint = typing.get_args(hint)[0]
+        if dataclasses.is_dataclass(hint):  # checked by its own __post_init__
+            continue
+        out[f.name] = (TypeAdapter(hint, config=ConfigDict(strict=True)), _expected(hint), items)
+    return out
+
+
+def _expected(hint) -> str:
+    base, *meta = typing.get_args(hint) if typing.get_origin(hint) is Annotated else (hint,)
+    if typing.get_origin(base) is Literal:
+        return f"one of {list(typing.get_args(base))}"
+    bounds = {k: getattr(m, k) for info in meta for m in getattr(info, "metadata", [info])
+              for k in ("ge", "le") if getattr(m, k, None) is not None}
+    what = {int: "an int", float: "a number", bool: "a bool", str: "a str"}.get(base, str(base))
+    if "ge" in bounds and "le" in bounds:
+        low, high = bounds["ge"], bounds["le"]
+        return f"{what} in {low}..{high}" if base is int else f"{what} in [{low}, {high}]"
+    return f"{what} >= {bounds['ge']}" if "ge" in bounds else what
+
+
+def check_fields(obj) -> None:
+    """Check every field of dataclass `obj` against its declaration (the type and range a
+    config file is validated against, so code and files meet one rule); a tuple field's
+    items one by one. Raises TypeError (a wrong type) or ValueError naming `Class.field`
+    (`Class.field[]` for an item), what it expects and the value."""
+    for name, (adapter, expected, items) in _declared(type(obj)).items():
+        value = getattr(obj, name)
+        where = f"{type(obj).__name__}.{name}" + ("[]" if items else "")
+        for v in value if items else (value,):
+            try:
+                adapter.validate_python(v)
+            except ValidationError as e:
+                if e.errors()[0]["type"].endswith("_type"):
+                    raise TypeError(f"{where} must be {expected}, got {v!r} "
+                                    f"({type(v).__name__})") from None
+                raise ValueError(f"{where} must be {expected}, got {v!r}") from None
 
 
 @dataclass(frozen=True)
 class QuantConfig:
     """How a tensor is quantized; see docs/ARCHITECTURE.md "Quantizer" for the arithmetic.
+    A config file's direction (`forward.bits`, `forward.granularity`, ...) writes these
+    keys beside the direction's own (aqsgd.compress.message.CompressionConfig)."""
 
-    bits: code width 1..8. granularity: one scale per last-dim channel (over all other
-    dims), per token (row of the last dim), or per `group_size` consecutive elements.
-    scale_method: max |v| or 2 * RMS. rounding: floor(t + 0.5) or floor(t + u), u from a
-    seeded hash. grid: "reference" (asymmetric, [-Q, Q-1] * s/Q as in the paper's code)
-    or "symmetric" (2**bits mid-rise levels spanning [-s, s]).
-    """
-
-    bits: int = 4
-    granularity: str = "channel"
-    group_size: int = 128
-    scale_method: str = "maxabs"
-    rounding: str = "nearest"
-    grid: str = "reference"
+    bits: Bits = 4
+    granularity: Annotated[Literal[GRANULARITIES], Field(description=(
+        "one scale per last-dim channel (over all other dims), per token (row of the last "
+        "dim), or per group_size consecutive elements"))] = "channel"
+    group_size: Annotated[int, Field(ge=1, description=(
+        "elements per scale with granularity 'group'"))] = 128
+    rounding: Annotated[Literal[ROUNDINGS], Field(description=(
+        "floor(t + 0.5), or floor(t + u) with u from a seeded hash"))] = "nearest"
+    grid: Annotated[Literal[GRIDS], Field(description=(
+        "'reference': asymmetric, [-Q, Q-1] * s/Q as in the paper's code; 'symmetric': "
+        "2**bits mid-rise levels spanning [-s, s]"))] = "reference"
+    scale_method: Annotated[Literal[SCALE_METHODS], Field(description=(
+        "the scale statistic: max |v| or 2 * RMS"))] = "maxabs"
 
     def __post_init__(self) -> None:
-        _check_int("QuantConfig.bits", self.bits, 1, 8)
-        _check_choice("granularity", self.granularity, GRANULARITIES)
-        _check_int("QuantConfig.group_size", self.group_size, 1, None)
-        _check_choice("scale_method", self.scale_method, SCALE_METHODS)
-        _check_choice("rounding", self.rounding, ROUNDINGS)
-        _check_choice("grid", self.grid, GRIDS)
+        check_fields(self)
 
     @property
     def symmetric(self) -> bool:

@@ -18,11 +18,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 import torch
+from pydantic import Field
 
-from aqsgd.quant.config import ROUNDINGS
+from aqsgd.quant.config import ROUNDINGS, Bits, check_fields
 
 __all__ = [
     "ENTROPY_BINS",
@@ -47,64 +48,40 @@ ENTROPY_BINS = 16  # histogram bins of the tile entropy estimate
 FIXED_ONE = 1 << 16  # entropy and log2 are compared as integers in units of 2**-16 bit
 
 
-def _check_int(field: str, value, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"TahConfig.{field} must be an int, got {value!r} ({type(value).__name__})")
-    if not low <= value <= high:
-        raise ValueError(f"TahConfig.{field} must be in {low}..{high}, got {value}")
-
-
-def _check_bool(field: str, value) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"TahConfig.{field} must be a bool, got {value!r} ({type(value).__name__})")
-
-
 @dataclass(frozen=True)
 class TahConfig:
     """TAH-Quant: tiles of `tile_size` channels of one token, each rotated by a Hadamard
     transform (after swapping its largest element, the pivot, to the front), then coded
     on its own symmetric grid with `min_bits`..`max_bits` bits chosen by the tile's
-    entropy so that the codes average at most `bits` bits per element.
+    entropy so that the codes average at most `bits` bits per element."""
 
-    bits: the budget, average code bits per element (int or float; the fp16 centre and
-    scale, the width and the pivot of every tile travel beside the codes, see
-    `tah_wire_nbytes`). tile_size: a power of two in 8..256; rows (the last dimension) are
-    zero-padded to a multiple of it.
-    rounding: "nearest" or "stochastic" (the quantizer contract's hash, needs a generator).
-    """
-
-    bits: float = 3.0
-    tile_size: int = 64
-    min_bits: int = 2
-    max_bits: int = 4
-    hadamard: bool = True
-    pivot_swap: bool = True
-    rounding: str = "nearest"
+    bits: Annotated[float, Field(ge=1, le=8, allow_inf_nan=False, description=(
+        "the budget: average code bits per element, in [min_bits, max_bits] (the fp16 "
+        "centre and scale, width and pivot of each tile travel beside the codes)"))] = 3.0
+    tile_size: Annotated[int, Field(ge=MIN_TILE, le=MAX_TILE, description=(
+        "channels per tile, a power of two; rows are zero-padded to a multiple"))] = 64
+    min_bits: Bits = 2
+    max_bits: Bits = 4
+    hadamard: Annotated[bool, Field(description="rotate each tile by a Hadamard transform")] = True
+    pivot_swap: Annotated[bool, Field(description=(
+        "swap the tile's largest element to the front first (needs hadamard)"))] = True
+    rounding: Annotated[Literal[ROUNDINGS], Field(description=(
+        "the quantizer contract's rounding; 'stochastic' needs a generator"))] = "nearest"
 
     def __post_init__(self) -> None:
-        _check_int("min_bits", self.min_bits, 1, 8)
-        _check_int("max_bits", self.max_bits, 1, 8)
+        check_fields(self)
         if self.min_bits > self.max_bits:
             raise ValueError(f"TahConfig.min_bits must be <= max_bits={self.max_bits}, "
                              f"got {self.min_bits}")
-        b = self.bits
-        if isinstance(b, bool) or not isinstance(b, (int, float)):
-            raise TypeError(f"TahConfig.bits must be a number, got {b!r} ({type(b).__name__})")
-        if not self.min_bits <= b <= self.max_bits:  # also rejects nan
+        if not self.min_bits <= self.bits <= self.max_bits:
             raise ValueError(f"TahConfig.bits must be in [min_bits={self.min_bits}, "
-                             f"max_bits={self.max_bits}], got {b}")
-        _check_int("tile_size", self.tile_size, MIN_TILE, MAX_TILE)
+                             f"max_bits={self.max_bits}], got {self.bits}")
         if self.tile_size & (self.tile_size - 1):
             raise ValueError(f"TahConfig.tile_size must be a power of two (the Hadamard "
                              f"transform's size), got {self.tile_size}")
-        _check_bool("hadamard", self.hadamard)
-        _check_bool("pivot_swap", self.pivot_swap)
         if self.pivot_swap and not self.hadamard:
             raise ValueError("TahConfig.pivot_swap=True needs hadamard=True (the swap only "
                              "helps the transform), got hadamard=False")
-        if not isinstance(self.rounding, str) or self.rounding not in ROUNDINGS:
-            raise ValueError(f"TahConfig.rounding must be one of {list(ROUNDINGS)}, "
-                             f"got {self.rounding!r}")
 
     @property
     def stochastic(self) -> bool:

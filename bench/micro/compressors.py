@@ -27,6 +27,7 @@ from aqsgd.compress.cache import ActivationCache, CacheSpec
 from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.registry import ACTIVATION_MODES
 from aqsgd.compress.wire import message_nbytes
+from aqsgd.quant import QuantConfig
 from bench.micro.console import new_table, print_table
 from bench.micro.timing import Timer
 
@@ -54,8 +55,8 @@ def default_shapes(smoke: bool) -> dict[str, tuple[int, int, int]]:
 def bench_compressor(mode: str, dtype: str, bits: int, shape, repeats: int) -> dict:
     """Steady-state encode+decode of one micro-batch (B, L, D) with ids 0..B-1."""
     b = shape[0]
-    cfg = CompressionConfig(mode=mode, dtype=dtype, bits=min(bits, 8), warmup_epochs=1,
-                            cache_bits=4)  # fmt: skip
+    cfg = CompressionConfig(mode=mode, dtype=dtype, quant=QuantConfig(bits=min(bits, 8)),
+                            warmup_epochs=1, cache_bits=4)  # fmt: skip
     send = make_compressor(cfg, "send", shape[1:], b, seed=0)
     recv = make_compressor(cfg, "recv", shape[1:], b, seed=1)
     ids = torch.arange(b)

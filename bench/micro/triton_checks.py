@@ -245,10 +245,12 @@ def _bw_row(op: str, cfg: str, nbytes: int, ms: list[float]) -> dict:
 def pipeline_check(device: torch.device, steps: int = 3) -> dict:
     """aqsgd.compress.activation sender/receiver pair on `device` against the same pair on CPU:
     the stage inputs the receivers return must agree bit for bit (max-abs scales)."""
+    from aqsgd import quant
     from aqsgd.compress import activation as compress
     from aqsgd.compress.message import CompressionConfig
 
-    cfg = CompressionConfig(mode="aqsgd", bits=4, warmup_epochs=0, first_visit="zero")
+    cfg = CompressionConfig(mode="aqsgd", quant=quant.QuantConfig(bits=4), warmup_epochs=0,
+                            first_visit="zero")
     shape = (64, 1600)  # (L, D) per sample
     pairs = {}
     for label, where in (("device", device), ("cpu", torch.device("cpu"))):

@@ -27,6 +27,7 @@ from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.registry import ACTIVATION_MODES, GRAD_CODECS
 from aqsgd.model.config import PRESETS, TINY_FAMILY, TINY_PIPELINE
 from aqsgd.model.gpt2 import init_stage, lm_loss
+from aqsgd.quant import QuantConfig
 from bench.micro.timing import Timer, time_call
 from bench.perfmodel.profile import (
     CommProfile,
@@ -76,7 +77,8 @@ def time_compressors(shape: tuple[int, int, int], repeats: int
     ids = torch.arange(shape[0])
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
     for mode, coding in ACTIVATION_MODES.items():
-        cfg = CompressionConfig(mode=mode, bits=coding.profile_bits, warmup_epochs=0)
+        cfg = CompressionConfig(mode=mode, quant=QuantConfig(bits=coding.profile_bits),
+                                warmup_epochs=0)
         send = make_compressor(cfg, "send", shape[1:], shape[0])
         recv = make_compressor(cfg, "recv", shape[1:], shape[0])
         recv.decode(send.encode(x, ids), ids)  # first visit: fills both caches

@@ -34,10 +34,10 @@ __all__ = ["FMT_RAW", "FMT_WARMUP", "ActivationMode", "Comparison", "PackedCodes
 FMT_RAW, FMT_WARMUP = 0, 1
 
 def packed_spec(cfg, q_shape: tuple[int, ...]) -> WireSpec:
-    """Codes and scales of `q_shape` rows quantized by `cfg.quant_config()` (directq and
-    the aqsgd modes): uint8 (packed_nbytes(numel, bits),), fp16 scale_shape(q_shape)."""
-    return [((quant.packed_nbytes(math.prod(q_shape), cfg.bits),), torch.uint8),
-            (tuple(quant.scale_shape(q_shape, cfg.quant_config())), torch.float16)]
+    """Codes and scales of `q_shape` rows quantized by `cfg.quant` (directq and the aqsgd
+    modes): uint8 (packed_nbytes(numel, bits),), fp16 scale_shape(q_shape)."""
+    return [((quant.packed_nbytes(math.prod(q_shape), cfg.quant.bits),), torch.uint8),
+            (tuple(quant.scale_shape(q_shape, cfg.quant)), torch.float16)]
 
 
 class ActivationMode:
@@ -88,7 +88,7 @@ class PackedCodes(ActivationMode):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.qcfg = cfg.quant_config()
+        self.qcfg = cfg.quant
 
     @classmethod
     def coded_spec(cls, cfg, q_shape: tuple[int, ...]) -> WireSpec:

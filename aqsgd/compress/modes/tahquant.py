@@ -32,7 +32,7 @@ def tah_config(cfg, width: int) -> quant.TahConfig:
     """The TahConfig of a CompressionConfig for rows of `width` channels."""
     tile = TILE if width >= TILE else max(8, 1 << (width - 1).bit_length())
     return quant.TahConfig(bits=cfg.bits, tile_size=tile, min_bits=max(1, cfg.bits - 1),
-                           max_bits=min(8, cfg.bits + 1), rounding=cfg.rounding)
+                           max_bits=min(8, cfg.bits + 1), rounding=cfg.quant.rounding)
 
 
 class TahQuant(ActivationMode):

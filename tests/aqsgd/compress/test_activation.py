@@ -10,6 +10,7 @@ from aqsgd import quant
 from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.wire import message_nbytes
+from aqsgd.quant import QuantConfig
 
 L, D = 6, 16  # one sample's activation (L, D); small so that every case runs in ms
 
@@ -52,7 +53,7 @@ def _storage(cache):
 def test_sender_and_receiver_caches_stay_bit_identical(tmp_path, overrides):
     if overrides.get("cache_storage") == "mmap":
         overrides = {**overrides, "cache_dir": str(tmp_path)}
-    cfg = CompressionConfig(**overrides)
+    cfg = CompressionConfig.from_dict(overrides)
     n = 12
     send, recv = _pair(cfg, n)
     gen = torch.Generator().manual_seed(0)
@@ -75,7 +76,8 @@ def test_sender_and_receiver_caches_stay_bit_identical(tmp_path, overrides):
 
 
 def test_first_visit_raw_sends_new_samples_uncompressed_in_a_mixed_batch():
-    cfg = CompressionConfig(mode="aqsgd", bits=2, warmup_epochs=0, cache_dtype="fp32")
+    cfg = CompressionConfig(mode="aqsgd", quant=QuantConfig(bits=2), warmup_epochs=0,
+                            cache_dtype="fp32")
     send, recv = _pair(cfg)
     x = torch.randn(3, L, D)
     _transfer(send, recv, x[:1] + 0.3 * torch.randn(1, L, D), [5])  # sample 5 now initialised
@@ -90,8 +92,8 @@ def test_aqsgd_error_vanishes_when_activations_stop_changing_directq_does_not():
     ids = torch.tensor([0, 1])
     errors = {}
     for mode in ("aqsgd", "directq"):
-        cfg = CompressionConfig(mode=mode, bits=3, warmup_epochs=0, first_visit="zero",
-                                cache_dtype="fp32")
+        cfg = CompressionConfig(mode=mode, quant=QuantConfig(bits=3), warmup_epochs=0,
+                                first_visit="zero", cache_dtype="fp32")
         send, recv = _pair(cfg, num_samples=2)
         errs = []
         for epoch in range(12):
@@ -125,8 +127,8 @@ def _closed_form_nbytes(cfg, b, n_raw):
     if n_q == 0:
         return header + raw
     codes = math.ceil(n_q * L * D * cfg.bits / 8)
-    n_scales = {"channel": D, "token": n_q * L, "group": n_q * L * D // cfg.group_size}
-    return header + raw + codes + 2 * n_scales[cfg.granularity]
+    n_scales = {"channel": D, "token": n_q * L, "group": n_q * L * D // cfg.quant.group_size}
+    return header + raw + codes + 2 * n_scales[cfg.quant.granularity]
 
 
 @pytest.mark.parametrize("granularity", ["channel", "token", "group"])
@@ -135,8 +137,10 @@ def test_message_sizes_match_the_closed_form_for_every_bit_width(mode, granulari
     b = 3
     for bits in range(1, 9):
         for dtype in ("fp32", "fp16", "bf16"):
-            cfg = CompressionConfig(mode=mode, bits=bits, dtype=dtype, granularity=granularity,
-                                    group_size=8, warmup_epochs=1, cache_bits=bits)
+            cfg = CompressionConfig(mode=mode,
+                                    quant=QuantConfig(bits=bits, granularity=granularity,
+                                                      group_size=8),
+                                    dtype=dtype, warmup_epochs=1, cache_bits=bits)
             send, recv = _pair(cfg, num_samples=8)
             x = torch.randn(b, L, D)
             _, msg = _transfer(send, recv, x, torch.tensor([0, 1, 2]))  # warm-up: raw
@@ -149,7 +153,7 @@ def test_message_sizes_match_the_closed_form_for_every_bit_width(mode, granulari
 
 
 def test_gradient_compressor_warms_up_then_quantizes_directly():
-    cfg = CompressionConfig(mode="directq", bits=8, warmup_epochs=1)
+    cfg = CompressionConfig(mode="directq", quant=QuantConfig(bits=8), warmup_epochs=1)
     send = make_compressor(cfg, "send", (L, D), 4, kind="gradient")
     recv = make_compressor(cfg, "recv", (L, D), 4, kind="gradient", out_dtype=torch.bfloat16)
     g = torch.randn(2, L, D)
@@ -191,7 +195,7 @@ def test_receiver_rejects_a_message_for_other_samples_or_epoch():
 )
 def test_bad_config_fails_at_construction(overrides, error, match):
     with pytest.raises(error, match=match):
-        CompressionConfig(**overrides)
+        CompressionConfig.from_dict(overrides)
 
 
 def test_bad_setup_fails_before_any_step():
@@ -200,7 +204,8 @@ def test_bad_setup_fails_before_any_step():
     with pytest.raises(ValueError, match="role must be"):
         make_compressor(CompressionConfig(), "sender", (L, D), 4)
     with pytest.raises(ValueError, match="group_size=7 must divide"):
-        make_compressor(CompressionConfig(mode="directq", granularity="group", group_size=7),
+        make_compressor(CompressionConfig(mode="directq",
+                                          quant=QuantConfig(granularity="group", group_size=7)),
                         "send", (L, D), 4)
     send = make_compressor(CompressionConfig(mode="aqsgd"), "send", (L, D), 4)
     with pytest.raises(IndexError, match=r"sample id 4 .*capacity 4"):
@@ -213,7 +218,7 @@ def test_bad_setup_fails_before_any_step():
 def test_delta_messages_match_quant_on_a_cache_of_the_stored_dtype(cache_dtype):
     # The compressor may work on a wider copy of m; the wire, the stage input and both
     # caches must still equal quant.aqsgd_encode/decode run on m in the stored dtype.
-    cfg = CompressionConfig(mode="aqsgd", bits=2, cache_dtype=cache_dtype)
+    cfg = CompressionConfig(mode="aqsgd", quant=QuantConfig(bits=2), cache_dtype=cache_dtype)
     send, recv = _pair(cfg)
     gen = torch.Generator().manual_seed(3)
     ids = torch.tensor([7, 2, 9, 4])
@@ -224,8 +229,8 @@ def test_delta_messages_match_quant_on_a_cache_of_the_stored_dtype(cache_dtype):
     out, msg = _transfer(send, recv, x1, ids)
     stored = {"fp16": torch.float16, "fp32": torch.float32}[cache_dtype]
     m_send, m_recv = x0.to(stored).clone(), x0.to(stored).clone()
-    packed, scales = quant.aqsgd_encode(x1, m_send, cfg.quant_config())
-    quant.aqsgd_decode(packed, scales, m_recv, cfg.quant_config())
+    packed, scales = quant.aqsgd_encode(x1, m_send, cfg.quant)
+    quant.aqsgd_decode(packed, scales, m_recv, cfg.quant)
     assert torch.equal(msg[1], packed) and torch.equal(msg[2], scales)
     assert torch.equal(out, m_recv.float())
     assert torch.equal(send.cache._values[ids], m_send)

@@ -8,12 +8,13 @@ import torch
 from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.message import CompressionConfig, header_fields, message_spec
 from aqsgd.compress.wire import message_nbytes, spec_nbytes
+from aqsgd.quant import QuantConfig
 
 S, N, B = (8, 32), 64, 4  # sample shape (L, D), cache rows, micro-batch
 
 
 def pair(**overrides):
-    cfg = CompressionConfig(**{"mode": "aqsgd", "bits": 8, "widths": (2, 3, 4, 8),
+    cfg = CompressionConfig.from_dict({"mode": "aqsgd", "bits": 8, "widths": (2, 3, 4, 8),
                                "warmup_epochs": 0, **overrides})
     return cfg, make_compressor(cfg, "send", S, N, seed=1), make_compressor(cfg, "recv", S, N)
 
@@ -86,7 +87,7 @@ def test_receiver_refuses_a_width_it_did_not_expect():
 
 
 def test_a_fixed_width_direction_keeps_its_three_header_fields():
-    cfg = CompressionConfig(mode="aqsgd", bits=2)
+    cfg = CompressionConfig(mode="aqsgd", quant=QuantConfig(bits=2))
     assert header_fields(cfg) == 3
     assert message_spec(cfg, (B, *S), 0)[0] == ((3 + B,), torch.int64)
 
@@ -99,7 +100,7 @@ def test_a_fixed_width_direction_keeps_its_three_header_fields():
 ])
 def test_bad_widths_are_refused(fields, match):
     with pytest.raises(ValueError, match=match):
-        CompressionConfig(**{"mode": "aqsgd", "bits": 4, **fields})
+        CompressionConfig.from_dict({"mode": "aqsgd", "bits": 4, **fields})
 
 
 def test_set_next_bits_is_for_an_adaptive_sender_and_a_ladder_width():
@@ -111,7 +112,8 @@ def test_set_next_bits_is_for_an_adaptive_sender_and_a_ladder_width():
 
 
 def test_directq_gradients_follow_widths_too():
-    cfg = CompressionConfig(mode="directq", bits=8, widths=(4, 6, 8), warmup_epochs=0)
+    cfg = CompressionConfig(mode="directq", quant=QuantConfig(bits=8), widths=(4, 6, 8),
+                            warmup_epochs=0)
     snd = make_compressor(cfg, "send", S, N, kind="gradient")
     rcv = make_compressor(cfg, "recv", S, N, kind="gradient")
     x = torch.randn(B, *S)

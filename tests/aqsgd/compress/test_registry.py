@@ -29,6 +29,7 @@ from aqsgd.compress.registry import (
     build_registries,
 )
 from aqsgd.compress.wire import message_nbytes, spec_nbytes
+from aqsgd.quant import QuantConfig
 from bench.harness import modes as harness_modes
 from bench.harness.cells import run_config
 from bench.harness.modes import parse_mode
@@ -54,7 +55,8 @@ def _message(send, recv, x, ids):
 @pytest.mark.parametrize("granularity", ["channel", "token", "group"])
 @pytest.mark.parametrize("name", list(ACTIVATION_MODES))
 def test_every_activation_mode_round_trips_and_sends_what_its_byte_rule_says(name, granularity):
-    cfg = CompressionConfig(mode=name, bits=8, granularity=granularity, group_size=12,
+    cfg = CompressionConfig(mode=name,
+                            quant=QuantConfig(bits=8, granularity=granularity, group_size=12),
                             warmup_epochs=1)
     send = make_compressor(cfg, "send", SHAPE, 8, seed=0)
     recv = make_compressor(cfg, "recv", SHAPE, 8, seed=1)
@@ -81,7 +83,7 @@ def test_every_activation_mode_round_trips_and_sends_what_its_byte_rule_says(nam
 
 @pytest.mark.parametrize("name", list(ACTIVATION_MODES))
 def test_only_modes_that_code_gradients_build_a_gradient_compressor(name):
-    cfg = CompressionConfig(mode=name, bits=4)
+    cfg = CompressionConfig(mode=name, quant=QuantConfig(bits=4))
     if ACTIVATION_MODES[name].codes_gradients:
         make_compressor(cfg, "send", SHAPE, 4, kind="gradient").close()
     else:

@@ -99,7 +99,7 @@ def test_every_message_has_the_bytes_of_the_width_its_record_names(tmp_path):
     codes = run_ranks(path, 2, out / "logs", grace_s=5)
     assert codes == [0, 0], [p.read_text()[-2000:] for p in (out / "logs").glob("*.log")]
     for rank, kind, fields in ((0, "activation", forward), (1, "gradient", backward)):
-        c = CompressionConfig(**{**fields, "widths": tuple(fields["widths"])})
+        c = CompressionConfig.from_dict({**fields, "widths": tuple(fields["widths"])})
         recs = [json.loads(x) for x in (out / "metrics" / f"rank{rank}.jsonl").read_text()
                 .splitlines()]
         train = [r for r in recs if r["kind"] == "train"]

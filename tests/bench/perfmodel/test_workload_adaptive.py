@@ -6,7 +6,7 @@ from aqsgd.compress.wire import spec_nbytes
 from bench.perfmodel.workload import LinkWork, StageWork, adaptive_bits
 
 SHAPE = (4, 64, 128)  # (B, L, D)
-CFG = CompressionConfig(mode="aqsgd", bits=8, widths=(2, 3, 4, 8))
+CFG = CompressionConfig.from_dict({"mode": "aqsgd", "bits": 8, "widths": (2, 3, 4, 8)})
 
 
 def mbit_for(bits: int, seconds: float) -> float:

@@ -13,6 +13,7 @@ from aqsgd.compress.message import CompressionConfig, message_spec
 from aqsgd.compress.modes.tahquant import TahQuant, tah_config
 from aqsgd.compress.registry import ACTIVATION_MODES, COMPARISONS
 from aqsgd.compress.wire import message_nbytes, spec_nbytes
+from aqsgd.quant import QuantConfig
 from bench.harness.cells import run_config
 from bench.harness.modes import parse_mode
 from bench.harness.sweep import CellSpec, Workload
@@ -41,7 +42,8 @@ def test_mode_is_registered_with_its_comparison():
 
 @pytest.mark.parametrize("bits,rounding", [(2, "nearest"), (3, "stochastic"), (4, "nearest")])
 def test_round_trip_after_warm_up_sends_what_the_byte_rule_says(bits, rounding):
-    cfg = CompressionConfig(mode="tahquant", bits=bits, rounding=rounding, warmup_epochs=1)
+    cfg = CompressionConfig(mode="tahquant", quant=QuantConfig(bits=bits, rounding=rounding),
+                            warmup_epochs=1)
     send, recv = _pair(cfg)
     g = torch.Generator().manual_seed(bits)
     x = torch.randn(4, L, D, generator=g) * torch.rand(4, L, 1, generator=g).mul(3).exp()
@@ -58,9 +60,9 @@ def test_round_trip_after_warm_up_sends_what_the_byte_rule_says(bits, rounding):
     # the mode's own quantizer, nothing else, stands between x and y
     want = quant.tah_dequantize(quant.TahPacked(*msg[1:]), x.shape, tcfg)
     assert torch.equal(y, want)
-    directq = CompressionConfig(mode="directq", bits=bits)
-    dq = quant.dequantize_packed(*quant.quantize_packed(x, directq.quant_config()), x.shape,
-                                 directq.quant_config())
+    directq = CompressionConfig(mode="directq", quant=QuantConfig(bits=bits))
+    dq = quant.dequantize_packed(*quant.quantize_packed(x, directq.quant), x.shape,
+                                 directq.quant)
     # token scales over e**3: tiles adapt, DirectQ's per-channel scales cannot
     assert (y - x).norm() < (dq - x).norm()
 
@@ -76,7 +78,8 @@ def test_evaluation_messages_are_raw():
 @pytest.mark.parametrize("width,tile", [(12, 16), (5, 8), (64, 64), (100, 64), (1600, 64)])
 def test_tah_config_follows_bits_rounding_and_width(width, tile):
     for bits, low, high in ((1, 1, 2), (3, 2, 4), (8, 7, 8)):
-        tcfg = tah_config(CompressionConfig(mode="tahquant", bits=bits, rounding="stochastic"),
+        tcfg = tah_config(CompressionConfig(mode="tahquant",
+                                            quant=QuantConfig(bits=bits, rounding="stochastic")),
                           width)
         assert (tcfg.bits, tcfg.min_bits, tcfg.max_bits) == (bits, low, high)
         assert tcfg.tile_size == tile and tcfg.rounding == "stochastic"
@@ -84,7 +87,7 @@ def test_tah_config_follows_bits_rounding_and_width(width, tile):
 
 
 def test_codes_activation_gradients_too():
-    cfg = CompressionConfig(mode="tahquant", bits=6, warmup_epochs=0)
+    cfg = CompressionConfig(mode="tahquant", quant=QuantConfig(bits=6), warmup_epochs=0)
     send = make_compressor(cfg, "send", (L, D), 4, kind="gradient")
     recv = make_compressor(cfg, "recv", (L, D), 4, kind="gradient")
     g = torch.randn(2, L, D) * 1e-3
