@@ -1,37 +1,22 @@
-"""Result files of the harness: JSON/CSV writers (atomic, through aqsgd.filecache),
-provenance, the per-rank JSONL reader and the tidy loader.
-
-One cell (one scenario x one mode on one launcher) leaves a directory (schema in
-docs/results-schema.md):
+"""Result files of the harness: JSON/CSV writers (atomic, through aqsgd.filecache), the
+per-rank JSONL reader and the tidy loader; provenance is bench.results.provenance.
 
     results/<sweep>/<cell>/metrics.csv   one row per rank per step (tidy)
     results/<sweep>/<cell>/peers.csv     bytes per (rank, step, peer)
     results/<sweep>/<cell>/meta.json     provenance, identity and status, written LAST
 
-Everything downstream (summaries, plots, reports, regression) reads these
-files only. `meta.json` is written last, so its presence marks a cell as
-finished; every file is written to a temporary name and renamed into place,
-so a killed run never leaves a half-written result under its real name.
-
-Reuse: a finished cell is reused only by a run of the same identity (meta.json's
-`identity` block, IDENTITY_KEYS: the cell's spec, the scenario's content, the launcher
-and its options, the machine, the commit; `reuse_refusal` says why not). A file that
-cannot be read (truncated, not JSON, a metrics.csv without its columns) is a
-ResultFileError naming the path and what is wrong: its cell is measured again
-(`reuse_refusal`), and the loaders skip it with a ResultFileWarning that says the same,
-reading every other cell.
-
     python -c "from bench.results.files import load_results as l; print(l(['results/100mbps']))"
+
+Everything downstream reads these files only. A finished cell is reused only by a run
+of the same identity (`reuse_refusal` says why not); an unreadable file is a
+ResultFileError naming it, which the loaders skip with a ResultFileWarning.
+docs/results-schema.md has the schema and the writing rules.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import platform
-import subprocess
-import sys
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -40,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from aqsgd.filecache import atomic_write_text
+from bench.results.provenance import provenance  # here too: the harness imports it from here
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -168,71 +154,6 @@ def reuse_refusal(cell_dir: str | Path, identity: dict | None = None) -> str:
 def is_finished(cell_dir: str | Path, identity: dict | None = None) -> bool:
     """Whether the cell may be reused by a run of `identity` (reuse_refusal is '')."""
     return reuse_refusal(cell_dir, identity) == ""
-
-
-# ------------------------------------------------------------------ provenance
-def _run(argv: list[str], cwd: Path) -> str | None:
-    try:
-        out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def _git(repo: Path) -> dict:
-    commit = _run(["git", "rev-parse", "HEAD"], repo)
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], repo)
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
-
-
-def _versions() -> dict:
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    # the installed distributions' versions, without importing them (transformers alone
-    # costs seconds to import, on every provenance record)
-    for name in ("torch", "triton", "transformers", "tokenizers", "numpy", "pandas"):
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    torch = sys.modules.get("torch")
-    versions["cuda"] = getattr(getattr(torch, "version", None), "cuda", None) if torch else None
-    return versions
-
-
-def _hardware() -> dict:
-    cpu_model = platform.processor() or None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gib = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_gib = round(int(line.split()[1]) / 2**20, 2)  # kB -> GiB
-                break
-    except OSError:
-        pass
-    gpus: list[str] = []
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    return {
-        "cpu_model": cpu_model,
-        "cpu_cores": os.cpu_count(),
-        "memory_gib": mem_gib,
-        "gpus": gpus,
-        "hostname": platform.node(),
-        "os": platform.platform(),
-    }
-
-
-def provenance(repo: str | Path) -> dict:
-    """Where a run came from: git state, package versions, hardware."""
-    return {"git": _git(Path(repo)), "versions": _versions(), "hardware": _hardware()}
 
 
 # ------------------------------------------------------------- per-rank JSONL
