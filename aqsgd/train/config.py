@@ -207,7 +207,9 @@ class RunConfig:
             )
 
     def to_dict(self) -> dict:
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        tree = {**dataclasses.asdict(self), "forward": self.forward.to_dict(),
+                "backward": self.backward.to_dict()}  # the quantizer's keys flat, as in files
+        return json.loads(json.dumps(tree, default=str))
 
 
 # ------------------------------------------------------------------- loading

@@ -33,6 +33,7 @@ from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.registry import COMPARISONS
 from aqsgd.filecache import atomic_write_text
 from aqsgd.model.config import PRESETS
+from aqsgd.quant import QuantConfig
 from aqsgd.train.config import (
     DataConfig,
     DistConfig,
@@ -59,8 +60,8 @@ def _direction(mode: str, dtype: str, bits: int | None, warmup_epochs: int,
         return CompressionConfig(mode=mode, dtype=dtype, warmup_epochs=warmup_epochs)
     if widths:  # adaptive: start at the widest, the chooser narrows it (aqsgd.compress.adaptive)
         bits = widths[-1]
-    return CompressionConfig(mode=mode, dtype=dtype, bits=bits, warmup_epochs=warmup_epochs,
-                             widths=widths)
+    return CompressionConfig(mode=mode, dtype=dtype, quant=QuantConfig(bits=bits),
+                             warmup_epochs=warmup_epochs, widths=widths)
 
 
 # QuantizedAdam's exact phase lasts at least this share of the run (1-bit Adam's rule).
