@@ -1,34 +1,17 @@
-"""Check the Triton quantizer kernels on a CUDA GPU, benchmark them, save it all.
+"""Check the Triton quantizer kernels and the training path on a CUDA GPU; save it all.
 
     python -m bench.micro.gpu_check --out results/gpu            # `make gpu-check`
     python -m bench.micro.gpu_check --ptx-audit --out DIR        # no GPU needed
     TRITON_INTERPRET=1 python -m bench.micro.gpu_check --cpu-dry-run --out DIR   # no GPU
 
-On a CUDA machine it writes, under --out: gpu_check.log (everything printed) and
-gpu_check.json (environment, per-case results, bandwidth, benchmark status):
-1. environment: GPU, capability, driver/CUDA, torch, triton, git commit;
-2. PTX audit: every kernel variant compiled for this GPU's architecture, its PTX
-   checked for fused multiply-adds, approximate division/sqrt and flush-to-zero
-   (each would break bit-exactness with torch), registers per thread reported;
-3. bit-exactness: Triton against torch on CUDA (and torch on CUDA against torch on
-   CPU) at irregular shapes, (1, 1024, 1600) and 64M elements, bits 1..8, both
-   grids, both roundings, fp32/fp16/bf16, and the fused AQ-SGD steps;
-4. bandwidth: the Triton kernels at 64M elements in GB/s of ideal traffic, beside
-   a device-to-device copy of the same tensor (the practical ceiling);
-5. `bench.micro.kernels` at its CUDA sizes (its table in the log, its rows in kernels.json);
-6. compressor round trip (skip with --skip-pipeline): aqsgd.compress.activation sender and
-   receiver on CUDA (Triton path) against the same pair on CPU (torch path);
-7. pipeline run (skip with --skip-pipeline): a 2-stage GPT-2 job of real worker processes
-   on torch.distributed, in fp32 and in bf16 compute (bench.micro.gpu_training);
-8. stage timing (skip with --skip-stage-profile): GPT2-XL's stages cut 8 ways, fp32 and
-   bf16, written as performance-model profiles (profile-fp32.yaml, profile-bf16.yaml).
-With no CUDA device it prints why and exits with status 2; the PTX audit runs
-anywhere (it compiles for sm_90 on the host), and `--cpu-dry-run` runs every
-other stage on CPU through the Triton interpreter, which is how the tests
-exercise this script. Status 1: a check failed.
-
-This module is the command line and the report (log and JSON); the checks are in
-bench.micro.triton_checks, bench.micro.ptx_audit and bench.micro.gpu_training.
+Stages, each recorded in DIR/gpu_check.json and gpu_check.log even when another fails:
+the environment, the PTX audit, bit-exactness of Triton against torch, bandwidth beside a
+device-to-device copy, the compressor round trip and a 2-stage run of real workers in fp32
+and bf16 compute (--skip-pipeline), GPT2-XL stage profiles (profile-fp32.yaml and
+profile-bf16.yaml; --skip-stage-profile), bench.micro.kernels (kernels.json; --skip-bench).
+What each checks: docs/performance-model.md, "The GPU check". Status 2: no CUDA device
+(the PTX audit and the CPU dry run need none, and the tests run both); 1: a check failed.
+The checks are in bench.micro.triton_checks, bench.micro.ptx_audit, bench.micro.gpu_training.
 """
 
 from __future__ import annotations
@@ -199,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     elif torch.cuda.is_available():
         device = torch.device("cuda", 0)
     else:
-        print("bench.micro.gpu_check: no CUDA device here (torch.cuda.is_available() is False); "
-              "run it on a machine with a CUDA GPU, or use --ptx-audit", file=sys.stderr)
+        print(f"bench.micro.gpu_check: no CUDA device here (torch.cuda.is_available() is False, "
+              f"torch {torch.__version__} built for CUDA {torch.version.cuda}): it needs an "
+              "NVIDIA GPU, its driver and a CUDA build of torch with triton; without them, "
+              "--ptx-audit compiles and audits the kernels", file=sys.stderr)
         return NO_CUDA_EXIT
     record = {"environment": environment(device), "args": vars(args)}
     log(json.dumps(record["environment"], indent=2))
@@ -215,9 +200,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.cpu_dry_run:
         major, minor = torch.cuda.get_device_capability(device)
         stages["ptx_audit"] = (lambda: ptx_audit(args.arch or major * 10 + minor, log), _all_ok)
-    if not args.skip_bench:
-        stages["bench_kernels"] = (lambda: _bench_kernels(out, args.smoke, log, device),
-                                   lambda res: res is not None)
     if not args.skip_pipeline:
         stages["pipeline"] = (lambda: pipeline_check(device), lambda res: bool(res and res["ok"]))
         stages["pipeline_run"] = (lambda: pipeline_runs(device, log),
@@ -225,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_stage_profile:
         stages["stage_profile"] = (lambda: stage_profiles(out, device, args.cpu_dry_run, log),
                                    lambda res: bool(res))
+    if not args.skip_bench:
+        stages["bench_kernels"] = (lambda: _bench_kernels(out, args.smoke, log, device),
+                                   lambda res: res is not None)
     ok = True
     for name, (fn, passed) in stages.items():
         result = _run_stage(name, log, record, fn)

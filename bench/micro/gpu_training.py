@@ -9,7 +9,7 @@
 processes, torch.distributed) once per compute precision on a synthetic-data job, AQ-SGD
 4-bit activations and DirectQ 8-bit gradients, and returns each run's losses, step times
 and bytes. Backend: NCCL with one rank per GPU when there are two or more; on one GPU
-NCCL refuses two ranks ("Duplicate GPU detected", shown by `nccl-probe`), so both ranks
+NCCL refuses two ranks ("Duplicate GPU detected"; `nccl-probe` tries), so both ranks
 share the GPU over gloo, whose point-to-point messages go through host memory
 (aqsgd.train.worker, `_wire_device`). docs/performance-model.md, "The GPU check", has
 the figures of an H200.
@@ -58,14 +58,18 @@ def _job(device: torch.device, backend: str, precision: str, out_dir: Path) -> d
     }  # fmt: skip
 
 
-def _backend(device: torch.device) -> tuple[str, str]:
+def _backend(device: torch.device, probe: dict | None) -> tuple[str, str]:
+    """(backend, why): gloo on CPU; NCCL with a GPU per rank; on one GPU, NCCL if the probe
+    of two NCCL ranks there ran, else gloo (both ranks on the GPU, messages through host)."""
     if device.type != "cuda":
         return "gloo", "CPU: gloo"
     gpus = torch.cuda.device_count()
     if gpus >= 2:
         return "nccl", f"{gpus} GPUs: NCCL, one rank per GPU"
-    return "gloo", ("one GPU: NCCL refuses two ranks on one device (Duplicate GPU detected), "
-                    "so both ranks share the GPU over gloo, messages through host memory")
+    if probe is not None and probe["exit"] == 0:
+        return "nccl", "one GPU: NCCL ran two ranks on it (nccl_one_gpu), so NCCL"
+    return "gloo", ("one GPU: NCCL did not run two ranks on it (nccl_one_gpu), so both ranks "
+                    "share the GPU over gloo, their messages through host memory")
 
 
 def _one_run(device: torch.device, backend: str, precision: str, timeout_s: float) -> dict:
@@ -103,12 +107,13 @@ def _one_run(device: torch.device, backend: str, precision: str, timeout_s: floa
 
 def pipeline_runs(device: torch.device, log=print, timeout_s: float = 300) -> dict:
     """The 2-stage job with real workers once per compute precision (module docstring)."""
-    backend, why = _backend(device)
-    log(f"  backend: {why}")
-    result: dict = {"backend": backend, "why": why, "runs": {}}
+    probe = None
     if device.type == "cuda" and torch.cuda.device_count() == 1:
-        result["nccl_one_gpu"] = nccl_probe()
-        log(f"  NCCL, two ranks on this one GPU: {result['nccl_one_gpu']['outcome']}")
+        probe = nccl_probe()
+        log(f"  NCCL, two ranks on this one GPU: {probe['outcome']}")
+    backend, why = _backend(device, probe)
+    log(f"  backend: {why}")
+    result: dict = {"backend": backend, "why": why, "nccl_one_gpu": probe, "runs": {}}
     for precision in PRECISIONS:
         run = _one_run(device, backend, precision, timeout_s)
         result["runs"][precision] = run
@@ -123,7 +128,7 @@ def pipeline_runs(device: torch.device, log=print, timeout_s: float = 300) -> di
     return result
 
 
-def nccl_probe(timeout_s: float = 90) -> dict:
+def nccl_probe(timeout_s: float = 60) -> dict:
     """Start two NCCL ranks on this machine's only GPU (torchrun) and say what NCCL did."""
     env = {**os.environ, "NCCL_DEBUG": "WARN"}
     try:
