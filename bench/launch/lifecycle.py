@@ -1,5 +1,4 @@
-"""Bring-up and teardown of a launcher's hosts, the part every launcher that builds
-something on the host shares (netns, Docker):
+"""Bring-up and teardown of a launcher's hosts, shared by every launcher:
 
     class MyLauncher(HostsLifecycle):
         name = "mine"             # the `launcher` its state files record
@@ -7,17 +6,11 @@ something on the host shares (netns, Docker):
         def _build(self): ...     # write the state file first, then create the hosts
         def _remove(self): ...    # remove exactly what _build created
 
-A subclass sets `self.state_dir` (where its state file goes). After `_prepare`,
-entering names that directory in the registry of state dirs (so `python -m bench.launch
-cleanup --all-recorded` finds it) and removes what killed runs of the same launcher
-recorded there left behind (bench.launch.state.remove_killed_runs; listed in
-`self.removed_before_start`): a sweep rerun after a kill starts clean, without the
-harness knowing.
-
-While the hosts exist, SIGTERM raises SystemExit so that `__exit__` runs; a failed
-bring-up is torn down before the error goes on; teardown runs with SIGINT and
-SIGTERM held, so a second signal cannot interrupt it half-way (it lands afterwards).
-Bring-up and tear-down times go to `self._timing` (`up_s`, `down_s`).
+Entering names `self.state_dir` in the registry of state dirs and first removes what
+killed runs of the same launcher left there (`removed_before_start`). While the hosts
+exist, SIGTERM raises SystemExit so that `__exit__` runs; a failed bring-up is torn down
+before the error goes on; teardown runs with SIGINT and SIGTERM held (a second signal
+lands afterwards). Bring-up and tear-down times go to `self._timing`.
 """
 
 from __future__ import annotations

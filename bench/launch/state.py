@@ -1,40 +1,17 @@
 """Every launcher's state file: where they are, what each starts with, whether its run
 is live, and cleanup of a killed run through the teardown of the launcher it names.
 
-Before a launcher creates anything it writes STATE_DIR/P.json (P = its run's prefix):
-`launcher_fields` (the launcher's name, run id, prefix, and the launcher process: pid,
-start time and boot, see bench.launch.process.ProcessIdentity), then what that launcher
-may create (netns: namespaces and devices, bench/launch/netns/state.py; Docker:
-containers, network, volume and the daemon, bench/launch/docker/state.py; local: nothing
-but its workers, bench/launch/local.py) and the processes it started (`processes`:
-identities, killed here). Teardown, in the launcher's
-`finally` or later by `python -m bench.launch cleanup`, removes exactly those names;
-nothing is ever matched by pattern.
+    register_state_dir(d)                      # before a launcher writes a file in d
+    atomic_write_text(d / f"{prefix}.json", json.dumps({**launcher_fields(...), ...}))
+    cleanup(all_recorded_state_files())        # `python -m bench.launch cleanup --all-recorded`
 
-Where the state files are. A run keeps its state file in its own STATE_DIR (a sweep:
-RESULTS/.launcher, beside its results, so that a rerun of the sweep finds what its
-killed predecessor left by looking in its own directory, and a Docker run mounts the
-directory above it; else DEFAULT_STATE_DIR), and every STATE_DIR a launcher has used is
-named in one registry, REGISTRY_DIR (one small file per directory, written before the
-directory can hold a state file). `cleanup --all-recorded` reads the registry, so it
-finds every run whatever directory a sweep passed (`--out` anywhere), and needs no list
-of result folders. The registry is on tmpfs (/run) like the namespaces and processes it
-leads to: a reboot clears both together. Both live under RUNTIME_DIR: /run/aqsgd-bench
-for root; for another user (who can run the local launcher, and Docker through its
-group) /run/user/UID/aqsgd-bench (systemd's per-user tmpfs), or ~/.cache/aqsgd-bench/run
-where there is none (not cleared at reboot: harmless, a process identity names its boot).
-
-Live or killed. A state file whose launcher process is still running belongs to a live
-run: cleanup leaves it alone (so `make net-cleanup` during a sweep breaks nothing). Once
-that process is gone (killed, crashed), the processes the file lists are killed (only
-those whose identity still matches: a pid reused by another process is never
-signalled), then the teardown of the launcher the file names removes the rest
-(bench.launch.choice.state_teardown finds it by that name, importing the launcher's
-module only then), then the file itself goes. A launcher entering removes the killed
-runs of its own kind recorded in its own STATE_DIR first (bench.launch.lifecycle), so a
-sweep rerun after a kill starts clean.
-
-Imports no launcher: bench.launch.choice maps a state file's `launcher` to its teardown.
+Before a launcher creates anything it writes STATE_DIR/PREFIX.json: `launcher_fields`
+(its name, run id, prefix and the launcher process's identity), then every name it may
+create and the processes it started. A run whose launcher process still runs is live and
+left alone; for a killed one, cleanup kills the recorded processes (identity checked),
+calls the teardown of the launcher the file names (bench.launch.choice.state_teardown)
+and deletes the file. Nothing is matched by pattern. Every STATE_DIR used is named in
+the registry REGISTRY_DIR (tmpfs under RUNTIME_DIR). docs/ARCHITECTURE.md, "Launchers".
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """What a Docker run creates, as data: names, addresses, GPUs, environment, the tc
 commands of each container (the host shaping plan, bench.net.shaping, rendered on its
-eth0 or TUN). No Docker call here; the launcher (bench/launch/docker/launcher.py) and the
-compose file (bench/launch/docker/compose.py) are both built from these.
+eth0 or TUN). No Docker call here; the launcher and the compose file are built from it.
 
     spec = DockerRunSpec.new(scenario, n_hosts=2, run_id="ab12cd", gpu_count=0)
     spec.container(0), spec.network, spec.addr(1)       # aqd3f9c1-h0, aqd3f9c1-net, 198.18.0.3
     spec.shaping_argvs(0)                               # tc commands run inside container 0
 
-Every name carries the per-run prefix P ("aqd" + 5 hex digits): containers P-hI
-(and P-cap, the netem test), network P-net, volume P-cache. Each is written to the
-state file before it is created and removed by that exact name
-(bench/launch/docker/state.py).
-
-Addresses: the run's network is a /24 of 198.18.0.0/15 (RFC 2544's benchmarking
-range) chosen from the prefix, so that concurrent runs rarely pick the same
-one (a clash is refused by the daemon, and the launcher draws another prefix); the
-gateway is .1 and host I is .I+2.
-
-Delay line (`delay_line=True`: delay, jitter or loss on a kernel without netem):
-each container also gets the TUN device aqtun0 of its own userspace delay line
-(bench.net.delayline, container mode), addressed in the other half of the /15
-with the same third octet (198.18.K.0/24 <-> 198.19.K.0/24), host I again .I+2.
-The workers talk over the TUNs (`addr(i)`, `device`), so every packet passes
-the htb on aqtun0 and then the delay line, which carries it to the peer's delay
-line over UDP on eth0 (`network_addr(i)`).
+Every name carries the run prefix P ("aqd" + 5 hex digits, bench.launch.hosts.new_prefix):
+containers P-hI (and P-cap, the netem test), network P-net, volume P-cache. The network
+is a /24 of 198.18.0.0/15 chosen from the prefix (gateway .1, host I .I+2). With the
+delay line (`delay_line=True`) the workers talk over each container's TUN aqtun0, in the
+other half of the /15 with the same third octet (`addr(i)`), its datagrams carried on
+eth0 (`network_addr(i)`). The table of names and the delay line: docs/docker.md.
 """
 
 from __future__ import annotations

@@ -5,35 +5,13 @@ cluster, one after another on the same nodes, one torchrun agent per node.
         --iface eth0 --partition gpu --out /shared/results/smoke
     sbatch /shared/results/smoke/slurm-100mbps.sbatch
 
-`bench slurm` (bench/__main__.py) writes each cell's run config (`CELL/config.yaml`) and
-the head of its meta.json (`CELL/slurm-cell.json`: identity, spec, placement, run
-config) into the results folder, and this module renders the script (`render_sbatch`)
-beside them. The folder and the suite's checkout must be where every node sees them at
-the same paths (a shared filesystem, as on most clusters): the workers write their
-metrics there and the job writes the result files there, as `bench sweep` lays them out,
-so `python -m bench report FOLDER` reads a Slurm sweep like any other.
-
-The job (its steps are bench/launch/export/slurm_job.py):
-1. every node's address, by node id (`srun --ntasks-per-node=1 ... address`): on
-   `--iface` (the data network, which the shaping and the workers then use) or Slurm's
-   NodeAddr; node 0 hosts the rendezvous and the workers' store;
-2. only with `--iface` and a scenario that shapes anything, unless `--no-shaping`: a
-   step on every node renders and applies its part of the one host shaping plan
-   (bench.net.shaping, through bench.launch.export.multihost.plan_hosts, the printed
-   multi-host commands) on that interface and holds it until the job's end, which
-   removes it. tc needs root on the node: where the job may not run it, the cells fail
-   saying so, or with `--allow-unshaped` run on the real links, recorded as such;
-3. per cell: `srun --nodes=W --ntasks-per-node=1` starts one torchrun agent per node
-   (c10d rendezvous on node 0, `--nnodes` W, `--node-rank $SLURM_NODEID`), which starts
-   the worker with `--rank $SLURM_NODEID` (rank i on node i, whose links the plan shaped
-   for it; the c10d backend numbers agents by arrival, so the worker's own rank decides,
-   as on the SSH launcher); each rank's output in `CELL/logs/rank<R>.log`; then the
-   result files, whose launcher block says whether the links were shaped or real.
-
-Not run by the job: the link probe (meta.json's `probe` is empty: the cluster's real
-links are measured by the SSH launcher's `--no-shaping`, docs/multihost.md), and link
-schedules (a scenario whose links change is refused: they need a launcher running
-beside the workers).
+`bench slurm` writes each cell's `config.yaml` and `slurm-cell.json` (the head of its
+meta.json) into the results folder, and `render_sbatch` writes the script beside them.
+The job's steps (bench/launch/export/slurm_job.py): every node's address; with `--iface`
+a step per node holding its part of the host shaping plan until the job ends; per cell
+one torchrun agent per node, rank i on node i; then the result files, as `bench sweep`
+lays them out. No link probe and no link schedules. The folder and the checkout must be
+at the same paths on every node. Why each step: docs/multihost.md, "A Slurm cluster".
 """
 
 from __future__ import annotations

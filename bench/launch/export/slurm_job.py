@@ -8,27 +8,12 @@ sbatch script, each a command of this module.
     python -m bench.launch.export.slurm_job finish --cell DIR --links DIR --returncode RC \\
         --started T
 
-`address` prints `NODEID ADDR`: this node's IPv4 address on DEV (the data network), or
-without DEV the address Slurm reaches the node at (its NodeAddr, from scontrol).
-
-`shape` renders this node's part of the one host shaping plan (bench.net.shaping,
-through bench.launch.export.multihost.plan_hosts, as the printed multi-host commands
-are) on DEV with every node's address, runs it, writes `DIR/node{I}.json` (what it ran,
-the commands removing it, or why it could not shape: not root (no CAP_NET_ADMIN), no tc,
-a tc error) and
-then waits: once DIR/release exists (the batch script's last act) or on SIGTERM or
-SIGINT (scancel, the job's time limit) it removes what it made and records that. So the
-qdiscs live as long as this step, and a node is not left shaped by a job that ended
-(only a step killed outright, SIGKILL, leaves them: its record names the removal
-commands).
-
-`links` reads the nodes' records: exit 0 when every node is shaped, or with
-`--allow-unshaped` whatever they are; else exit 1 naming each node and why. `finish`
-writes a cell's result files as `bench sweep` does (metrics.csv and peers.csv from the
-ranks' JSONL, meta.json from the head the export wrote, `slurm-cell.json`), with the
-launcher block saying what the links were: `shaped` true only when every node of the
-job shaped its interface, and each node's record.
-Imports bench.net, bench.results and the export planner; no launcher.
+`address` prints `NODEID ADDR`. `shape` applies this node's part of the host shaping plan
+(bench.launch.export.multihost.plan_hosts) on DEV, writes `DIR/node{I}.json` (what it
+ran, the commands removing it, or why it could not shape) and removes it once
+DIR/release exists or on SIGTERM/SIGINT. `links` exits 0 when every node is shaped (or
+`--allow-unshaped`), else 1 naming each node. `finish` writes a cell's result files as
+`bench sweep` does. docs/multihost.md, "A Slurm cluster". No launcher imported.
 """
 
 from __future__ import annotations

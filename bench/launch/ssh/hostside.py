@@ -5,30 +5,14 @@
     python -m bench.launch.ssh.hostside tied --dir D -- ARGV...       # ARGV, tied to stdin
     python -m bench.launch.ssh.hostside teardown --dir D [--commands JSON]
 
-`facts` prints one JSON object: the interpreter and package versions, the interface's
-IPv4 address, MTU and root qdisc, whether this user is root, has tc, netem and GPUs (the
-launcher's checks compare them with the harness machine's before anything is changed).
-
-The host keeps its own record of a run in D = HOST_RECORD_ROOT/PREFIX-hI (tmpfs, cleared
-at reboot as the qdiscs it names are): `state.json`, written by `record` before the
-launcher shapes anything (the tc commands that remove what it makes), and one file in
-`procs/` per running `tied` (its pid, start time and boot, so that a reused pid is never
-signalled). `teardown` kills those processes and everything below them, runs the removal
-commands (its own and those `--commands` adds, each once; one whose qdisc or device is
-already gone is skipped), deletes D and prints what it removed as JSON: the harness
-machine's record and the host's own lead to the same removal, and an administrator on
-the host can run it by hand.
-
-`tied` starts ARGV and stops its whole process tree (bench/launch/ssh/proctree.py:
-SIGTERM to every process below `tied`, then SIGKILL after STOP_GRACE_S) when its
-standard input closes: the SSH channel it came through closing (the harness stopping
-it, the harness or its relay killed, the connection lost and sshd giving up on it)
-stops the command on the host, as the Docker launcher's entrypoint does for `docker
-exec`. The tree, not ARGV's process group: torchrun starts each worker in a session of
-its own, which a signal to torchrun's group misses. `tied` is a subreaper, so the
-workers of a torchrun that died first stay below it; `procs/` records `tied` itself,
-and `teardown` stops the tree below each recorded process the same way (no grace).
-Imports the standard library, psutil (through proctree) and bench.launch.process only.
+`facts` prints one JSON object (interpreter and package versions, the interface's IPv4
+address, MTU and root qdisc, root, tc, netem, GPUs). The host keeps its own record of a
+run in D = HOST_RECORD_ROOT/PREFIX-hI: `state.json` (the removal commands) and one file
+in `procs/` per running `tied`. `tied` starts ARGV and stops its whole process tree
+(proctree.py) when its standard input closes; `teardown` stops the recorded trees, runs
+the removal commands (each once; one already gone is skipped), deletes D and prints what
+it removed as JSON. Why the tree: docs/multihost.md. Imports the standard library,
+psutil (through proctree) and bench.launch.process only.
 """
 
 from __future__ import annotations

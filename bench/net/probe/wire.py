@@ -1,24 +1,17 @@
 """The probe on the wire: a timestamping TCP server and its client, one exchange per
-directed link, started by the launchers inside the namespaces or containers with a plan's
-arguments (bench.net.probe.plan.ProbePlan.client_args):
+directed link, started by the launchers on their hosts with a plan's arguments
+(bench.net.probe.plan.ProbePlan.client_args):
 
     python -m bench.net.probe serve --addr 198.18.0.2 --port 5201 --sessions 1
-    python -m bench.net.probe measure --addr 198.18.0.2 --port 5201 --bytes 12500000 \
+    python -m bench.net.probe measure --addr 198.18.0.2 --port 5201 --bytes 12500000 \\
         --steady-from-bytes 52278 --timeout-s 32 --max-pacing-mbit 200
 
-The client sends PINGS + 1 small ping-pongs (round-trip time; the first, which pays for
-the connection's warm-up, left out) and then the bulk transfer, which the server times at
-the receiver. `measure` prints one JSON object. Two payload rates are reported:
-`rate_mbit_first_to_last` (first to last byte at the receiver) and `rate_mbit` (from the
-plan's `steady_from_bytes` to the last byte: leaves out TCP slow start and the token
-bucket's initial burst, so it is the rate a long transfer sees; this is the one checked
-against the scenario). The client caps its pacing at `--max-pacing-mbit` (the plan gives
-twice the link's rate: small send batches, the shaper still the limit). Arrival times are
-the kernel's receive timestamps (SO_TIMESTAMPNS), not the moment the probe process
-happens to run.
-
-Standard library only, and nothing else of the suite: it starts once per link, in
-namespaces and containers (bench/net/probe/__main__.py runs `main`).
+`measure` prints one JSON object: round trips from PINGS ping-pongs, then the bulk
+transfer's payload rate timed at the receiver with the kernel's receive timestamps:
+`rate_mbit` from the plan's `steady_from_bytes` (the one checked against the scenario),
+`rate_mbit_first_to_last` from the first byte. Pacing is capped at `--max-pacing-mbit`.
+Standard library only: it starts once per link, without site-packages where it must.
+docs/ARCHITECTURE.md, "Probe", says why each choice.
 """
 
 from __future__ import annotations
