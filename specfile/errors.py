@@ -20,7 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import MISSING
 
-__all__ = ["SpecError", "Unit", "describe", "expected", "from_pydantic"]
+__all__ = ["SpecError", "Unit", "base_type", "bound", "constraints", "describe", "expected",
+           "from_pydantic", "unwrap_optional"]
 
 Kind = Literal["type", "value", "missing", "unknown"]
 
@@ -98,6 +99,9 @@ _NAMES = {bool: "true/false", int: "an integer", float: "a number", str: "a stri
 _PLURALS = {bool: "true/false values", int: "integers", float: "numbers", str: "strings"}
 
 
+_RANGE_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
 def from_pydantic(root: type, error: dict) -> SpecError:
     """One entry of `ValidationError.errors()` (validating `root`) as a SpecError."""
     loc, kind = tuple(error["loc"]), error["type"]
@@ -115,6 +119,14 @@ def from_pydantic(root: type, error: dict) -> SpecError:
         loc = loc[:-1]  # a list too short for its tuple: report the list
     elif kind.startswith("missing"):
         return SpecError("required, but missing", _locate(root, loc)[0], "missing")
+    if kind in _RANGE_ERRORS:  # a declared range (specfile.declared): check_fields' words,
+        # on the dataclass that declares it, as its __post_init__ would say them
+        at = max(k for k, key in enumerate(loc) if isinstance(key, str))
+        _, hint, parent = _locate(root, loc)
+        name = f"{loc[at]}{'[]' if at < len(loc) - 1 else ''}"
+        owner = f"{parent.__name__}.{name}" if parent else name
+        return SpecError(f"{owner} must be {bound(hint)}, got {error['input']!r}",
+                         _locate(root, loc[:at])[0])
     path, hint, _ = _locate(root, loc)
     return SpecError(f"expected {expected(hint)}, got {error['input']!r}", path, "type")
 
@@ -157,6 +169,57 @@ def _locate(root: type, loc: tuple) -> tuple[str, Any, type | None]:
             hint = args[1] if typing.get_origin(options[0]) is dict and args else Any
         path = join(path, str(key))
     return path, hint, parent
+
+
+# ------------------------------------------------------------ ranges
+
+
+def constraints(hint: Any) -> list:
+    """The constraint objects of an Annotated hint (a FieldInfo's unpacked), [] otherwise;
+    `X | None` looks inside X."""
+    hint = unwrap_optional(hint)
+    if typing.get_origin(hint) is not Annotated:
+        return []
+    out = []
+    for m in hint.__metadata__:
+        out.extend(getattr(m, "metadata", [m]))
+        out.append(m)
+    return out
+
+
+def unwrap_optional(hint: Any) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return hint
+
+
+def base_type(hint: Any) -> Any:
+    hint = unwrap_optional(hint)
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+
+
+def bound(hint: Any) -> str:
+    """The range a constrained type allows, in words: '>= 1', '> 0', 'in 1..8' (integers),
+    'in [0, 1)', 'in (0, 1)'; '' when it has none."""
+    limits = {}
+    for m in constraints(hint):
+        for key in ("ge", "gt", "le", "lt"):
+            if getattr(m, key, None) is not None:
+                limits[key] = getattr(m, key)
+    low = next(((k, v) for k, v in limits.items() if k in ("ge", "gt")), None)
+    high = next(((k, v) for k, v in limits.items() if k in ("le", "lt")), None)
+    if low and high:
+        if base_type(hint) is int and (low[0], high[0]) == ("ge", "le"):
+            return f"in {low[1]}..{high[1]}"
+        return (f"in {'[' if low[0] == 'ge' else '('}{low[1]:g}, "
+                f"{high[1]:g}{']' if high[0] == 'le' else ')'}")
+    if low:
+        return f"{'>=' if low[0] == 'ge' else '>'} {low[1]:g}"
+    if high:
+        return f"{'<=' if high[0] == 'le' else '<'} {high[1]:g}"
+    return ""
 
 
 def expected(hint: Any) -> str:

@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import Field
 
 from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.compress.message import GRADIENT_MODES, CompressionConfig
@@ -32,9 +34,17 @@ from aqsgd.data.sources import DATASETS
 from aqsgd.model.config import PRESETS, ModelConfig
 from aqsgd.model.dropout import DROPOUT_MASKS
 from aqsgd.train.schedule import SCHEDULES
-from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
+from specfile import SPEC_CONFIG, SpecError, check_fields, raising, read_file, validate
 
 __all__ = [
+    "MicroBatchSize",
+    "NumMicroBatches",
+    "Replicas",
+    "Seed",
+    "Stages",
+    "Steps",
+    "Threads",
+    "TimeoutS",
     "ConfigError",
     "PipelineConfig",
     "TrainConfig",
@@ -56,17 +66,31 @@ def _require(ok: bool, name: str, expected: str, value: Any) -> None:
         raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
+# The settings a run config shares with the harness's Workload (bench/harness/sweep.py),
+# each declared once: type, range and one line of help (specfile.declared).
+Stages = Annotated[int, Field(ge=1, description="pipeline stages")]
+Replicas = Annotated[int, Field(ge=1, description="data-parallel replicas of the pipeline")]
+MicroBatchSize = Annotated[int, Field(ge=1, description="samples per micro-batch")]
+NumMicroBatches = Annotated[int, Field(ge=1, description="micro-batches per optimizer step "
+                                                          "and replica")]
+Steps = Annotated[int, Field(ge=1, description="optimizer steps")]
+Seed = Annotated[int, Field(ge=0, description="seed of data order, dropout and init")]
+Threads = Annotated[int, Field(ge=1, description="torch threads of each worker process")]
+TimeoutS = Annotated[float, Field(gt=0, description="seconds init_process_group and every "
+                                                    "p2p or collective wait may take")]
+_AtLeast0 = Annotated[int, Field(ge=0)]
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
-    stages: int = 2
-    replicas: int = 1  # data-parallel copies of the whole pipeline
-    micro_batch_size: int = 4  # samples per micro-batch
-    num_micro_batches: int = 4  # per optimizer step and replica
+    stages: Stages = 2
+    replicas: Replicas = 1
+    micro_batch_size: MicroBatchSize = 4
+    num_micro_batches: NumMicroBatches = 4
     schedule: str = "gpipe"  # gpipe | 1f1b
 
     def __post_init__(self):
-        for name in ("stages", "replicas", "micro_batch_size", "num_micro_batches"):
-            _require(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
+        check_fields(self)
         _require(self.schedule in SCHEDULES, "schedule", f"one of {sorted(SCHEDULES)}",
                  self.schedule)  # fmt: skip
 
@@ -81,18 +105,19 @@ class PipelineConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 20  # optimizer steps
-    lr: float = 3e-4  # peak learning rate (AdamW)
-    weight_decay: float = 0.01
-    clip: float = 1.0  # max global gradient norm across the pipeline; 0 = no clipping
-    lr_warmup_steps: int = 0  # linear warm-up to `lr`, then linear decay to 0 at `steps`
-    seed: int = 0
+    steps: Steps = 20
+    lr: Annotated[float, Field(gt=0, description="peak learning rate (AdamW)")] = 3e-4
+    weight_decay: Annotated[float, Field(ge=0)] = 0.01
+    # max global gradient norm across the pipeline; 0 = no clipping
+    clip: Annotated[float, Field(ge=0)] = 1.0
+    lr_warmup_steps: _AtLeast0 = 0  # linear warm-up to `lr`, then linear decay to 0 at `steps`
+    seed: Seed = 0
     # Starting weights: None = random init from `seed`; "pretrained" = the cached
     # starting checkpoint of aqsgd.model.pretrain; else a state-dict file or HF model directory.
     init_from: str | None = None
-    threads: int = 1  # torch.set_num_threads per worker process
-    eval_every: int = 0  # steps between evaluations; 0 = only after the last step
-    eval_batches: int = 2  # micro-batches per replica in one evaluation; 0 = no evaluation
+    threads: Threads = 1  # torch.set_num_threads
+    eval_every: _AtLeast0 = 0  # steps between evaluations; 0 = only after the last step
+    eval_batches: _AtLeast0 = 2  # micro-batches per replica in one evaluation; 0 = none
     eval_at_start: bool = False  # also evaluate before the first step (an eval record at step 0)
     # Dropout masks in training: "random" draws them from torch's RNG (the reference
     # behaviour); "per_sample" from generators seeded by (seed, sample id, module), so a
@@ -104,27 +129,18 @@ class TrainConfig:
     precision: Literal["fp32", "bf16"] = "fp32"
     # Test hooks (not for experiments): raise inside step `fail_at_step` on rank
     # `fail_rank`; write every rank's gradients after the first step to OUTPUT_DIR/grads.
-    fail_at_step: int | None = None
+    fail_at_step: _AtLeast0 | None = None
     fail_rank: int = 0
     dump_grads: bool = False
 
     def __post_init__(self):
-        _require(self.steps >= 1, "steps", ">= 1", self.steps)
-        _require(self.lr > 0, "lr", "> 0", self.lr)
-        _require(self.weight_decay >= 0, "weight_decay", ">= 0", self.weight_decay)
-        _require(self.clip >= 0, "clip", ">= 0", self.clip)
-        _require(0 <= self.lr_warmup_steps <= self.steps, "lr_warmup_steps",
+        check_fields(self)
+        _require(self.lr_warmup_steps <= self.steps, "lr_warmup_steps",
                  f"in [0, steps={self.steps}]", self.lr_warmup_steps)  # fmt: skip
-        _require(self.seed >= 0, "seed", ">= 0", self.seed)
-        _require(self.threads >= 1, "threads", ">= 1", self.threads)
-        _require(self.eval_every >= 0, "eval_every", ">= 0", self.eval_every)
-        _require(self.eval_batches >= 0, "eval_batches", ">= 0", self.eval_batches)
         _require(not self.eval_at_start or self.eval_batches >= 1, "eval_at_start",
                  "false when eval_batches is 0 (no evaluation)", self.eval_at_start)
         _require(self.dropout_masks in DROPOUT_MASKS, "dropout_masks",
                  f"one of {DROPOUT_MASKS}", self.dropout_masks)  # fmt: skip
-        _require(self.fail_at_step is None or self.fail_at_step >= 0, "fail_at_step",
-                 "None or >= 0", self.fail_at_step)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -132,16 +148,14 @@ class DataConfig:
     # aqsgd.data.sources.DATASETS, or "synthetic" (no tokenizer; tests, benchmarks)
     name: str = "pydoc"
     path: str | None = None  # local file or directory for file-backed data sets
-    max_samples: int | None = None  # cap on training windows (None: all)
-    eval_samples: int = 64  # windows held out for evaluation
+    max_samples: Annotated[int, Field(ge=1)] | None = None  # cap on training windows (None: all)
+    eval_samples: _AtLeast0 = 64  # windows held out for evaluation
     text_field: str = "text"  # column of parquet/arrow/JSON records that holds the text
 
     def __post_init__(self):
         names = (*DATASETS, "synthetic")
         _require(self.name in names, "name", f"one of {names}", self.name)
-        _require(self.max_samples is None or self.max_samples >= 1, "max_samples",
-                 "None or >= 1", self.max_samples)  # fmt: skip
-        _require(self.eval_samples >= 0, "eval_samples", ">= 0", self.eval_samples)
+        check_fields(self)
         _require(isinstance(self.text_field, str) and self.text_field != "", "text_field",
                  "a non-empty column name", self.text_field)  # fmt: skip
 
@@ -150,13 +164,13 @@ class DataConfig:
 class DistConfig:
     backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on cuda, else gloo
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    timeout_s: float = 60.0  # init_process_group and every p2p/collective wait
+    timeout_s: TimeoutS = 60.0
 
     def __post_init__(self):
         _require(self.backend in ("auto", "gloo", "nccl"), "backend", "auto|gloo|nccl",
                  self.backend)  # fmt: skip
         _require(self.device in ("auto", "cpu", "cuda"), "device", "auto|cpu|cuda", self.device)
-        _require(self.timeout_s > 0, "timeout_s", "> 0", self.timeout_s)
+        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -219,7 +233,10 @@ def _message(err: SpecError) -> str:
     """Run-config errors read `KEY.PATH: what is wrong` (the form the worker's users know)."""
     if err.kind == "unknown":
         return f"unknown key {err.field} (known keys: {', '.join(err.known)})"
-    return f"{err.field}: {err.text}" if err.field else err.text
+    # a declared range's words name its class ('TrainConfig.steps must be >= 1'); the
+    # key path names the section already
+    text = re.sub(r"^[A-Z]\w*Config\.", "", err.text)
+    return f"{err.field}: {text}" if err.field else text
 
 
 def _with_preset(data: Any) -> Any:

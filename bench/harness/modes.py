@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field
 
 from aqsgd.compress.adaptive import ladder
 from aqsgd.compress.registry import COMPARISONS, GRAD_CODECS
+from specfile import check_fields
 
 __all__ = ["MODE_NAMES", "GRAD_COMPRESSORS", "DEFAULT_BITS", "DEFAULT_GRID", "BITS_RANGE",
-           "ModeSpec", "check_int", "parse_mode"]
+           "Bits", "ModeSpec", "parse_mode"]
 
 MODE_NAMES = tuple(COMPARISONS)
 # The data-parallel gradient compressors a mode with a gradient codec can select.
@@ -47,14 +51,8 @@ _DP_MODES = ", ".join(name for name, c in COMPARISONS.items() if c.data_parallel
 DEFAULT_GRID = ("fp32", "bf16", "directq:2/4", "directq:4/8", "tahquant:2/4", "aqsgd:2/4",
                 "aqsgd:3/6", "aqsgd:4/8", "aqsgd+gc/qadam:2/4")
 BITS_RANGE = (1, 8)
-
-
-def check_int(owner: str, name: str, value, lo: int, hi: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner}.{name} must be an int, got {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        bound = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
-        raise ValueError(f"{owner}.{name} must be {bound}, got {value}")
+Bits = Annotated[int, Field(ge=BITS_RANGE[0], le=BITS_RANGE[1],
+                            description="code width in bits")]
 
 
 @dataclass(frozen=True)
@@ -71,27 +69,26 @@ class ModeSpec:
     """
 
     name: str
-    fw_bits: int | None = None
-    bw_bits: int | None = None
+    fw_bits: Bits | None = None
+    bw_bits: Bits | None = None
     grad_mode: str = "qadam"  # only used by the modes with a gradient codec (aqsgd+gc)
-    grad_bits: int = 8
+    grad_bits: Bits = 8
 
     def __post_init__(self):
         if self.name not in MODE_NAMES:
             raise ValueError(f"ModeSpec.name must be one of {', '.join(MODE_NAMES)}, "
                              f"got {self.name!r}")
-        if not self.takes_bits:
-            for f in ("fw_bits", "bw_bits"):
-                if getattr(self, f) is not None:
-                    raise ValueError(f"ModeSpec.{f} must be unset for mode {self.name}, "
-                                     f"got {getattr(self, f)}")
-        else:
-            for f in ("fw_bits", "bw_bits"):
-                check_int(f"ModeSpec({self.name})", f, getattr(self, f), *BITS_RANGE)
+        check_fields(self)
+        for f in ("fw_bits", "bw_bits"):
+            if not self.takes_bits and getattr(self, f) is not None:
+                raise ValueError(f"ModeSpec.{f} must be unset for mode {self.name}, "
+                                 f"got {getattr(self, f)}")
+            if self.takes_bits and getattr(self, f) is None:
+                raise TypeError(f"ModeSpec.{f} must be set for mode {self.name} (an integer "
+                                f"in {BITS_RANGE[0]}..{BITS_RANGE[1]}), got None")
         if COMPARISONS[self.name].adaptive:  # its bits are the widest of each ladder
             ladder("forward", self.fw_bits)
             ladder("backward", self.bw_bits)
-        check_int(f"ModeSpec({self.name})", "grad_bits", self.grad_bits, *BITS_RANGE)
         if self.grad_mode not in GRAD_COMPRESSORS:
             raise ValueError(f"ModeSpec.grad_mode must be one of {', '.join(GRAD_COMPRESSORS)}, "
                              f"got {self.grad_mode!r}")

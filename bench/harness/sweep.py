@@ -29,9 +29,6 @@ compressor (qadam, the default; ef21; natural): `aqsgd+gc/ef21:2/4`; bf16 and fp
 (activations and gradients cast to that half dtype on the wire, the baseline a system of
 today sends).
 
-(The file is longer than most: a sweep file's schema, what it expands to and the
-Workload every cell runs are one surface, read together.)
-
 Repeats measure the same cell again for its run-to-run spread: a scenario's cells run
 once each in sweep order, then all of them again (so the load a machine carries at one
 time spreads over every mode instead of falling on one), and the reports show the median
@@ -52,12 +49,15 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from aqsgd.compress.registry import SPEEDUP_REFERENCES
-from aqsgd.model.config import PRESETS
-from aqsgd.model.dropout import DROPOUT_MASKS
-from bench.harness.modes import DEFAULT_BITS, ModeSpec, check_int, parse_mode
-from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
+from aqsgd.train.config import Seed
+from bench.harness.modes import DEFAULT_BITS, ModeSpec, parse_mode
+from bench.harness.workload import Workload
+from specfile import SPEC_CONFIG, SpecError, check_fields, raising, read_file, validate
 
 __all__ = [
     "Workload",
@@ -70,127 +70,9 @@ __all__ = [
     "load_sweep",
 ]
 
-_VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What every worker of a cell trains: model, layout, data, steps, evaluation.
-
-    Length: with `epochs` 0 (bench cells), the warm-up epochs (uncompressed, excluded
-    from throughput) run over `train_samples` windows first, then `steps` measured
-    optimizer steps; with `epochs` > 0 (convergence cells) the run is that many whole
-    passes over the training split, warm-up epochs included, and `steps` is not used.
-    Evaluation: once at the end, or with `eval_each_epoch` also before the first step
-    and after every epoch, each time over `eval_windows` held-out windows, uncompressed.
-    """
-
-    __pydantic_config__ = SPEC_CONFIG  # a variant's workload is validated on its own
-
-    preset: str = "tiny"
-    stages: int = 2
-    replicas: int = 1
-    micro_batch_size: int = 16  # aqsgd.model.config.TINY_PIPELINE: comm-bound at 100 Mbit/s
-    num_micro_batches: int = 4
-    steps: int = 10
-    epochs: int = 0
-    warmup_epochs: int = 1
-    train_samples: int = 128  # one warm-up epoch = 2 steps of 64 samples
-    seed: int = 0
-    threads: int = 1
-    lr: float = 1e-4
-    # held-out windows per evaluation, rounded up to whole micro-batches of every replica
-    # (see eval_windows); 0 = no evaluation
-    eval_samples: int = 128
-    eval_each_epoch: bool = False
-    dropout: float | None = None  # RunConfig model.dropout; None = the preset's
-    dropout_masks: str = "random"  # RunConfig train.dropout_masks: random | per_sample
-    variant: str = ""  # short label of a sweep variant, in the cell's name ("" = default)
-    dist_timeout_s: float = 60.0  # worker's init_process_group and p2p wait
-    # starting weights (RunConfig train.init_from): "pretrained" = the cached
-    # checkpoint of aqsgd.model.pretrain (the paper fine-tunes a pre-trained model;
-    # AQ-SGD relies on slowly changing activations); None = random init.
-    init_from: str | None = "pretrained"
-    gc_replicas: int = 2  # replicas for aqsgd+gc when `replicas` is 1
-    # stages of those aqsgd+gc cells (0 = `stages`): `bench run` on a 4-host scenario runs
-    # its pipeline cells with 4 stages and its data-parallel cells as 2 stages x 2
-    # replicas on the same 4 hosts (bench.harness.defaults)
-    gc_stages: int = 0
-    timeout_s: float = 300.0  # per cell, start to last exit
-    # RunConfig values set last, by dotted key path, e.g. {"forward.granularity": "token"}
-    overrides: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        for name, lo in (("stages", 1), ("replicas", 1), ("micro_batch_size", 1),
-                         ("num_micro_batches", 1), ("steps", 1), ("epochs", 0),
-                         ("warmup_epochs", 0), ("train_samples", 1), ("seed", 0),
-                         ("threads", 1), ("gc_replicas", 2), ("gc_stages", 0),
-                         ("eval_samples", 0)):
-            check_int("Workload", name, getattr(self, name), lo)
-        if self.preset not in PRESETS:
-            raise ValueError(f"Workload.preset must be one of {sorted(PRESETS)}, "
-                             f"got {self.preset!r}")
-        if not (isinstance(self.lr, int | float) and 0 < self.lr < 1):
-            raise ValueError(f"Workload.lr must be in (0, 1), got {self.lr!r}")
-        if self.epochs and self.epochs <= self.warmup_epochs:
-            raise ValueError(f"Workload.epochs must exceed warmup_epochs={self.warmup_epochs} "
-                             f"(or be 0: warm-up, then `steps`), got {self.epochs}")
-        if self.dropout is not None and not (isinstance(self.dropout, int | float)
-                                             and 0 <= self.dropout < 1):
-            raise ValueError(f"Workload.dropout must be in [0, 1) or null, got {self.dropout!r}")
-        if self.dropout_masks not in DROPOUT_MASKS:
-            raise ValueError(f"Workload.dropout_masks must be one of {', '.join(DROPOUT_MASKS)}, "
-                             f"got {self.dropout_masks!r}")
-        if not isinstance(self.variant, str) or not set(self.variant) <= _VARIANT_CHARS:
-            raise ValueError(f"Workload.variant must be a short label of a-z, 0-9, '-' and "
-                             f"'_' (it goes in directory names), got {self.variant!r}")
-        if not isinstance(self.overrides, dict) or not all(
-                isinstance(k, str) and k.count(".") == 1 for k in self.overrides):
-            raise ValueError(f"Workload.overrides must map 'section.key' to a value, "
-                             f"got {self.overrides!r}")
-        for name in ("timeout_s", "dist_timeout_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not (isinstance(value, int | float) and value > 0):
-                raise ValueError(f"Workload.{name} must be > 0, got {value!r}")
-
-    @property
-    def global_batch(self) -> int:
-        return self.micro_batch_size * self.num_micro_batches * self.replicas
-
-    @property
-    def steps_per_epoch(self) -> int:
-        """Optimizer steps of one pass over the training split (partial last batch
-        dropped; each replica passes over its own shard of train_samples / replicas)."""
-        return max(1, self.train_samples // self.global_batch)
-
-    @property
-    def warmup_steps(self) -> int:
-        """Optimizer steps of the warm-up epochs."""
-        return self.warmup_epochs * self.steps_per_epoch
-
-    @property
-    def total_steps(self) -> int:
-        if self.epochs:
-            return self.epochs * self.steps_per_epoch
-        return self.warmup_steps + self.steps
-
-    @property
-    def eval_batches(self) -> int:
-        """Micro-batches per replica in one evaluation (RunConfig train.eval_batches)."""
-        return -(-self.eval_samples // (self.replicas * self.micro_batch_size))
-
-    @property
-    def eval_windows(self) -> int:
-        """Held-out windows of one evaluation: every replica evaluates eval_batches
-        micro-batches of its own windows, each window once (RunConfig data.eval_samples)."""
-        return self.eval_batches * self.replicas * self.micro_batch_size
-
-    @property
-    def evaluations(self) -> int:
-        """Evaluations in one run: before the first step and after each epoch, or once."""
-        if not self.eval_samples:
-            return 0
-        return 1 + self.total_steps // self.steps_per_epoch if self.eval_each_epoch else 1
+Repeats = Annotated[int, Field(ge=1, description=(
+    "run every cell this many times, interleaved (all cells once, then again); tables and "
+    "figures show the median with its min..max"))]
 
 
 @dataclass(frozen=True)
@@ -307,9 +189,9 @@ class SweepSpec:
     # those replicas: the references for its speed-ups.
     gc_reference: bool = True
     # () = the workload's one seed; else every cell once per seed, the seed in its name
-    seeds: tuple[int, ...] = ()
+    seeds: tuple[Seed, ...] = ()
     variants: tuple[Variant, ...] = ()
-    repeats: int = 1  # every cell this many times, interleaved (see the module docstring)
+    repeats: Repeats = 1
     timing: Timing | None = None  # measured rates: the time stated before the first cell
     # the sweep (a file in scenarios/sweeps/, by name) whose cells hold each mode's step
     # time at each bandwidth, for this sweep's time-to-quality (bench.harness.convergence)
@@ -322,9 +204,7 @@ class SweepSpec:
             raise ValueError("SweepSpec.scenarios must name at least one scenario, got none")
         if not self.modes:
             raise ValueError("SweepSpec.modes must name at least one mode, got none")
-        for seed in self.seeds:
-            check_int("SweepSpec", "seeds[]", seed, 0)
-        check_int("SweepSpec", "repeats", self.repeats, 1)
+        check_fields(self)
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"SweepSpec.seeds must not repeat a seed, got {list(self.seeds)}")
         names = [v.workload.variant for v in self.variants]
@@ -404,9 +284,9 @@ class SweepFile:
     workload: Workload = field(default_factory=Workload)
     reference: str | None = None
     gc_reference: bool = True
-    seeds: tuple[int, ...] = ()
+    seeds: tuple[Seed, ...] = ()
     variants: tuple[VariantFile, ...] = ()
-    repeats: int = 1
+    repeats: Repeats = 1
     timing: Timing | None = None
     throughput: str | None = None
 

@@ -5,8 +5,8 @@ table, figures and report.md.
     python -m bench run --scenario 100mbps --modes fp32 aqsgd:2/4 --steps 5
     python -m bench run --scenario 100mbps --dry-run       # cells, placement, time; no run
 
-The workload flags are Workload's fields (bench.harness.sweep), each declared once there;
-`--stages` and `--preset` default to the scenario's layout (bench.harness.defaults).
+The workload flags are Workload's settings (bench.harness.workload), each declared once
+there; `--stages` and `--preset` default to the scenario's layout (bench.harness.defaults).
 """
 
 from __future__ import annotations
@@ -19,10 +19,18 @@ from pathlib import Path
 from bench.harness.commands.options import add_launch_options, parse_modes, run_and_finish
 from bench.harness.modes import DEFAULT_GRID
 from bench.harness.sweep import SweepSpec, Workload
-from specfile import SpecError
+from specfile import SpecError, add_flags, flag_fields
 
 __all__ = ["register", "run_spec"]
 
+# Every Workload setting is a flag (its declaration's type, default and help) but for
+# gc_stages, which follows from the scenario's hosts (bench.harness.defaults); stages and
+# preset default to the scenario's layout.
+WORKLOAD_FLAGS = flag_fields(Workload, leave_out=("gc_stages",))
+SCENARIO_DEFAULTS = {
+    "stages": "the scenario's layout, e.g. 4; the aqsgd+gc cells then run 2 stages x 2 "
+              "replicas on the same hosts",
+    "preset": "the tiny preset sized for the stages"}
 # The field of a sweep a `bench run` flag sets (bench.harness.preflight names fields).
 RUN_FLAGS = {"workload.stages": "--stages", "workload.gc_stages": "--stages",
              "workload.preset": "--preset", "workload.train_samples": "--train-samples",
@@ -32,7 +40,6 @@ RUN_FLAGS = {"workload.stages": "--stages", "workload.gc_stages": "--stages",
 
 def register(sub) -> None:
     """Add `run` to the subparsers `sub` of `python -m bench`."""
-    defaults = Workload()
     run = sub.add_parser("run", help="one scenario, every mode of the grid")
     run.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
     run.add_argument("--modes", nargs="+", default=list(DEFAULT_GRID),
@@ -40,33 +47,11 @@ def register(sub) -> None:
                           f"spelling of tables and legends; a directory's aqsgd-fw2-bw4 "
                           f"reads too (docs/results-schema.md, \"Mode spellings\"; "
                           f"default: {' '.join(DEFAULT_GRID)})")
-    run.add_argument("--steps", type=int, default=defaults.steps,
-                     help=f"measured steps after the warm-up (default {defaults.steps})")
-    run.add_argument("--warmup-epochs", type=int, default=defaults.warmup_epochs,
-                     help="uncompressed epochs before the measured steps (default "
-                          f"{defaults.warmup_epochs})")
-    run.add_argument("--train-samples", type=int, default=defaults.train_samples,
-                     help="training windows (one warm-up epoch = one pass over them; "
-                          f"default {defaults.train_samples})")
-    run.add_argument("--preset", default=None,
-                     help="model preset (default: the tiny preset sized for the stages)")
-    run.add_argument("--stages", type=int, default=None,
-                     help="pipeline stages (default: the scenario's layout, e.g. 4; the "
-                          "aqsgd+gc cells then run 2 stages x 2 replicas on the same hosts)")
-    run.add_argument("--replicas", type=int, default=defaults.replicas,
-                     help=f"data-parallel replicas of the pipeline (default {defaults.replicas})")
-    run.add_argument("--seed", type=int, default=defaults.seed,
-                     help=f"seed of data order, dropout and init (default {defaults.seed})")
-    run.add_argument("--init-from", default=defaults.init_from,
-                     help="starting weights: 'pretrained' (cached checkpoint, built once; "
-                          "default), 'none' (random init) or a state-dict path")
+    add_flags(run, Workload, WORKLOAD_FLAGS, unset=SCENARIO_DEFAULTS)
     run.add_argument("--reference", default="loopback", metavar="SCENARIO",
                      help="also run fp32 on this (unshaped) scenario as the speed-up "
                           "reference; 'none' to skip (default loopback)")
-    run.add_argument("--repeats", type=int, default=1,
-                     help="run every cell this many times, interleaved (all cells once, then "
-                          "again); tables and figures show the median with its min..max "
-                          "(default 1)")
+    add_flags(run, SweepSpec, ("repeats",))
     run.add_argument("--out", type=Path, help="results directory (default results/<scenario>)")
     add_launch_options(run)
     run.set_defaults(func=run_scenario)
@@ -82,11 +67,10 @@ def run_spec(args: argparse.Namespace) -> SweepSpec:
     modes = parse_modes(args.modes)
     scenario = load_scenario(args.scenario)
     try:
-        workload = bench_workload(scenario, dataclasses.replace(
-            Workload(), steps=args.steps, warmup_epochs=args.warmup_epochs,
-            train_samples=args.train_samples, replicas=args.replicas, seed=args.seed,
-            init_from=None if args.init_from in ("none", "") else args.init_from),
-            stages=args.stages, preset=args.preset)
+        given = {name: getattr(args, name) for name in WORKLOAD_FLAGS
+                 if name not in SCENARIO_DEFAULTS}
+        workload = bench_workload(scenario, dataclasses.replace(Workload(), **given),
+                                  stages=args.stages, preset=args.preset)
     except (ValueError, TypeError) as err:  # Workload's own checks name its fields
         field = re.search(r"Workload\.(\w+)", str(err))
         flag = f"--{field[1].replace('_', '-')}: " if field else ""

@@ -1,0 +1,146 @@
+"""What every worker of a cell trains: `Workload`, each field declared once with its type,
+range, default and one line of help. A sweep file's `workload:` keys, a variant's, and
+the `bench run` flags (bench.harness.commands.run) are its fields; bench.harness.cells
+turns it into each cell's RunConfig.
+
+    Workload(steps=5, stages=4)            # 'Workload.steps must be >= 1, got 0' for 0
+    dataclasses.replace(w, seed=1)         # checked again (specfile.check_fields)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field
+
+from aqsgd.model.config import PRESETS
+from aqsgd.model.dropout import DROPOUT_MASKS
+from aqsgd.train.config import (
+    MicroBatchSize,
+    NumMicroBatches,
+    Replicas,
+    Seed,
+    Stages,
+    Steps,
+    Threads,
+    TimeoutS,
+)
+from specfile import SPEC_CONFIG, check_fields
+
+__all__ = ["Workload"]
+
+_VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every worker of a cell trains: model, layout, data, steps, evaluation.
+
+    Length: with `epochs` 0 (bench cells), the warm-up epochs (uncompressed, excluded
+    from throughput) run over `train_samples` windows first, then `steps` measured
+    optimizer steps; with `epochs` > 0 (convergence cells) the run is that many whole
+    passes over the training split, warm-up epochs included, and `steps` is not used.
+    Evaluation: once at the end, or with `eval_each_epoch` also before the first step
+    and after every epoch, each time over `eval_windows` held-out windows, uncompressed.
+    """
+
+    __pydantic_config__ = SPEC_CONFIG  # a variant's workload is validated on its own
+
+    preset: Annotated[str, Field(description="model preset")] = "tiny"
+    stages: Stages = 2
+    replicas: Replicas = 1
+    micro_batch_size: MicroBatchSize = 16  # model.config.TINY_PIPELINE: comm-bound at 100 Mbit/s
+    num_micro_batches: NumMicroBatches = 4
+    steps: Annotated[Steps, Field(description="measured steps after the warm-up")] = 10
+    epochs: Annotated[int, Field(ge=0, description=(
+        "whole passes over the training data, warm-up included (0: warm-up, then steps)"))] = 0
+    warmup_epochs: Annotated[int, Field(ge=0, description=(
+        "uncompressed epochs before the measured steps"))] = 1
+    train_samples: Annotated[int, Field(ge=1, description=(
+        "training windows (one warm-up epoch = one pass over them)"))] = 128
+    seed: Seed = 0
+    threads: Threads = 1
+    lr: Annotated[float, Field(gt=0, lt=1, description="peak learning rate (AdamW)")] = 1e-4
+    # rounded up to whole micro-batches of every replica (see eval_windows)
+    eval_samples: Annotated[int, Field(ge=0, description=(
+        "held-out windows per evaluation (0: no evaluation)"))] = 128
+    eval_each_epoch: Annotated[bool, Field(description=(
+        "also evaluate before the first step and after every epoch"))] = False
+    dropout: Annotated[float, Field(ge=0, lt=1, description=(
+        "dropout probability (RunConfig model.dropout; none: the preset's)"))] | None = None
+    dropout_masks: str = "random"  # RunConfig train.dropout_masks: random | per_sample
+    variant: str = ""  # short label of a sweep variant, in the cell's name ("" = default)
+    dist_timeout_s: TimeoutS = 60.0
+    # the paper fine-tunes a pre-trained model; AQ-SGD relies on slowly changing activations
+    init_from: Annotated[str, Field(description=(
+        "starting weights (RunConfig train.init_from): 'pretrained' (the cached checkpoint, "
+        "built once), 'none' (random init) or a state-dict path"))] | None = "pretrained"
+    gc_replicas: Annotated[int, Field(ge=2, description=(
+        "replicas of the aqsgd+gc cells when replicas is 1"))] = 2
+    # `bench run` on a 4-host scenario runs its pipeline cells with 4 stages and its
+    # data-parallel cells as 2 stages x 2 replicas on the same 4 hosts (bench.harness.defaults)
+    gc_stages: Annotated[int, Field(ge=0, description=(
+        "stages of the aqsgd+gc cells (0: stages)"))] = 0
+    timeout_s: Annotated[float, Field(gt=0, description=(
+        "seconds a cell may take, start to last exit"))] = 300.0
+    # RunConfig values set last, by dotted key path, e.g. {"forward.granularity": "token"}
+    overrides: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        check_fields(self)
+        if self.preset not in PRESETS:
+            raise ValueError(f"Workload.preset must be one of {sorted(PRESETS)}, "
+                             f"got {self.preset!r}")
+        if self.epochs and self.epochs <= self.warmup_epochs:
+            raise ValueError(f"Workload.epochs must exceed warmup_epochs={self.warmup_epochs} "
+                             f"(or be 0: warm-up, then `steps`), got {self.epochs}")
+        if self.dropout_masks not in DROPOUT_MASKS:
+            raise ValueError(f"Workload.dropout_masks must be one of {', '.join(DROPOUT_MASKS)}, "
+                             f"got {self.dropout_masks!r}")
+        if not isinstance(self.variant, str) or not set(self.variant) <= _VARIANT_CHARS:
+            raise ValueError(f"Workload.variant must be a short label of a-z, 0-9, '-' and "
+                             f"'_' (it goes in directory names), got {self.variant!r}")
+        if not isinstance(self.overrides, dict) or not all(
+                isinstance(k, str) and k.count(".") == 1 for k in self.overrides):
+            raise ValueError(f"Workload.overrides must map 'section.key' to a value, "
+                             f"got {self.overrides!r}")
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch_size * self.num_micro_batches * self.replicas
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps of one pass over the training split (partial last batch
+        dropped; each replica passes over its own shard of train_samples / replicas)."""
+        return max(1, self.train_samples // self.global_batch)
+
+    @property
+    def warmup_steps(self) -> int:
+        """Optimizer steps of the warm-up epochs."""
+        return self.warmup_epochs * self.steps_per_epoch
+
+    @property
+    def total_steps(self) -> int:
+        if self.epochs:
+            return self.epochs * self.steps_per_epoch
+        return self.warmup_steps + self.steps
+
+    @property
+    def eval_batches(self) -> int:
+        """Micro-batches per replica in one evaluation (RunConfig train.eval_batches)."""
+        return -(-self.eval_samples // (self.replicas * self.micro_batch_size))
+
+    @property
+    def eval_windows(self) -> int:
+        """Held-out windows of one evaluation: every replica evaluates eval_batches
+        micro-batches of its own windows, each window once (RunConfig data.eval_samples)."""
+        return self.eval_batches * self.replicas * self.micro_batch_size
+
+    @property
+    def evaluations(self) -> int:
+        """Evaluations in one run: before the first step and after each epoch, or once."""
+        if not self.eval_samples:
+            return 0
+        return 1 + self.total_steps // self.steps_per_epoch if self.eval_each_epoch else 1
