@@ -8,15 +8,8 @@ Every rank builds the same Sampler from the run configuration and derives its id
 from (seed, step) alone, so no rank waits on another to learn them: the first stage
 reads its inputs and the last stage its targets by id, and the activation caches of
 AQ-SGD are keyed by it. The permutation comes from torch's CPU generator, seeded
-explicitly, so it does not depend on the interpreter's hash seed.
-
-Note [fixed shards]: each data-parallel replica trains on a fixed shard of the ids
-(replica r holds ids r, r + R, r + 2R, ...) and permutes only within it every epoch.
-AQ-SGD's caches sit on the pipeline links of one replica, so a sample must come back
-to the replica that cached it: with one global permutation sliced by replica, a
-sample would change replica between epochs and reach a cache that has never seen it,
-which then sends it raw. Strided shards interleave neighbouring windows of a document
-across replicas rather than giving each replica one stretch of the corpus.
+explicitly, so it does not depend on the interpreter's hash seed. Each data-parallel
+replica keeps a fixed shard of the ids: Note [fixed shards] below.
 """
 
 from __future__ import annotations
@@ -30,6 +23,13 @@ import torch
 __all__ = ["Sampler"]
 
 
+# Note [fixed shards]: each data-parallel replica trains on a fixed shard of the ids
+# (replica r holds ids r, r + R, r + 2R, ...) and permutes only within it every epoch.
+# AQ-SGD's caches sit on the pipeline links of one replica, so a sample must come back
+# to the replica that cached it: with one global permutation sliced by replica, a
+# sample would change replica between epochs and reach a cache that has never seen it,
+# which then sends it raw. Strided shards interleave neighbouring windows of a document
+# across replicas rather than giving each replica one stretch of the corpus.
 def _generator_seed(seed: int, epoch: int, replica: int) -> int:
     # Replica 0 keeps the seed a single replica has always used, so one-replica runs keep
     # their order. The CPU generator keeps only the low 32 bits of a seed, so the other

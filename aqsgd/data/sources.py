@@ -3,29 +3,13 @@
     from aqsgd.data.sources import split_documents
     docs, by_stride = split_documents("wikitext", "train", path="Salesforce/wikitext")
 
-Data sets (`name`, one of DATASETS):
-- `pydoc`: CPython's `pydoc_data.topics` (the fine-tuning task; offline everywhere).
-- `stdlib`: the standard library's Python sources (pre-training and tokenizer text).
-- `text` / `wikitext`: local files at `path`, never downloaded. `path` is a file, a
-  directory holding split files, or a data set id (`owner/name[/config]`) looked up
-  in the Hugging Face caches (aqsgd.data.hfcache). Layouts read:
-  - plain text (.txt, .raw, .tokens; WikiText's `wiki.train.raw` / `wiki.valid.raw`),
-    JSON lines / JSON (records with a `text_field` string, or strings);
-  - parquet, as in the hub's data set repos (`wikitext-2-raw-v1/train-00000-of-00001.parquet`),
-    in a directory or in the hub cache (`hub/datasets--wikitext/snapshots/<rev>/...`);
-  - Arrow IPC stream or file (.arrow), as the `datasets` library writes them, in its
-    cache (`datasets/<name>/<config>/<version>/<hash>/<name>-train.arrow`) or by
-    `save_to_disk` (`<dir>/train/data-00000-of-00001.arrow`).
-  Parquet and Arrow rows are read from column `text_field` (default `text`).
-  `wikitext` with no `path` looks for wikitext-2-raw-v1 in the caches.
-
-A record (row) is one document for `text`; for `wikitext` the rows are the lines of
-one text (as the hub stores WikiText), so a split file is one document, as with
-`wiki.train.raw`, and empty rows are blank lines. A data set with split files gives
-each split the file whose name (or, failing that, folder) carries the split's word
-(`eval` = validation, else test; `validation` and `test` ask for one); a data set
-without them gives every split all its documents, and the windows are split by
-stride (aqsgd.data.windows).
+Data sets (DATASETS): `pydoc` (CPython's pydoc_data.topics, the fine-tuning task),
+`stdlib` (the standard library's sources: pre-training and tokenizer text), and
+`text` / `wikitext`, local files at `path` (a file, a directory of split files, or a
+data set id found in the Hugging Face caches, aqsgd.data.hfcache), never downloaded:
+plain text, JSON lines / JSON, parquet or Arrow. `by_stride` is True when the data set
+has no split files and the windows are split by stride (aqsgd.data.windows). The
+layouts read and how a split finds its file: docs/data.md.
 """
 
 from __future__ import annotations

@@ -4,19 +4,11 @@
     block = GPT2Block(PRESETS["tiny"])
     out = block(hidden)                    # (B, L, D) -> (B, L, D)
 
-Pre-norm GPT-2: `h + attn(ln_1(h))`, then `h + mlp(ln_2(h))`, causal self-attention
-through `scaled_dot_product_attention`. Sub-modules, parameter names and shapes are
-Hugging Face's (`ln_1`, `attn.c_attn`, `attn.c_proj`, `ln_2`, `mlp.c_fc`, `mlp.c_proj`;
-projection weights stored (in, out), as GPT-2's `Conv1D`), so published checkpoints load
-by name. With the same weights the block computes what transformers' `GPT2Block` with
-SDPA attention computes, bit for bit, forward and backward, and in training draws the
-same dropout masks from torch's generator (the same operations in the same order: a
-projection is one `addmm`, the attention one SDPA call). It is written here so that a
-pipeline rank does not import transformers, which costs seconds at every start.
-
-When a stage's dropouts were converted to per-sample masks (aqsgd.model.dropout), the
-attention in training applies its `attn_dropout` itself (`causal_attention`), because
-SDPA would draw the attention-weight mask from torch's generator.
+Pre-norm GPT-2 (`h + attn(ln_1(h))`, then `h + mlp(ln_2(h))`) with Hugging Face's
+sub-module names and shapes, so published checkpoints load by name, and bit-identical
+to transformers' `GPT2Block` with SDPA attention, forward, backward and dropout draws.
+A converted stage (aqsgd.model.dropout) applies its attention dropout itself
+(`causal_attention`). Why the suite has its own block: docs/models.md.
 """
 
 from __future__ import annotations
@@ -43,6 +35,8 @@ class Conv1D(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        if self.weight.is_meta:  # Note [meta stages] in aqsgd.model.gpt2
+            return
         nn.init.normal_(self.weight, std=0.02)
         nn.init.zeros_(self.bias)
 

@@ -5,24 +5,12 @@
     with masks.samples(sample_ids):             # (B,) int64, one id per batch row
         out = stage(x)                          # training mode: masks from the ids
 
-AQ-SGD sends the change of a sample's activation since its previous visit. With
-dropout drawn from torch's RNG, every visit draws new masks, so that change never
-falls below the noise the masks themselves make, however far training has converged
-(docs/dropout-and-deltas.md). `use_sample_dropout` replaces every dropout of a stage
-(embedding, attention weights, attention output, MLP output) by a `SampleDropout`
-whose mask for batch row b comes from a generator seeded by (seed, sample id of row
-b, the module's global name). Names are global (`blocks.3.attn.resid_dropout`), so
-they carry the stage and the module's place in it, and a sample gets the same masks
-whatever the pipeline split. Evaluation (`module.eval()`) applies no dropout either
-way. The reference behaviour, masks from torch's RNG, is the stage as built
-(`train.dropout_masks: random`); nothing here runs then.
-
-Attention-weight dropout happens inside scaled_dot_product_attention, which draws its
-own mask from torch's generator; so in training the attention of a block whose
-`attn_dropout` is a `SampleDropout` computes attention explicitly (`causal_attention`:
-causal softmax, the module's `attn_dropout`, then the values; aqsgd.model.block).
-Where nothing is dropped (evaluation, or a rate of 0) it stays the fused attention of a
-stage never converted, so those results are bit-identical.
+`use_sample_dropout` replaces every dropout of a stage by a `SampleDropout` whose mask
+for batch row b comes from a generator seeded by (seed, sample id of row b, the module's
+global name, e.g. `blocks.3.attn.resid_dropout`), so a sample gets the same masks
+whatever the pipeline split; in training a converted block computes attention itself
+(`causal_attention`), where nothing is dropped it stays the fused attention, bit for
+bit. Why (AQ-SGD's delta and dropout's noise floor): docs/dropout-and-deltas.md.
 """
 
 from __future__ import annotations

@@ -5,32 +5,11 @@ copy limit for the same bytes.
     python -m bench.micro.coding --smoke               # a tiny shape, seconds (the test suite)
     python -m bench.micro.coding --rounding stochastic --json results/coding.json
 
-Modes: `fp32` (pass-through: the tensor copied onto the wire and off it), `directq` b-bit
-(quantize_packed, then dequantize_packed) and `aqsgd` b-bit (aqsgd_encode against a
-cache, then aqsgd_decode into the receiver's cache), in the compressor's default quantizer
-(per-channel max-abs scales, reference grid) with the cache fp32, as the CPU compressor
-passes it (`--cache-dtype fp16` for an fp16 one). Paths: `torch` (aqsgd.quant.cpu, the
-path before the fused kernels, backend="torch") and `fused` (aqsgd.quant.fused, what
-backend="auto" runs on CPU). `copy` is the limit: one plain memory copy (memmove) of
-(bytes read + bytes written) / 2 bytes, so it moves the bytes the op must read and write,
-e.g. AQ-SGD encode reads x and m and writes m and the stream (an op that reads more than
-it writes can come in slightly under it: a copy's stores read their lines first).
-
-ns per element = median time of one call / elements, over `--repeats` rounds; each round
-calls every case once in a rotating order, so load on the machine hits all alike, and
-every call, the copies included, finds the caches as the other cases left them: cold
-for the small shape, whose calls then also pay for cold code paths (drawing the
-stochastic-rounding seed from a torch.Generator took about 4 us warm, 140 us cold). One
-torch thread by default (workers run torch.set_num_threads(1)); `--clock cpu` times the
-thread's CPU time instead of the wall clock, for a busy machine. `e+d` adds the encode
-and decode medians. (The timing is this module's own; bench.micro.timing's primitives
-are to replace it.)
-
-A decode into a fresh tensor (dequantize_packed) pays first-touch page faults, about 1-2
-ns per element on the suite's host, whenever glibc has just returned that memory to the
-system (it trims the top of its heap, and the rotation of cases makes it do so often);
-`--keep-heap` stops that for this process (mallopt M_TRIM_THRESHOLD and
-M_MMAP_THRESHOLD), so the table shows the coding alone.
+Modes `fp32` (pass-through), `directq` and `aqsgd` b-bit in the compressor's default
+quantizer; paths `torch` (aqsgd.quant.cpu) and `fused` (aqsgd.quant.fused); `copy` is
+one memmove of the bytes the op reads and writes. ns per element is the median of
+`--repeats` rounds, cases in a rotating order; `--keep-heap` keeps glibc from returning
+memory (first-touch faults). What each mode times and why: docs/micro.md, "Coding".
 """
 
 from __future__ import annotations

@@ -5,16 +5,10 @@ the time the fp32 activations and gradients of one micro-batch take on the link.
     python -m bench.micro.stages --preset gpt2 --stages 4 --micro-batch-size 1
     python -m bench.micro.stages --metrics runs/x/metrics   # a real run, all ranks running
 
-Compression pays where the ratio of traffic time to the slowest stage's compute is
-well above 1 (the regime of the paper); the `tiny` presets and TINY_PIPELINE are sized
-with this measurement (aqsgd.model.config). Timing one stage alone gives it a core to
-itself; `--metrics` reads what each stage's compute took in a real run (compute_s of
-the worker's metrics records), where every rank shares the machine's cores, and sets
-it against the fp32 bytes each boundary carried at the link rate.
-
-A stage's figures are over `repeats` timed calls after one untimed call
-(bench.micro.timing): the median wall time and its interquartile range, and the median
-CPU time of this process. Imports aqsgd.model, rich and bench.micro.timing.
+Compression pays where traffic time over the slowest stage's compute is well above 1;
+the `tiny` presets are sized with this measurement (aqsgd.model.config). Figures are
+the median and interquartile range over `repeats` timed calls (bench.micro.timing).
+Alone against a real run (`--metrics`): docs/micro.md, "Stages".
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Timing of code on this machine's CPU: rounds of a loop (warm-up rounds first, left
-out), named phases timed inside each round on one clock or more, and the median and spread
-of what was timed. The micro-benchmarks (stages, compressors) and the performance model's
-profile (bench.perfmodel.measure) time with these.
+"""Timing of code on this machine's CPU: rounds of a loop (warm-up rounds left out),
+named phases timed inside each round on one clock or more, and the median and spread.
 
     timer = Timer("wall", "cpu")
     for _ in timer.rounds(repeats=20, warmup=1):
@@ -9,12 +7,11 @@ profile (bench.perfmodel.measure) time with these.
         with timer.phase("fwd+bwd"):
             module(x).sum().backward()
     timer.samples("fwd+bwd", "wall").median_s, timer.samples("fwd+bwd", "cpu").median_s
-
     time_call(opt.step, repeats=10, clock="cpu").median_s  # one untimed call, then 10
 
-Clocks (CLOCKS): "wall" is time.perf_counter; "cpu" is time.process_time, this process's
-CPU time over all its threads: the work itself, not what other load on a shared machine
-adds to the wall clock. Nothing here synchronizes a GPU. Standard library only.
+Clocks (CLOCKS): "wall" is time.perf_counter, "cpu" time.process_time (this process's
+CPU time, all threads). No GPU synchronization; standard library only. Its users and
+the clocks: docs/micro.md, "Timing".
 """
 
 from __future__ import annotations

@@ -5,21 +5,10 @@ over chosen intervals, and the share of a link the training got while they ran.
       - {src: 0, dst: 1, start_s: 20, duration_s: 30}
       - {src: 0, dst: 1, start_s: 20, duration_s: 30, max_rate_mbit: 5}   # paced
 
-A flow is the suite's own stream sender (bench.net.probe.stream: one TCP connection,
-Linux's default congestion control, standard library only) from host src to a receiver on
-host dst, started `start_s` seconds after the run's clock starts (the cell's workers start
-on it, bench/launch/schedules.py) and stopped `duration_s` later. Why not iperf3: the
-stream sender runs wherever the suite runs with nothing more to install, and its
-receiver counts payload bytes per bin on CLOCK_REALTIME, the clock the schedule's start is
-recorded on, so the bytes of each interval need no second clock.
-
-Share of a link (Note [training share]): over an interval [a, b) of link src -> dst, the
-link's htb class counted `class_bytes` (frames: training, competing flows and the
-reverse flows' ACKs); the flows' receivers counted `competing_bytes` of payload, which
-is competing_bytes x `framing` bytes on the wire (bench.net.tc.payload_factor: full
-segments). The training's share is
-    (class_bytes - framing x competing_bytes) / class_bytes,
-1.0 with no competing flow; the training bytes are the link's other frames.
+A flow is the suite's own stream sender (bench.net.probe.stream) from host src to a
+receiver on host dst, started `start_s` after the run's clock starts and stopped
+`duration_s` later; `training_share` is Note [training share] below. Why not iperf3,
+and the measured shares: docs/network.md, "Competing traffic and stragglers".
 """
 
 from __future__ import annotations
@@ -99,6 +88,14 @@ def link_intervals(flows: tuple[CompetingFlow, ...]) -> list[LinkInterval]:
     return out
 
 
+# Note [training share]: over an interval [a, b) of link src -> dst, the link's htb class
+# counted `class_bytes` (frames: training, competing flows and the reverse flows' ACKs);
+# the flows' receivers counted `competing_bytes` of payload, which is competing_bytes x
+# `framing` bytes on the wire (bench.net.tc.payload_factor: full segments). The
+# training's share is (class_bytes - framing x competing_bytes) / class_bytes, 1.0 with
+# no competing flow; the training bytes are the link's other frames. The receivers count
+# payload per bin on CLOCK_REALTIME, the clock the schedule's start is recorded on, so the
+# bytes of each interval need no second clock.
 def training_share(class_bytes: int, competing_bytes: int, framing: float) -> float | None:
     """The training's share of a link over an interval (module doc, Note [training
     share]); None when the link carried nothing."""

@@ -8,20 +8,10 @@ carry which traffic.
     p.probe_links()           # [(0, 1), (1, 0), (1, 2), ...]: exactly the used links
     p.to_dict()               # meta.json's placement block
 
-One rule decides, here and nowhere else: rank r = replica * stages + stage runs on host
-r, so consecutive stages of a replica take consecutive hosts in the scenario's host
-order (for a wide-area scenario, the order its file lists the sites in) and replica k
-takes the k-th block of `stages` hosts. A cell needs stages * replicas hosts; a cell
-that needs more than its scenario has is refused (`PlacementError`, saying both), and a
-cell that needs fewer leaves the scenario's last hosts idle (`idle_hosts`).
-
-Traffic on the directed link src -> dst (host indices), per micro-batch:
-- `activations stage s->s+1`: stage s's output, forward, one per replica;
-- `gradients stage s+1->s`: the activation gradients, backward, on the reverse link;
-- `dp stage s`: the data-parallel gradient exchange of stage s, an all-to-all between
-  the replicas of that stage (every ordered pair), once per optimizer step.
-The clipping all-reduce (one number per rank and step) is left out: it is too small to
-load a link.
+One rule, here and nowhere else: rank r = replica * stages + stage runs on host r; a
+cell that needs more hosts than its scenario has is refused (`PlacementError`), one that
+needs fewer leaves the last hosts idle (`idle_hosts`). The traffic each link carries:
+docs/network.md, "Placement: which links carry what".
 """
 
 from __future__ import annotations

@@ -6,36 +6,14 @@ files a schedule may come from.
       schedule:
         loop: false                          # true: start again after the last phase
         phases:
-          - {duration_s: 60, rate_mbit: 50}
           - {duration_s: 60, rate_mbit: 25, delay_ms: 20}
           - {duration_s: 5, down: true}      # an outage: the link drops every packet
-          - {duration_s: 60}                 # the link's own values again
-    # or, instead of phases:
-    #   schedule: {trace: traces/halving.csv, loop: true}    # t_s,rate_mbit[,delay_ms,loss_pct]
-    #   schedule: {mahimahi: traces/cell.up, bin_ms: 1000}  # Mahimahi packet-delivery trace
+    # or: schedule: {trace: traces/halving.csv, loop: true}   # t_s,rate_mbit[,delay_ms,loss_pct]
+    #     schedule: {mahimahi: traces/cell.up, bin_ms: 1000} # Mahimahi packet-delivery trace
 
-A phase gives the link's rate, delay, jitter and loss for `duration_s` seconds; a value
-it leaves out is the link's own. A non-looping schedule holds its last phase until the
-run ends (so it may not end down). Phase 0 starts with the run's clock (the schedule
-runner, bench/launch/schedules.py, applies every phase on one clock for all links).
-
-Trace files (paths relative to the scenario file):
-- CSV: rows `t_s,rate_mbit[,delay_ms,loss_pct]` (an optional header line naming the
-  first 2 to 4 of those columns, and then no row has more cells than it names; `#`
-  starts a comment line; a column a row leaves out keeps the link's value). t_s starts
-  at 0 and increases; each row holds until the next, the last for as long as the row
-  before it (a trace sampled at a fixed step).
-  rate_mbit 0 is an outage (a `down` phase).
-- Mahimahi (mahimahi.mit.edu, `mm-link`): one line per delivery opportunity, its time in
-  integer milliseconds; each opportunity carries one 1500-byte packet and the trace
-  repeats after its last time stamp. Read as phases of `bin_ms`: the rate is the
-  opportunities in the bin x 1500 B; an empty bin is an outage, a bin below
-  MIN_RATE_MBIT gets MIN_RATE_MBIT (tc's htb cannot be verified below it), equal
-  consecutive bins are one phase.
-
-Every mistake raises a specfile SpecError naming the field (and, for a trace, the trace
-file, line and value); bench.net.scenario puts the scenario file in front. Nothing here
-imports bench.net.scenario (which imports this module).
+A value a phase leaves out is the link's own. Every mistake raises a specfile SpecError
+naming the field (and the trace file, line and value). The trace formats and the rules
+of a schedule: docs/network.md, "Schedules and trace files".
 """
 
 from __future__ import annotations

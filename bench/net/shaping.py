@@ -1,7 +1,6 @@
 """One host shaping plan, as data: the tc rates, leaves and queues of every host of a
-scenario, computed once, before any launcher names a device. Each launcher renders the
-plan on its own interfaces (an `Interface`: device, namespace, the peers' addresses and
-where the downlink cap sits), so the numbers live here and only the names differ.
+scenario, computed once, before any launcher names a device; each launcher renders it
+on its own interfaces (`Interface`), so the numbers live here and only the names differ.
 
     plan = shaping_plan(scenario, 4, factor=payload_factor(), netem=True)
     plan.hosts[1].link_to(2)                 # host 1's class towards host 2: rate, leaf
@@ -10,31 +9,9 @@ where the downlink cap sits), so the numbers live here and only the names differ
     plan.rate_limit_argvs(1, 2, True, ifs)   # (host, command) pairs lifting path 1 -> 2
     plan.removal_argvs(1, eth0)              # and those removing the shaping again
 
-Layout on one host's egress device (htb):
-
-    root htb 1:  -- class 1:1 (the host's uplink cap, or unlimited)
-                      +-- class 1:10+k  rate of the link to the host's k-th destination
-                      |     leaf 10+k:  netem (delay/jitter/loss, where the kernel has it)
-                      |                 or pfifo/bfifo (the link's queue)
-                      +-- u32 filter: ip dst == that destination's address -> 1:10+k
-
-A host's downlink cap is a tbf on a device whose egress is the host's ingress: a switch
-port (`Interface.downlink_dev`) or an ifb fed from the device's ingress (`Interface.ifb`).
-
-Units: rates are tc rates in bit/s, the scenario's payload rates (Mbit/s) times the plan's
-`factor` (bench.net.tc.payload_factor of the interface's framing; 1.0 configures tc
-literally); a link's leaf keeps the link's own queue (packets or bytes; a netem leaf
-counts packets, a queue in bytes becoming full frames of FRAME_BYTES); a downlink tbf's
-limit is in bytes, from the scenario's default link.
-
-Each class carries its classid and leaf handle, so one class can be re-rendered alone:
-the probe lifts and restores the rate limits of one path with `tc ... change` commands
-built from this same data (`path_argvs`), and a link that changes during a run (its
-schedule, bench.net.schedule) is a new `link_class` for that destination rendered the
-same way (`phase_argvs`: the class's rate by `tc class change`, a netem leaf's values by
-`tc qdisc change`, and an outage as the leaf swapped for a blackhole qdisc and back).
-A link whose schedule has delay, jitter or loss in some phase gets a netem leaf from the
-start where netem is used, so that each phase only changes it. No command runs here.
+Rates are tc rates in bit/s (the payload Mbit/s times `factor`). No command runs here.
+The layout on a host's device, the units and how one class is re-rendered (the probe's
+lifted limits, a schedule's phases): docs/network.md, "The host shaping plan".
 """
 
 from __future__ import annotations

@@ -3,20 +3,11 @@
     stragglers:                              # in a scenario file
       - {host: 1, factor: 2, start_s: 20, duration_s: 30}
 
-The launcher runs each straggler host's processes in a CPU cgroup of its own
-(bench/launch/cgroups.py) and, over the interval, caps it at `cpu_quota_us` per
-`period_us`. Note [straggler quota]: a factor f gives the host 1/f of the CPU it has:
-    quota = period x cores_available / f,
-where cores_available is the host's share of the machine: the CPUs the launcher may run
-on, divided by the emulated hosts that share them (on the netns launcher every host is
-one namespace of one machine; a host of its own would have all its CPUs). Why the fair
-share and not the CPU the host happens to get: it is fixed before the run and the same
-on every machine of that size, so a factor means one quota. A worker that would use
-all of that share runs f times slower; one that idles part of each step (a pipeline
-bubble) loses less, and on a machine busy with other work, where a worker gets less than
-its share anyway, a small factor may not bind at all: the record's cpu.stat at the cap's
-start and end (`nr_throttled`) says whether it did. The quota is at least 1 ms per
-period (the kernel's floor).
+The launcher runs each straggler host's processes in a CPU cgroup of its own and, over
+the interval, caps it at `cpu_quota_us(factor, cores_available)` per PERIOD_US (Note
+[straggler quota] below). Whether a cap bound is in the record's cpu.stat
+(`nr_throttled` at the cap's start and end); docs/network.md, "Competing traffic and
+stragglers".
 """
 
 from __future__ import annotations
@@ -64,6 +55,18 @@ class Straggler:
                 "duration_s": self.duration_s}
 
 
+# Note [straggler quota]: a factor f gives the host 1/f of the CPU it has:
+#     quota = period x cores_available / f,
+# where cores_available is the host's share of the machine: the CPUs the launcher may run
+# on, divided by the emulated hosts that share them (on the netns launcher every host is
+# one namespace of one machine; a host of its own would have all its CPUs). Why the fair
+# share and not the CPU the host happens to get: it is fixed before the run and the same
+# on every machine of that size, so a factor means one quota. A worker that would use all
+# of that share runs f times slower; one that idles part of each step (a pipeline bubble)
+# loses less, and on a machine busy with other work, where a worker gets less than its
+# share anyway, a small factor may not bind at all: the record's cpu.stat at the cap's
+# start and end (`nr_throttled`) says whether it did. The quota is at least MIN_QUOTA_US
+# per period (the kernel's floor).
 def cpu_quota_us(factor: float, cores_available: float, period_us: int = PERIOD_US) -> int:
     """The CPU time per period of a host slowed by `factor` (Note [straggler quota])."""
     if not factor > 1 or not cores_available > 0:

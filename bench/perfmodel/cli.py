@@ -8,18 +8,10 @@
     python -m bench model ... --json                   # the rows as JSON on stdout, no table
     python -m bench validate ... --csv out.csv         # the table, and its rows in out.csv
 
-`--json` and `--csv` of `model` and `validate` (add_output_arguments): without a path (or
-with `-`) the rows go to stdout in that format instead of the table, for scripts; with a
-path they are written there and the table printed as usual. The columns are those of
-docs/results-schema.md ("bench model and bench validate").
-
-`model` needs the run config each mode gets, built as the harness builds a cell's
-(`configs_for`, passed in by the command line so this package imports no harness). It
-refuses what `bench run` refuses: a layout that needs more hosts than the scenario has
-(bench.net.placement), unless `--add-hosts` gives the scenario's default link to the
-hosts it lacks. A mode that runs another layout than asked (aqsgd+gc needs 2 replicas)
-gets fp32 of that layout beside it, and the table shows every row's layout. Bad input
-raises a ValueError naming the flag (the command line prints it and exits 2).
+`model` gets each mode's run config from the command line (`configs_for`, so this
+package imports no harness) and refuses what `bench run` refuses; bad input is a
+ValueError naming the flag (exit 2). The columns of --json / --csv:
+docs/results-schema.md; the rules of `model`: docs/performance-model.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,14 @@
 """The hardware profile the performance model is calibrated from: one YAML file.
 
-    profile = load_profile("profiles/cpu-2core.yaml")
-    write_profile(profile, path)
+    profile = load_profile("profiles/cpu-2core.yaml")    # or a name: load_profile("cpu-2core")
+    write_profile(profile, path)                          # what load_profile reads back
 
-Format (docs/performance-model.md, "Profile format"; every key is checked by specfile,
-unknown keys are refused, errors name the file, the field and the value):
-
-    name, device, source, date        what and where; how the figures were obtained
-    kind: measured | published         measured here, or taken from published figures
-    assumptions: [text, ...]           everything the figures rest on (achieved FLOP rate)
-    cores: int | null                  compute slots that all ranks of a cell share (a CPU
-                                       machine running every rank); null: a device per rank
-    compute:
-      flop_rate_tflops: float | null   achieved FLOP rate, for models with no measured entry
-      optimizer_gbyte_s: float | null  memory rate of the AdamW update (16 bytes a parameter)
-      stages: [{preset, stages, stage, micro_batch_size, forward_s, backward_s,
-                optimizer_s}]          measured per micro-batch (optimizer: per step)
-    compress:                          seconds per element of a message, per mode
-      encode_s_per_element: {none, directq, aqsgd, aqsgd-lowbits}   one per activation mode
-      decode_s_per_element: {...}                                    of aqsgd.compress.registry
-      grad_s_per_element: {fp32, qadam, ef21, natural}   one per data-parallel gradient
-                                                         codec, per parameter and step
-    comm:
-      message_overhead_s               fixed cost of one message (software, per hop)
-      overlap                          share of the runtime's compute/communication overlap
-                                       (1: sends fully in the background, 0: blocking)
-      unshaped_rate_mbit               rate of a link the scenario leaves unshaped
-      wake_s                           with more ranks than `cores`: how long a rank that
-                                       blocked waits for a core once it may run again
+Sections: what and where (`name`, `device`, `source`, `date`, `kind: measured |
+published`, `assumptions`), `cores`, `compute` (per-stage measured times, or an
+achieved FLOP rate), `compress` (seconds per element, one entry per registered mode
+and gradient codec) and `comm` (`message_overhead_s`, `overlap`, `unshaped_rate_mbit`,
+`wake_s`). Every key is checked by specfile (unknown keys refused, errors naming the
+file, field and value); the format is docs/performance-model.md, "Profile format".
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Discrete-event simulation of one optimizer step, walking the schedule's action lists
-(aqsgd.train.schedule) under the runtime's semantics (aqsgd.train.pipeline):
+(aqsgd.train.schedule) under the runtime's semantics (aqsgd.train.pipeline).
 
-- a rank runs its stage's actions in order; FORWARD, BACKWARD, the encode before a send,
-  the decode after a receive and the optimizer are compute; RECV_* blocks until the
-  message has arrived; a send is posted and completes in the background (with
-  `blocking_sends` the sender instead waits until its last byte has left: the runtime
-  with no compute/communication overlap);
-- each directed link is a FIFO: a message starts when the link is free, takes
-  bytes * 8 / rate, and arrives `delay + message_overhead` later;
-- OPT_STEP: wait for this rank's sends, the data-parallel exchange (a barrier of the
-  stage's replicas, then the codec's `rounds`: two rounds of shards, one for EF21), the
-  clipping all-reduce of the pipeline (a barrier of its stages, 2 (S - 1) small
-  messages), for a codec that exchanges inside the optimizer step (QuantizedAdam) its
-  data-parallel all-reduce and the exchange there, then the update;
-- compute shares `cores` slots (processor sharing: n ranks computing at once each run at
-  min(1, cores / n)); cores None gives every rank its own device;
-- `wake_s`: a rank that blocked (a receive, its sends, a barrier) runs again that much
-  after it could: on a machine with more ranks than cores it waits for one.
+    result = simulate(work, cores=2, wake_s=1e-3)   # SimResult; work: a StepWorkload
 
-Every rank starts the step at 0; the step ends when the last rank finishes (what the
-reports measure: the slowest rank's step time).
+Ranks run their actions in order (compute, blocking receives, sends in the background
+or, with `blocking_sends`, waiting until their last byte left); each directed link is a
+FIFO (bytes * 8 / rate, then delay + message_overhead); OPT_STEP waits for the sends,
+the data-parallel exchange and the clipping all-reduce; compute shares `cores` slots by
+processor sharing, and a rank that blocked wakes `wake_s` late. The step ends when the
+last rank finishes. The model in full: docs/performance-model.md, "The model of one step".
 """
 
 from __future__ import annotations

@@ -3,22 +3,13 @@
     table = validate_cells([Path("results/paper")], profile)
     comm = fit_comm(cells, profile)         # the runtime's overhead and overlap, measured
 
-Measured step time: the reports' statistic (bench.report.summary): per measured step (not
-flagged warm-up) the slowest rank's `step_time_s`, median over those steps.
-
-Two predictions per cell:
-- `predicted_s` ("in situ"): each stage's compute per step and the coding time are the
-  cell's own measured medians (`compute_s`, `compress_s`, all ranks running on this
-  machine's shared cores; the rank's time outside every timed span, `step_time_s` minus
-  compute, compress and comm_wait, counts as compute: it is Python between actions, CPU
-  work that a loaded machine slows like the rest), split into forward, backward and
-  optimizer, and over messages, in the proportions the profile gives; the network, the
-  schedule, the overlap and the data-parallel exchange are the model's. This checks the
-  model of communication.
-- `predicted_profile_s`: compute from the profile alone, shared among the ranks of the
-  cell by processor sharing over the profile's cores. This checks the whole model,
-  including how 4 or 8 ranks share 2 cores.
-Links: the placement meta.json keeps; a host-limited link at the rate the probe achieved.
+Measured: the reports' statistic (the slowest rank's `step_time_s`, median over the
+measured steps). Two predictions per cell: `predicted_s` ("in situ": the cell's own
+measured compute and coding times, the network and the overlap the model's: it checks
+the model of communication) and `predicted_profile_s` (compute from the profile alone,
+shared over its cores: it checks the whole model). Links as the placement in meta.json
+keeps them, a host-limited link at its achieved rate. docs/performance-model.md,
+"Validation result", says how each is built and what it measured.
 """
 
 from __future__ import annotations

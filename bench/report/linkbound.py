@@ -5,18 +5,11 @@ from the bytes each used link carried (peers.csv) and its rate (meta.json's plac
     b = cell_bound(meta, samples_per_step=64, measured_samples_s=105.6)
     print(b.text())
 
-Two bounds, both ignoring compute (which only adds to a step), per replica pipeline:
-- slowest link: the used directed link whose measured bytes per step take longest at its
-  rate, `t_busiest = bytes * 8 / rate`; a step takes at least that long.
-- schedule: with M micro-batches per step, micro-batch transfer times t_k on the S - 1
-  forward links (and u_k on the backward ones), the last micro-batch leaves stage 0's
-  link after M transfers on the slowest forward link at best and then crosses every
-  other forward link once: the forward phase lasts at least sum(t) + (M - 1) max(t).
-  GPipe runs all forwards, then all backwards: the step takes at least the sum of both
-  phases' bounds; 1F1B overlaps them: at least the larger. Delay adds to both (one
-  way per link crossed), and is counted too.
-Rates are the scenario's payload rates (what the probe checks); bytes are what the
-workers handed to the transport (headers included), averaged over measured steps.
+Two bounds, both leaving compute out: the slowest used link (its bytes per step at its
+rate) and the schedule bound (GPipe: the forward and backward phases one after the
+other; 1F1B: the larger), delay included. Rates are the scenario's payload rates,
+bytes what the workers handed to the transport. The arithmetic:
+docs/results-schema.md, "What the links allow".
 """
 
 from __future__ import annotations

@@ -6,22 +6,10 @@ files only (bench.harness.paper runs the sweep first).
                                  conv_dir=Path("results/convergence"))
     python -m bench paper --no-run --results results/paper     # the same, from the shell
 
-- paper_throughput: throughput relative to fp32 at the fastest link, against
-  bandwidth (decreasing to the right, as in the paper), with the published
-  "AQ-SGD at 500 Mbps is about 31% slower than fp32 at 10 Gbps" as a band;
-- paper_speedup: speed-up over fp32 at the same bandwidth, with the published
-  "up to 4.3x" (aqsgd) and "up to 4.9x" (aqsgd+gc) as lines; paper_speedup_vs_bf16:
-  the same over bf16 (when the sweep ran it), the baseline of today, which the paper's
-  claims do not speak of;
-- paper_loss: from the convergence cells (bench.report.convergence): held-out loss
-  against epochs per mode (mean over seeds, band min..max), and final held-out loss
-  relative to fp32 of the same stages and replicas, with "2-4 bits without loss of
-  quality". The quality claims are judged there too (bench.report.quality); without
-  convergence cells paper.md says so and judges none (a few measured steps of a
-  throughput cell say nothing about quality).
-The claims are data (results/reference/claims.yaml), measured on GPT2-XL over
-8 GPUs; the suite's numbers come from a tiny model on CPUs, so the figures
-compare shapes of curves, not absolute values.
+Figures: paper_throughput, paper_speedup (and paper_speedup_vs_bf16), paper_loss (from
+the convergence cells; without them paper.md judges no quality claim). The claims are
+data (results/reference/claims.yaml, GPT2-XL on 8 GPUs): the figures compare shapes of
+curves, not absolute values. What each figure draws: docs/results-schema.md, "Figures".
 """
 
 from __future__ import annotations

@@ -3,26 +3,12 @@
     python -m bench report results/100mbps       # table, report.md and figures/*.png|svg
     figures = make_figures(["results/100mbps"], "results/100mbps/figures")
 
-Every figure is written as PNG and SVG with units on its axes:
-- throughput_vs_bandwidth: samples/s against link rate (log x), one line per mode; a
-  bar per mode instead when the cells have one link rate (a one-scenario run);
-- speedup: throughput over fp32 at the same scenario, grouped by scenario;
-  speedup_vs_bf16: the same over bf16 (when the cells have a bf16 reference); hatched
-  bars: the cell was compute-bound on this machine (bench.report.summary);
-- a sweep's repeats of one cell are drawn as their median, with a min..max band (lines)
-  or error bar (bars); a line's hollow point: compute-bound there;
-- loss_<scenario>: training loss against step and against wall-clock time (one legend,
-  right of both panels);
-- bytes_per_step: bytes on the wire per optimizer step, stacked by kind.
-
-Every figure names the launcher and shaping mechanisms its rows come from
-(`launchers_line` under its title); where cells of several launchers are drawn, each
-series names its own (`series_labels`: 'fp32 [docker (htb+netem)]').
-
-Points measured on a host-limited link (the machine carried less than twice the
-configured rate even unshaped; bench.net.probe.rate_verdict) stay at their
-configured rate on the x axis, ringed in red and annotated with the rate the
-link achieved.
+Every figure is written as PNG and SVG with units on its axes: throughput_vs_bandwidth,
+speedup (and speedup_vs_bf16), loss_<scenario>, bytes_per_step. Repeats are drawn as
+their median with a min..max band or bar; compute-bound cells hatched or hollow;
+host-limited points ringed in red; every figure names its launchers and shaping
+(`launchers_line`, `series_labels`). What each figure shows: docs/results-schema.md,
+"Figures".
 """
 
 from __future__ import annotations

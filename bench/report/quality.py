@@ -7,18 +7,11 @@ Made from result files only (docs/results-schema.md).
     table = quality_table(curves)       # per series: final loss over seeds, gap to fp32
     verdicts = judge_claims(table, load_claims())
 
-Definitions (docs/convergence.md says the same for readers):
-- a series is one mode at one bit width, gradient compressor, layout and variant; its
-  cells differ only by seed. Its curve is the held-out loss (`eval_loss` of the eval
-  records, uncompressed, mean over the last-stage ranks of every replica) against epochs
-  done (= step / steps_per_epoch).
-- spread over seeds: the sample standard deviation (ddof 1) of the final held-out loss;
-  bands in the figures are min..max over seeds (with three seeds a band of +-1 sd would
-  claim a precision the data does not have).
-- gap to fp32: mean final loss minus that of fp32 with the same stages, replicas and
-  variant (a dp2 mode against fp32 dp2), in percent of fp32's, and in units of the
-  pooled seed spread sqrt((sd_mode^2 + sd_fp32^2) / 2).
-- verdict rules: see `judge_width` and `RULES`.
+A series is one mode at one bit width, gradient compressor, layout and variant (its
+cells differ only by seed); the spread is the sample sd of the final held-out loss,
+bands min..max; the gap is to fp32 of the same layout and variant, in percent and in
+pooled seed spreads; verdicts follow `judge_width` and `RULES`. The definitions in
+full: docs/convergence.md, "How to read the report".
 """
 
 from __future__ import annotations

@@ -3,18 +3,11 @@ the link or this machine's compute limited the cell. Made from result files only
 
     rows = over_repeats(summarize(["results/paper"]))
 
-A sweep's `repeats` runs every cell several times, interleaved (bench.harness.sweep); the
-summary keeps one row per measurement (`repeat` 0, 1, ...) and pairs each repeat's
-speed-up with the reference measured in the same pass. Here the rows that differ only by
-`repeat` (and their cell names) become one: for each number of REPEATED its median over
-repeats, and `<number>_lo`, `<number>_hi` the smallest and largest (with three repeats a
-band of +-1 sd would claim a precision the data does not have), `n_repeats`.
-
-Compute-bound (bench.report.summary): a shaped row whose median `link_share` (measured
-samples/s over what its links allow with compute taking no time) is below
-COMPUTE_BOUND_SHARE: the link could carry at least twice what the cell did, so its
-throughput says how fast this machine computes, not what the link costs; speed-ups
-between compute-bound cells are this machine's compute and noise, not compression.
+The rows that differ only by `repeat` (and their cell names) become one: for each number
+of REPEATED its median, `<number>_lo` / `<number>_hi` the smallest and largest, and
+`n_repeats` (a band of +-1 sd over three repeats would claim a precision the data does
+not have). A shaped row whose median `link_share` is below COMPUTE_BOUND_SHARE is
+compute-bound. docs/results-schema.md, "Summary" (`repeat`, `compute_bound`).
 """
 
 from __future__ import annotations

@@ -1,44 +1,14 @@
-"""Per-cell summary numbers, computed from result files only.
+"""Per-cell summary numbers, computed from result files only: one row per cell.
 
     python -c "from bench.report.summary import summarize; print(summarize(['results/100mbps']))"
 
-Definitions (docs/results-schema.md, "Summary"):
-- measured steps: train steps the worker did not flag as warm-up steps (`warmup`
-  false: no compressor of the rank was in its warm-up epochs).
-- step wall time: the slowest rank's `step_time_s` of that step (the
-  pipeline finishes a step when its last rank does); `step_time_s` is the
-  median over measured steps, `step_time_spread_s` the interquartile range.
-- throughput: samples per step (summed over the stage-0 rank of every
-  replica) over the median step wall time (robust to steps slowed by other
-  load on a shared host); tokens likewise. `throughput_mean_samples_s` is
-  total samples over total step time.
-- bytes per step: everything every rank sent in a measured step, averaged
-  over measured steps (activation + gradient + data-parallel).
-- end-to-end throughput: samples of every train step, warm-up included, over the
-  summed step wall time of every step (the warm-up epoch's steps at their measured time).
-- final loss: mean over replicas of the last-stage training loss at the last train
-  step (quantized inputs, dropout, one batch: not a quality measure);
-  final eval loss: the held-out loss of the last evaluation record (uncompressed, over
-  `eval_windows` windows), the quality the tables show.
-- comm/compute: summed `comm_wait_s` over summed `compute_s`, all ranks,
-  measured steps (how much of a step waits on the network per unit of compute).
-- host_limited / rate_mbit_achieved: from the link probe (meta.json `cell`):
-  the machine carried less than twice the scenario's rate even unshaped, and the
-  lowest rate a shaped link achieved; old cells without them read False/empty.
-- link_share: steady-state throughput over what the cell's shaped links allow with
-  compute taking no time (bench.report.linkbound's schedule bound, from its bytes per
-  link); compute_bound: a shaped cell whose link_share is below COMPUTE_BOUND_SHARE
-  (the link would carry twice what it did: this machine's compute set the pace).
-- launcher_label: which launcher and mechanisms produced the row ('netns (htb+netem)',
-  'docker (htb+netem)', 'local (none)'; meta.json `cell.launcher` and `cell.shaping`).
-- speed-up: steady-state throughput over that of the fp32 cell of the same sweep,
-  scenario, launcher, stages, replicas, variant and seed; `speedup_e2e_vs_fp32` the same with
-  end-to-end throughputs; `speedup_vs_unshaped_fp32` over the fp32 cell of the
-  sweep's unshaped reference scenario when one was run. `speedup_vs_bf16` and
-  `speedup_e2e_vs_bf16` are the same over the bf16 cell (activations and gradients in
-  bf16 on the wire, what a system of today sends: fp32's speed-up overstates what
-  compression buys it); NaN where the sweep has no such cell. The references are the
-  registry's SPEEDUP_REFERENCES (Comparison.speedup_reference).
+Measured steps are the train steps the worker did not flag as warm-up; a step's wall
+time is its slowest rank's; throughput is samples per step over the median step time;
+speed-ups are over the fp32 (and bf16) cell of the same sweep, scenario, launcher,
+layout, variant and seed (the registry's SPEEDUP_REFERENCES); `compute_bound` marks a
+shaped cell whose `link_share` is below COMPUTE_BOUND_SHARE. Every column is defined
+in docs/results-schema.md, "Summary"; summary.csv and summary.json are
+`write_summary_files`.
 """
 
 from __future__ import annotations

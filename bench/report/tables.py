@@ -3,18 +3,11 @@
     python -m bench report results/100mbps     # prints the table, writes report.md
     COLUMNS=80 python -m bench report results/100mbps   # the table in 80 columns
 
-Terminal and plain-text tables are rich tables (`print_table`, at the terminal's width:
-the least columns of DROP_ORDER left out and named where it is narrow; `text_table`
-renders one as plain text for logs, CI output and other callers); report.md holds
-Markdown tables (bench.report.markdown), a file format of its own; summary.csv and
-summary.json beside it the same rows for scripts (bench.report.summary). Modes read as
-the command line spells them (`mode_text`: 'aqsgd:2/4').
-
-The report is made from result files only: summary numbers from
-bench.report.summary, figures from bench.report.plots, provenance from each meta.json.
-A scenario whose links were host-limited (bench.net.probe.rate_verdict) is
-labelled `(host-limited)` in the scenario column, with a note giving the
-configured and achieved rates under every table.
+`print_table` (rich, at the terminal's width: the columns of DROP_ORDER left out, and
+named, where it is narrow), `text_table` (plain text for logs and CI), `write_report`
+(report.md, Markdown tables through bench.report.markdown; summary.csv and summary.json
+beside it). Made from result files only; a host-limited scenario is labelled
+`(host-limited)` with its configured and achieved rates under every table.
 """
 
 from __future__ import annotations

@@ -3,28 +3,17 @@ under, throughput per phase, and a timeline figure of step times above the sched
 rates. Made from result files only (docs/results-schema.md).
 
     phases = phase_spans(meta)               # one row per applied phase of each link
-    events = event_spans(meta)               # or, links held still: one row per stretch
-                                             # between competing flows' / stragglers' changes
-    steps = step_times(frame, meta)          # per train step: its start and end on the
-                                             # schedule's clock, wall time, samples
+    events = event_spans(meta)               # links held still: one row per stretch
+    steps = step_times(frame, meta)          # per train step: start, end, wall time, samples
     table = phase_table(steps, phases)       # per phase: steps, median step, samples/s
     loop, timed = phase_step_times(meta, table)  # (duration, median step) per phase
     plot_timeline(steps, phases, "timeline.png", title=...)
     time_under_schedule(12, [(3.0, 0.2), (3.0, 0.6), (1.5, math.inf)], loop=True)
-    time_under_schedule(30, ..., loop=True, start_s=40.0)  # the clock at which they end
     lines = timeline_section(metas, out_dir, report_dir)  # report.md's section
 
-The clock: the schedule's t = 0 is `launcher.schedule.run.started_unix` (the runner
-started when the workers were spawned); a change's `applied_s` is on that clock; a
-step's end is its slowest rank's `end_unix` minus t = 0, its start that end minus its
-wall time (the slowest rank's `step_time_s`). A step belongs to the phase its midpoint
-falls in; a phase is a link's index in its schedule's phase list (a looping schedule's
-laps share the index), and when several links change together (a scenario's `link`
-schedule gives every link the same one) the phase of the first scheduled link names
-the step. A cell whose links hold still but which had competing flows or a straggler
-has stretches instead of phases: from one start or stop of a flow or a CPU cap to the
-next (the events applied at one scheduled time make one boundary, at the last of their
-applied times), each named by what ran in it.
+The clock (t = 0 is the schedule runner's start), which phase a step belongs to and the
+stretches of competing flows and stragglers: docs/network.md, "What a scheduled cell's
+report shows".
 """
 
 from __future__ import annotations

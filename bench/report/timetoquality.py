@@ -1,7 +1,7 @@
 """Held-out loss against wall-clock time on a given link, and the time each mode needs to
 reach fp32's quality on every link of the paper sweep: quality from the convergence
-cells (run unshaped: quality does not depend on the link), time from the measured step
-times of the same mode in the throughput cells of that scenario.
+cells (run unshaped), time from the same mode's measured step times in the throughput
+cells of that scenario.
 
     times = step_times(load_results(["results/paper"]))
     timed = timed_bands(bands, facts, times, "100mbps")     # bands with `time_s`
@@ -9,25 +9,9 @@ times of the same mode in the throughput cells of that scenario.
     dyn = schedule_cells(load_metas(["results/dynamic"]))   # cells whose links changed
     sched = time_to_quality_under_schedule(quality, bands, facts, dyn)  # x dynamic scenario
 
-Definitions:
-- a throughput cell serves a series when it has the same label (mode, bits, gradient
-  compressor), stages, replicas and samples per optimizer step; its warm-up step time
-  is the median wall time (slowest rank) of its warm-up steps, its steady step time the
-  median of its measured steps. Medians resist the odd step slowed by other load.
-- elapsed time after `s` optimizer steps of a convergence cell with `W` warm-up steps:
-  min(s, W) * warm-up step time + max(0, s - W) * steady step time. Evaluation time is
-  left out (it is the same for every mode and no part of training).
-- time to quality: the elapsed time of the first evaluation at which the series' mean
-  held-out loss over seeds is within TOLERANCE_PCT of fp32's final mean (fp32 of the
-  same stages and replicas), "not reached" when no evaluation is; resolution is one
-  evaluation interval (an epoch).
-- under a schedule (the cells of the `dynamic` sweep, whose links change while they
-  run): the same number of steps, walked through the schedule's phases from t = 0 at
-  the median step time the series' own dynamic cell measured in each phase
-  (bench.report.timeline.time_under_schedule); the warm-up steps at fp32's step time of
-  each phase (they send fp32's raw rows; fp32's dynamic cell of the scenario measured
-  them), the rest at the series' own. A phase the walk passes through that no measured
-  step of the cell fell in leaves the time unknown ("phase N not measured").
+Which throughput cell serves a series, the elapsed time after s steps, time to quality
+and its walk under a schedule are defined in docs/convergence.md, "How to read the
+report" and "Time to quality: definitions".
 """
 
 from __future__ import annotations
