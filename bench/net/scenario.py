@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
 from bench import REPO_ROOT
 from bench.net.competing import CompetingFlow
@@ -49,18 +49,17 @@ from bench.net.scenario_file import (
     DEFAULT_QUEUE_PACKETS,
     LINK_KEYS,
     MAX_COMPETING_FLOWS,
-    MAX_DELAY_MS,
     MAX_HOSTS,
-    MAX_LOSS_PCT,
-    MAX_QUEUE_BYTES,
-    MAX_QUEUE_PACKETS,
-    MAX_RATE_MBIT,
-    MAX_REPLICAS,
-    MAX_STAGES,
-    MIN_QUEUE_BYTES,
-    MIN_RATE_MBIT,
-    MIN_RATE_REASON,
+    Bounds,
+    DelayMs,
+    HostIndex,
+    LossPct,
+    QueueBytes,
+    QueuePackets,
+    RateMbit,
+    Replicas,
     ScenarioFile,
+    Stages,
 )
 from bench.net.schedule import LinkSchedule, Phase, schedule_from_entry
 from bench.net.straggler import Straggler
@@ -75,6 +74,7 @@ __all__ = [
     "NetworkScenario",
     "ScenarioError",
     "available_scenarios",
+    "check_bounds",
     "load_scenario",
     "parse_scenario",
     "with_link",
@@ -89,29 +89,38 @@ class ScenarioError(SpecError):
     """A scenario file or value that does not describe a valid network."""
 
 
-def _number(name: str, value: Any, lo: float, hi: float, unit: str, why_lo: str = "") -> float:
-    # bool is an int subclass in Python: refuse it (files are type-checked before they get
-    # here; this is for values given in code, e.g. with_link).
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ScenarioError.at(name, f"a number in {unit}", value)
-    if not math.isfinite(value) or value > hi or value < lo:
-        raise ScenarioError.at(name, f"a number >= {lo:g}{why_lo} and <= {hi:g} ({unit})",
-                               value)
-    return float(value)
+def check_bounds(obj: Any) -> None:
+    """Check each field of dataclass `obj` whose type declares `Bounds` (scenario_file):
+    its type and range, a ScenarioError naming the field (None passes where the type
+    allows it; files are type-checked before they get here, this is also for values
+    given in code, e.g. with_link)."""
+    for name, hint in get_type_hints(type(obj), include_extras=True).items():
+        bounds = _bounds(hint)
+        value = getattr(obj, name)
+        if bounds is None or (value is None and get_origin(hint) is not Annotated):
+            continue
+        b, integer = bounds, bounds.kind == "integer"
+        # bool is an int subclass in Python: refuse it
+        if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
+            raise ScenarioError.at(name, f"an integer ({b.what})" if integer
+                                   else f"a number in {b.what}", value)
+        low_ok = value > b.lo if b.lo_open else value >= b.lo
+        if not (math.isfinite(value) and low_ok and value <= b.hi):
+            why = f" ({b.why_lo})" if b.why_lo else ""
+            raise ScenarioError.at(name, f"an integer in [{b.lo}, {b.hi}] ({b.what})" if integer
+                                   else f"a number >= {b.lo:g}{why} and <= {b.hi:g} "
+                                        f"({b.what})", value)
 
 
-def _rate(name: str, value: Any) -> float:
-    """A rate tc can shape (bench.net.scenario_file.MIN_RATE_MBIT says why that bound)."""
-    return _number(name, value, MIN_RATE_MBIT, MAX_RATE_MBIT, "Mbit/s",
-                   why_lo=f" ({MIN_RATE_REASON})")
-
-
-def _integer(name: str, value: Any, lo: int, hi: int, unit: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ScenarioError.at(name, f"an integer ({unit})", value)
-    if not lo <= value <= hi:
-        raise ScenarioError.at(name, f"an integer in [{lo}, {hi}] ({unit})", value)
-    return value
+def _bounds(hint: Any) -> Bounds | None:
+    """The Bounds of `hint` (inside `X | None` too), None where it declares none."""
+    options = [hint, *get_args(hint)] if get_origin(hint) is not Annotated else [hint]
+    for option in options:
+        if get_origin(option) is Annotated:
+            found = [m for m in option.__metadata__ if isinstance(m, Bounds)]
+            if found:
+                return found[0]
+    return None
 
 
 @dataclass(frozen=True)
@@ -119,30 +128,22 @@ class LinkSpec:
     """One direction of one host-to-host link. rate_mbit None = unshaped. `schedule`: how
     the link changes during a run (bench.net.schedule; None: it holds these values)."""
 
-    rate_mbit: float | None
-    delay_ms: float = 0.0
-    jitter_ms: float = 0.0
-    loss_pct: float = 0.0
-    queue_packets: int | None = DEFAULT_QUEUE_PACKETS
-    queue_bytes: int | None = None
+    rate_mbit: RateMbit | None
+    delay_ms: DelayMs = 0.0
+    jitter_ms: DelayMs = 0.0
+    loss_pct: LossPct = 0.0
+    queue_packets: QueuePackets | None = DEFAULT_QUEUE_PACKETS
+    queue_bytes: QueueBytes | None = None
     schedule: LinkSchedule | None = None
 
     def __post_init__(self) -> None:
-        if self.rate_mbit is not None:
-            _rate("rate_mbit", self.rate_mbit)
-        _number("delay_ms", self.delay_ms, 0.0, MAX_DELAY_MS, "ms")
-        _number("jitter_ms", self.jitter_ms, 0.0, MAX_DELAY_MS, "ms")
-        _number("loss_pct", self.loss_pct, 0.0, MAX_LOSS_PCT, "percent")
+        check_bounds(self)
         if self.jitter_ms > self.delay_ms:
             raise ScenarioError.at("jitter_ms", f"at most delay_ms ({self.delay_ms:g} ms)",
                                    self.jitter_ms)
         if (self.queue_packets is None) == (self.queue_bytes is None):
             raise ScenarioError.at("queue_packets", "exactly one of queue_packets and queue_bytes",
                                    (self.queue_packets, self.queue_bytes))
-        if self.queue_packets is not None:
-            _integer("queue_packets", self.queue_packets, 1, MAX_QUEUE_PACKETS, "packets")
-        if self.queue_bytes is not None:
-            _integer("queue_bytes", self.queue_bytes, MIN_QUEUE_BYTES, MAX_QUEUE_BYTES, "bytes")
         # store numbers as float whatever the caller gave (100 and 100.0 are the same link)
         for name in ("delay_ms", "jitter_ms", "loss_pct"):
             object.__setattr__(self, name, float(getattr(self, name)))
@@ -199,25 +200,21 @@ class LinkOverride:
 class HostCaps:
     """Aggregate caps on everything host `host` sends (uplink) or receives (downlink)."""
 
-    host: int
-    uplink_mbit: float | None = None
-    downlink_mbit: float | None = None
+    host: HostIndex
+    uplink_mbit: RateMbit | None = None
+    downlink_mbit: RateMbit | None = None
 
     def __post_init__(self) -> None:
-        _integer("host", self.host, 0, MAX_HOSTS - 1, "host index")
-        for name in ("uplink_mbit", "downlink_mbit"):
-            if getattr(self, name) is not None:
-                _rate(name, getattr(self, name))
+        check_bounds(self)
 
 
 @dataclass(frozen=True)
 class Layout:
-    stages: int
-    replicas: int = 1
+    stages: Stages
+    replicas: Replicas = 1
 
     def __post_init__(self) -> None:
-        _integer("stages", self.stages, 1, MAX_STAGES, "pipeline stages")
-        _integer("replicas", self.replicas, 1, MAX_REPLICAS, "data-parallel replicas")
+        check_bounds(self)
 
     @property
     def n_hosts(self) -> int:

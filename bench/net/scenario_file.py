@@ -4,21 +4,23 @@
 
 specfile checks every file against these types (unknown keys, missing keys, wrong types),
 and the JSON Schema that editors use comes from them too (each shipped scenario names it in
-its first line). What the values mean lives in bench.net.scenario, whose dataclasses check
-the bounds below in `__post_init__`; here the bounds only annotate the schema.
+its first line). Each value's range is declared once, as `Bounds` on its type: the schema
+states it, and bench.net.scenario's dataclasses, which say what the values mean, check it
+(`check_bounds`).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import MISSING, ConfigDict, WithJsonSchema
+from pydantic import MISSING, ConfigDict
 
 from specfile import SPEC_CONFIG, SpecError, Unit, json_schema
 
 __all__ = [
+    "Bounds",
     "DEFAULT_QUEUE_PACKETS",
     "LINK_KEYS",
     "CompetingEntry",
@@ -84,19 +86,37 @@ LINK_KEYS = ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "queue_packets", 
              "schedule")
 
 
-def _range(kind: str, lo: float, hi: float) -> WithJsonSchema:
-    return WithJsonSchema({"type": kind, "minimum": lo, "maximum": hi})
+@dataclass(frozen=True)
+class Bounds:
+    """A value's range, declared once: the JSON Schema states it, and the scenario's
+    values are checked against it (bench.net.scenario), in `what` (a unit or a noun),
+    with `why_lo` said beside a lower bound that needs a reason."""
+
+    kind: Literal["number", "integer"]
+    lo: float
+    hi: float
+    what: str
+    lo_open: bool = False
+    why_lo: str = ""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict:
+        return {"type": self.kind, "exclusiveMinimum" if self.lo_open else "minimum": self.lo,
+                "maximum": self.hi}
 
 
-RateMbit = Annotated[float, Unit("Mbit/s"), _range("number", MIN_RATE_MBIT, MAX_RATE_MBIT)]
-DelayMs = Annotated[float, Unit("ms"), _range("number", 0, MAX_DELAY_MS)]
-LossPct = Annotated[float, Unit("percent"), _range("number", 0, MAX_LOSS_PCT)]
-QueuePackets = Annotated[int, Unit("packets"), _range("integer", 1, MAX_QUEUE_PACKETS)]
-QueueBytes = Annotated[int, Unit("bytes"), _range("integer", MIN_QUEUE_BYTES, MAX_QUEUE_BYTES)]
-HostIndex = Annotated[int, _range("integer", 0, MAX_HOSTS - 1)]
-PhaseS = Annotated[float, Unit("s"), WithJsonSchema(
-    {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_PHASE_S})]
-StartS = Annotated[float, Unit("s"), _range("number", 0, MAX_PHASE_S)]
+RateMbit = Annotated[float, Unit("Mbit/s"), Bounds("number", MIN_RATE_MBIT, MAX_RATE_MBIT,
+                                                   "Mbit/s", why_lo=MIN_RATE_REASON)]
+DelayMs = Annotated[float, Unit("ms"), Bounds("number", 0, MAX_DELAY_MS, "ms")]
+LossPct = Annotated[float, Unit("percent"), Bounds("number", 0, MAX_LOSS_PCT, "percent")]
+QueuePackets = Annotated[int, Unit("packets"), Bounds("integer", 1, MAX_QUEUE_PACKETS,
+                                                      "packets")]
+QueueBytes = Annotated[int, Unit("bytes"), Bounds("integer", MIN_QUEUE_BYTES, MAX_QUEUE_BYTES,
+                                                  "bytes")]
+HostIndex = Annotated[int, Bounds("integer", 0, MAX_HOSTS - 1, "host index")]
+Stages = Annotated[int, Bounds("integer", 1, MAX_STAGES, "pipeline stages")]
+Replicas = Annotated[int, Bounds("integer", 1, MAX_REPLICAS, "data-parallel replicas")]
+PhaseS = Annotated[float, Unit("s"), Bounds("number", 0, MAX_PHASE_S, "s", lo_open=True)]
+StartS = Annotated[float, Unit("s"), Bounds("number", 0, MAX_PHASE_S, "s")]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +143,7 @@ class ScheduleEntry:
     phases: tuple[PhaseEntry, ...] | None = None
     trace: str | None = None
     mahimahi: str | None = None
-    bin_ms: Annotated[int, Unit("ms"), _range("integer", 1, MAX_BIN_MS)] = 1000
+    bin_ms: Annotated[int, Unit("ms"), Bounds("integer", 1, MAX_BIN_MS, "ms")] = 1000
     """Bin width of a Mahimahi trace, in ms."""
     loop: bool = False
     """Start again after the last phase (else the last phase holds)."""
@@ -138,9 +158,9 @@ class ScheduleEntry:
 
 @dataclass(frozen=True, kw_only=True)
 class LayoutEntry:
-    stages: Annotated[int, _range("integer", 1, MAX_STAGES)]
+    stages: Stages
     """Pipeline stages."""
-    replicas: Annotated[int, _range("integer", 1, MAX_REPLICAS)] = 1
+    replicas: Replicas = 1
     """Data-parallel copies of the pipeline; hosts = stages * replicas, host i = rank i."""
 
 
@@ -243,8 +263,8 @@ class StragglerEntry:
     (bench.net.straggler: a CPU quota on its processes' cgroup)."""
 
     host: HostIndex
-    factor: Annotated[float, Unit("times slower"), WithJsonSchema(
-        {"type": "number", "exclusiveMinimum": 1, "maximum": MAX_STRAGGLER_FACTOR})]
+    factor: Annotated[float, Unit("times slower"), Bounds(
+        "number", 1, MAX_STRAGGLER_FACTOR, "times slower", lo_open=True)]
     """How many times slower the host computes (> 1)."""
     start_s: StartS
     """When the slowdown starts, in s after the cell's workers start."""
