@@ -48,13 +48,32 @@ __all__ = [
 _INIT_STD = 0.02
 
 
+# Note [meta stages]: a stage is built on the meta device, so that only its own layers
+# are ever allocated, and then filled by init_stage. torch's own init of a meta tensor
+# (normal_, uniform_, empty_like) runs Python meta kernels whose first use imports
+# torch's decompositions and sympy, about a second of every worker's start; meta
+# parameters carry no values, so the modules below skip their init there.
+
+
+class _Embedding(nn.Embedding):
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:  # Note [meta stages]
+            super().reset_parameters()
+
+
+class _Linear(nn.Linear):
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:  # Note [meta stages]
+            super().reset_parameters()
+
+
 class Embeddings(nn.Module):
     """Token plus learned position embedding, then dropout."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.wpe = nn.Embedding(cfg.seq_len, cfg.n_embd)
+        self.wte = _Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = _Embedding(cfg.seq_len, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -68,7 +87,7 @@ class LMHead(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head = _Linear(cfg.n_embd, cfg.vocab_size, bias=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.ln_f(hidden))  # (B, L, V)
@@ -186,10 +205,19 @@ def init_stage(
         state = load_pretrained_state(pretrained, cfg)
         _load_subset(module, state)
         return module
-    module.to_empty(device="cpu")
+    _allocate_on_cpu(module)
     for name, param in module.named_parameters():
         _init_parameter(name, param, cfg, seed)
     return module
+
+
+def _allocate_on_cpu(module: nn.Module) -> None:
+    """Uninitialised CPU storage for every meta parameter (Note [meta stages]: `to_empty`'s
+    meta `empty_like` imports sympy, a few tenths of a second of every worker's start)."""
+    for sub in module.modules():
+        for name, param in list(sub.named_parameters(recurse=False)):
+            setattr(sub, name, nn.Parameter(torch.empty(param.shape, dtype=param.dtype),
+                                            requires_grad=param.requires_grad))
 
 
 def build_full_model(
