@@ -1,18 +1,12 @@
-"""TAH-Quant's public calls: argument checks and dispatch to a backend.
+"""TAH-Quant's public calls: argument checks, then the backend aqsgd.quant.backends picks.
 
     cfg = TahConfig(bits=3.0)                  # tiles of 64, 2..4 bits, Hadamard + pivot
     packed = tah_quantize(x, cfg)              # x (..., D) -> TahPacked (5 tensors)
     y = tah_dequantize(packed, x.shape, cfg)
-    tah_wire_nbytes(x.shape, cfg)                  # == the bytes of packed, whatever x holds
+    tah_wire_nbytes(x.shape, cfg)              # == the bytes of packed, whatever x holds
 
-The method, its contract and the choices made where the paper left them open are in
-`aqsgd.quant.tah_reference`; the config and the wire sizes in `aqsgd.quant.tah_config`.
-Each call checks its arguments, draws the stochastic-rounding seed once
-(`aqsgd.quant.draw_seed`), then runs a backend with the same two functions,
-`quantize_packed(x, cfg, seed)` and `dequantize_packed(packed, shape, cfg, dtype)`:
-`aqsgd.quant.tah_torch` (CPU; CUDA without Triton) or `aqsgd.quant.tah_triton_launch`
-(imported only when a call goes there: CUDA tensors with Triton installed under "auto",
-or backend="triton"). Imports torch only, and Triton lazily.
+The method and its choices: docs/compressors.md ("TAH-Quant"); the config and wire sizes
+in `aqsgd.quant.tah_config`; backends `tah_torch`, `tah_triton_launch`, `tah_reference`.
 """
 
 from __future__ import annotations
@@ -21,8 +15,8 @@ from collections.abc import Sequence
 
 import torch
 
-from aqsgd.quant import tah_torch
-from aqsgd.quant.config import INPUT_DTYPES, draw_seed
+from aqsgd.quant.backends import backend_for, check_config, check_dtype, check_tensor
+from aqsgd.quant.config import draw_seed
 from aqsgd.quant.tah_config import (
     TahConfig,
     TahPacked,
@@ -33,7 +27,6 @@ from aqsgd.quant.tah_config import (
 )
 
 __all__ = [
-    "BACKENDS",
     "TahConfig",
     "TahPacked",
     "tah_dequantize",
@@ -42,17 +35,9 @@ __all__ = [
     "tah_wire_spec",
 ]
 
-BACKENDS = ("auto", "torch", "triton")
-
-
 # ---------------------------------------------------------------------------
-# Argument checks and dispatch
+# Argument checks and the public calls
 # ---------------------------------------------------------------------------
-
-
-def _check_config(cfg) -> None:
-    if not isinstance(cfg, TahConfig):
-        raise TypeError(f"cfg must be a TahConfig, got {type(cfg).__name__}")
 
 
 def _check_packed(packed, shape: tuple[int, ...], cfg: TahConfig) -> None:
@@ -85,49 +70,25 @@ def _check_packed(packed, shape: tuple[int, ...], cfg: TahConfig) -> None:
                          f"got {int(packed.pivots.max())}")
 
 
-def _backend_for(backend: str, device: torch.device):
-    """aqsgd.quant.tah_torch, or aqsgd.quant.tah_triton_launch when Triton should run."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-    if backend == "torch":
-        return tah_torch
-    if backend == "auto":
-        if device.type != "cuda":
-            return tah_torch
-        try:
-            import triton  # noqa: F401  (only probing that it imports)
-        except ImportError:
-            return tah_torch
-    from aqsgd.quant import tah_triton_launch  # lazy: imports Triton
-
-    return tah_triton_launch
-
-
 def tah_quantize(x: torch.Tensor, cfg: TahConfig, generator: torch.Generator | None = None,
                  backend: str = "auto") -> TahPacked:
     """x (fp32/fp16/bf16, any device; rows zero-padded to a multiple of cfg.tile_size)
     -> TahPacked, whose tensors hold exactly tah_wire_nbytes(x.shape, cfg) bytes."""
-    _check_config(cfg)
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in INPUT_DTYPES:
-        raise TypeError(f"x must be float32, float16 or bfloat16, got dtype {x.dtype}")
+    check_config(cfg, TahConfig)
+    check_tensor(x)
     tile_count(x.shape, cfg)
     seed = draw_seed(generator, cfg)
-    run = _backend_for(backend, x.device)
+    run = backend_for(cfg, backend, x.device)
     return run.quantize_packed(x.contiguous(), cfg, seed)
 
 
 def tah_dequantize(packed: TahPacked, shape: Sequence[int], cfg: TahConfig,
                    dtype: torch.dtype = torch.float32, backend: str = "auto") -> torch.Tensor:
     """TahPacked -> values of `shape` in `dtype` (fp32/fp16/bf16) on the packed's device."""
-    _check_config(cfg)
+    check_config(cfg, TahConfig)
     shape = tuple(int(d) for d in shape)
     _check_packed(packed, shape, cfg)
-    if dtype not in INPUT_DTYPES:
-        raise TypeError(f"dtype must be float32, float16 or bfloat16, got {dtype}")
-    run = _backend_for(backend, packed.codes.device)
+    check_dtype(dtype)
+    run = backend_for(cfg, backend, packed.codes.device)
     packed = TahPacked(*(t.contiguous() for t in packed))
     return run.dequantize_packed(packed, shape, cfg, dtype)
-
-

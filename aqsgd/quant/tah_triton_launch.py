@@ -1,16 +1,12 @@
-"""Host side of TAH-Quant's Triton path: launch geometry and the two calls.
-
-`aqsgd.quant.tah` imports this module lazily, only when it dispatches to Triton; it has
-the signatures of `aqsgd.quant.tah_torch` and `aqsgd.quant.tah_reference`, with arguments
-already checked and the seed already drawn:
+"""Host side of TAH-Quant's Triton path: launch geometry and the two calls
+(`aqsgd.quant.backends` loads it only when a call goes to Triton), with the signatures of
+`aqsgd.quant.tah_torch` and `aqsgd.quant.tah_reference`, arguments already checked:
 
     packed = quantize_packed(x, cfg, seed)              # stats, allocation, encode
     y = dequantize_packed(packed, shape, cfg, dtype)    # one pass
     y = hadamard_tiles(v)                               # the transform alone, (T, G) fp32
 
-What each kernel does is the docstring of `aqsgd.quant.tah_triton_kernels`. Tiles: few,
-large programs under the interpreter (TRITON_INTERPRET=1, CPU tensors), whose cost is
-milliseconds per program; a few thousand elements per program on CUDA.
+What each kernel does is the docstring of `aqsgd.quant.tah_triton_kernels`.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ import torch
 import triton
 
 from aqsgd.quant import tah_triton_kernels as kernels
-from aqsgd.quant.config import GOLDEN32
 from aqsgd.quant.tah_config import (
     ENTROPY_BINS,
     TahConfig,
@@ -34,55 +29,33 @@ from aqsgd.quant.tah_config import (
     to_tiles,
 )
 from aqsgd.quant.tah_reference import allocate_bits
+from aqsgd.quant.triton_host import INT32_LIMIT, device_kind, kernel_view, launch, seed_arg
+from aqsgd.quant.triton_host import interpreted as _interpreted_kernel
 
 __all__ = ["dequantize_packed", "hadamard_tiles", "quantize_packed"]
 
-_INT32_LIMIT = 2**31 - 2**20  # int32 index headroom: larger tensors use int64 indices
 _TILE_ELEMENTS = {"cuda": 2048, "interpreter": 1 << 16}  # elements per program
 _ELEMS_PER_THREAD = {"cuda": 8, "interpreter": 1 << 16}  # sets num_warps
 
 
 def _interpreted() -> bool:
     """Were the kernels built by the Triton interpreter (TRITON_INTERPRET=1 at import)?"""
-    return not isinstance(kernels.stats_kernel, triton.runtime.JITFunction)
-
-
-def _kind(t: torch.Tensor) -> str:
-    if _interpreted():
-        return "interpreter"
-    if t.device.type == "cuda":
-        return "cuda"
-    raise RuntimeError(
-        f"aqsgd.quant.tah_triton_launch: tensors on device {t.device} need the Triton "
-        "interpreter (TRITON_INTERPRET=1 set before aqsgd.quant.tah_triton_kernels is "
-        "imported); Triton compiles for CUDA"
-    )
+    return _interpreted_kernel(kernels.stats_kernel)
 
 
 def _geometry(t: torch.Tensor, n_tiles: int, size: int) -> dict:
     """Grid and meta-parameters shared by the kernels."""
-    kind = _kind(t)
+    kind = device_kind(t, kernels.stats_kernel, __name__)
     rows = max(1, min(_TILE_ELEMENTS[kind] // size, triton.next_power_of_2(n_tiles)))
     warps = min(16, max(1, rows * size // (32 * _ELEMS_PER_THREAD[kind])))
     norm = torch.tensor(1.0 / math.sqrt(size), dtype=torch.float32).item()  # an fp32 value
     return dict(grid=(triton.cdiv(n_tiles, rows),), num_warps=warps,
                 meta=dict(G=size, LOG_G=size.bit_length() - 1, ROWS=rows, NORM=norm,
-                          IDX64=n_tiles * size >= _INT32_LIMIT))
+                          IDX64=n_tiles * size >= INT32_LIMIT))
 
 
 def _launch(kernel, geo: dict, *args, **meta) -> None:
-    kernel[geo["grid"]](*args, **geo["meta"], **meta, num_warps=geo["num_warps"],
-                        enable_fp_fusion=False)
-
-
-def _kernel_view(t: torch.Tensor) -> torch.Tensor:
-    # bf16 is read and written through int16 views (see aqsgd.quant.triton_kernels)
-    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
-
-
-def _seed_arg(seed: int) -> int:
-    mix = (int(seed) * GOLDEN32) % 2**32
-    return mix - 2**32 if mix >= 2**31 else mix  # int32 bit pattern of the uint32
+    launch(kernel, geo["grid"], geo["num_warps"], *args, **geo["meta"], **meta)
 
 
 def _offsets(bits: torch.Tensor, size: int) -> torch.Tensor:
@@ -96,8 +69,8 @@ def hadamard_tiles(v: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(v)
     geo = _geometry(v, n_tiles, size)
     meta = {k: geo["meta"][k] for k in ("G", "LOG_G", "ROWS", "NORM", "IDX64")}
-    kernels.hadamard_kernel[geo["grid"]](v.contiguous(), out, n_tiles, **meta,
-                                         num_warps=geo["num_warps"], enable_fp_fusion=False)
+    launch(kernels.hadamard_kernel, geo["grid"], geo["num_warps"], v.contiguous(), out,
+           n_tiles, **meta)
     return out
 
 
@@ -105,7 +78,7 @@ def quantize_packed(x: torch.Tensor, cfg: TahConfig, seed: int = 0) -> TahPacked
     """x (fp32/fp16/bf16, rows zero-padded to a multiple of tile_size) -> TahPacked."""
     size, dev = cfg.tile_size, x.device
     n_tiles = tile_count(x.shape, cfg)
-    xk = _kernel_view(to_tiles(x.contiguous(), cfg).contiguous())
+    xk = kernel_view(to_tiles(x.contiguous(), cfg).contiguous())
     geo = _geometry(x, n_tiles, size)
     flags = dict(HADAMARD=cfg.hadamard, PIVOT=cfg.pivot_swap, X_BF16=x.dtype == torch.bfloat16)
     centres = torch.empty(n_tiles, dtype=torch.float16, device=dev)
@@ -118,7 +91,7 @@ def quantize_packed(x: torch.Tensor, cfg: TahConfig, seed: int = 0) -> TahPacked
     bits = allocate_bits(keys, x.shape, cfg)
     codes = torch.empty(code_bits(x.shape, cfg) // 8, dtype=torch.uint8, device=dev)
     _launch(kernels.encode_kernel, geo, xk, centres, scales, bits, pivot_arg,
-            _offsets(bits, size), codes, n_tiles, _seed_arg(seed) if cfg.stochastic else 0,
+            _offsets(bits, size), codes, n_tiles, seed_arg(seed, cfg.stochastic),
             STOCHASTIC=cfg.stochastic, **flags)
     return TahPacked(codes, centres, scales, bits, pivots)
 
@@ -132,6 +105,6 @@ def dequantize_packed(packed: TahPacked, shape: Sequence[int], cfg: TahConfig,
     geo = _geometry(out, n_tiles, size)
     pivot_arg = packed.pivots if cfg.pivot_swap else packed.bits  # unread without PIVOT
     _launch(kernels.decode_kernel, geo, packed.codes, packed.centers, packed.scales,
-            packed.bits, pivot_arg, _offsets(packed.bits, size), _kernel_view(out), n_tiles,
+            packed.bits, pivot_arg, _offsets(packed.bits, size), kernel_view(out), n_tiles,
             HADAMARD=cfg.hadamard, PIVOT=cfg.pivot_swap, OUT_BF16=dtype == torch.bfloat16)
     return from_tiles(out, shape)

@@ -1,40 +1,33 @@
-"""Host side of the Triton path: launch geometry, pass choice, the four calls.
-
-`aqsgd.quant` imports this module lazily, only when it dispatches to Triton; it has the
-signatures of `aqsgd.quant.cpu` and `aqsgd.quant.reference`, with arguments already
-checked and the seed already drawn by `aqsgd.quant`:
+"""Host side of the AQ-SGD / DirectQ Triton path: launch geometry, pass choice, the four
+calls (`aqsgd.quant.backends` loads it only when a call goes to Triton), with the
+signatures of `aqsgd.quant.cpu` and `aqsgd.quant.reference`, arguments already checked:
 
     packed, scales = quantize_packed(x, cfg, seed)
     y = dequantize_packed(packed, scales, shape, cfg, dtype)
     packed, scales = aqsgd_encode(x, m, cfg, seed)      # m += deQ in place
     aqsgd_decode(packed, scales, m, cfg)                # m += deQ in place
 
-Which kernels run, and why, is the design note of `aqsgd.quant.triton_kernels`.
-
-Tiles: few, large programs. The interpreter costs milliseconds per program, so
-on CPU tensors (TRITON_INTERPRET=1) the tiles hold up to 64K elements; on CUDA
-they hold a few thousand elements per program, enough programs to fill the GPU.
+Which kernels run, and why: docs/ARCHITECTURE.md, "Quantizer" (the Triton kernels).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import triton
 
 from aqsgd.quant import triton_kernels as kernels
-from aqsgd.quant.config import GOLDEN32, scale_shape
+from aqsgd.quant.config import scale_shape
+from aqsgd.quant.triton_host import INT32_LIMIT, device_kind, kernel_view, pow2, seed_arg
+from aqsgd.quant.triton_host import interpreted as _interpreted_kernel
+from aqsgd.quant.triton_host import launch as _launch_kernel
 
 __all__ = ["aqsgd_decode", "aqsgd_encode", "dequantize_packed", "quantize_packed"]
 
 # ---------------------------------------------------------------------------
 # Launch geometry
 # ---------------------------------------------------------------------------
-
-_INT32_LIMIT = 2**31 - 2**20  # int32 index headroom: larger tensors use int64 indices
-
 
 @dataclass(frozen=True)
 class _Tiles:
@@ -47,7 +40,7 @@ class _Tiles:
     stat_elems: int  # elements per loop step of the statistics kernels
     target_programs: int  # programs the channel statistics pass aims for
     elems_per_thread: int  # sets num_warps per launch (registers: see _launch)
-    idx64_from: int = _INT32_LIMIT  # element count from which indices are int64
+    idx64_from: int = INT32_LIMIT  # element count from which indices are int64
 
     def __post_init__(self) -> None:
         for name in ("flat_octets", "rows_elems", "max_row_elems", "stat_cols", "stat_elems",
@@ -86,41 +79,15 @@ _TILES = {
 
 def _interpreted() -> bool:
     """Were the kernels built by the Triton interpreter (TRITON_INTERPRET=1 at import)?"""
-    return not isinstance(kernels.encode_rows_kernel, triton.runtime.JITFunction)
+    return _interpreted_kernel(kernels.encode_rows_kernel)
 
 
 def _tiles_for(t: torch.Tensor) -> _Tiles:
-    if _interpreted():
-        return _TILES["interpreter"]
-    if t.device.type == "cuda":
-        return _TILES["cuda"]
-    raise RuntimeError(
-        f"aqsgd.quant.triton_launch: tensors on device {t.device} need the Triton interpreter "
-        "(TRITON_INTERPRET=1 set before aqsgd.quant.triton_kernels is imported); "
-        "Triton compiles for CUDA"
-    )
-
-
-def _kernel_view(t: torch.Tensor) -> torch.Tensor:
-    # The kernels read and write bf16 through int16 views (see aqsgd.quant.triton_kernels).
-    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
-
-
-def _seed_arg(seed: int | None, stochastic: bool) -> int:
-    if not stochastic:
-        return 0
-    if seed is None:
-        raise ValueError("rounding='stochastic' needs a seed, got seed=None")
-    mix = (int(seed) * GOLDEN32) % 2**32
-    return mix - 2**32 if mix >= 2**31 else mix  # int32 bit pattern of the uint32
+    return _TILES[device_kind(t, kernels.encode_rows_kernel, __name__)]
 
 
 def _span(shape: torch.Size, cfg) -> int:
     return cfg.group_size if cfg.granularity == "group" else shape[-1]
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, math.ceil(math.log2(max(n, 1))))
 
 
 def _launch(kernel, grid, tiles: _Tiles, tile_elems: int, *args, **meta) -> None:
@@ -128,7 +95,7 @@ def _launch(kernel, grid, tiles: _Tiles, tile_elems: int, *args, **meta) -> None
     # (measured with cuobjdump -res-usage: 32 elements per thread took 234-255), so
     # enough warps stay resident to keep HBM busy.
     warps = min(32, max(1, tile_elems // (32 * tiles.elems_per_thread)))
-    kernel[grid](*args, **meta, num_warps=warps, enable_fp_fusion=False)
+    _launch_kernel(kernel, grid, warps, *args, **meta)
 
 
 def _encode(x: torch.Tensor, m: torch.Tensor | None, cfg, seed: int | None,
@@ -151,12 +118,12 @@ def _encode(x: torch.Tensor, m: torch.Tensor | None, cfg, seed: int | None,
         M_BF16=m is not None and m.dtype == torch.bfloat16,
         IDX64=n >= tiles.idx64_from,
     )
-    seed_mix = _seed_arg(seed, stochastic)
-    xk = _kernel_view(x)
-    mk = xk if work_m is None else _kernel_view(work_m)  # unread when HAS_M is False
+    seed_mix = seed_arg(seed, stochastic)
+    xk = kernel_view(x)
+    mk = xk if work_m is None else kernel_view(work_m)  # unread when HAS_M is False
     packed = torch.empty(n_bytes, dtype=torch.uint8, device=x.device)
     scales = torch.empty(scale_shape(x.shape, cfg), dtype=torch.float16, device=x.device)
-    octets = _pow2((span + 7) // 8)
+    octets = pow2((span + 7) // 8)
     whole_rows = (span * cfg.bits) % 8 == 0 and octets * 8 <= tiles.max_row_elems
     if channel or not whole_rows:
         inv = torch.empty(scales.numel(), dtype=torch.float32, device=x.device)
@@ -165,7 +132,7 @@ def _encode(x: torch.Tensor, m: torch.Tensor | None, cfg, seed: int | None,
     else:
         inv = step = scales  # unread: the one-pass kernel makes its own
     if whole_rows:
-        rows = max(1, min(tiles.rows_elems // (octets * 8), _pow2(n_rows)))
+        rows = max(1, min(tiles.rows_elems // (octets * 8), pow2(n_rows)))
         _launch(kernels.encode_rows_kernel, (triton.cdiv(n_rows, rows),), tiles,
                 rows * octets * 8, xk, mk, scales, inv, step, packed, n_rows, span, seed_mix,
                 STOCHASTIC=stochastic, L2=cfg.scale_method == "l2", COL_SCALES=channel,
@@ -185,15 +152,15 @@ def _scales_pass(xk, mk, scales, inv, step, n_rows, span, cfg, tiles: _Tiles, fl
     l2 = cfg.scale_method == "l2"
     common = {k: flags[k] for k in ("HAS_M", "X_BF16", "M_BF16", "IDX64")}
     if cfg.granularity != "channel":
-        cols = min(_pow2(span), tiles.stat_cols)
-        rows = max(1, min(tiles.stat_elems // cols, _pow2(n_rows)))
+        cols = min(pow2(span), tiles.stat_cols)
+        rows = max(1, min(tiles.stat_elems // cols, pow2(n_rows)))
         _launch(kernels.row_scales_kernel, (triton.cdiv(n_rows, rows),), tiles, rows * cols,
                 xk, mk, scales, inv, step, n_rows, span,
                 BITS=cfg.bits, SYMMETRIC=flags["SYMMETRIC"], L2=l2, ROWS=rows, COLS=cols,
                 **common)
         return
-    block_c = min(_pow2(span), tiles.stat_cols)
-    block_r = max(1, min(tiles.stat_elems // block_c, _pow2(n_rows)))
+    block_c = min(pow2(span), tiles.stat_cols)
+    block_r = max(1, min(tiles.stat_elems // block_c, pow2(n_rows)))
     n_cb = triton.cdiv(span, block_c)
     want_rb = max(1, min(triton.cdiv(tiles.target_programs, n_cb), triton.cdiv(n_rows, block_r)))
     rows_per_prog = triton.cdiv(triton.cdiv(n_rows, want_rb), block_r) * block_r
@@ -218,18 +185,18 @@ def _decode_into(packed: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, 
     span = _span(out.shape, cfg)
     n_rows = n // span
     channel = cfg.granularity == "channel"
-    octets = _pow2((span + 7) // 8)
+    octets = pow2((span + 7) // 8)
     common = dict(BITS=cfg.bits, SYMMETRIC=cfg.grid == "symmetric", ACCUMULATE=accumulate,
                   OUT_BF16=out.dtype == torch.bfloat16, IDX64=n >= tiles.idx64_from)
     if (span * cfg.bits) % 8 == 0 and octets * 8 <= tiles.max_row_elems:
-        rows = max(1, min(tiles.rows_elems // (octets * 8), _pow2(n_rows)))
+        rows = max(1, min(tiles.rows_elems // (octets * 8), pow2(n_rows)))
         _launch(kernels.decode_rows_kernel, (triton.cdiv(n_rows, rows),), tiles,
-                rows * octets * 8, packed, scales, _kernel_view(out), n_rows, span,
+                rows * octets * 8, packed, scales, kernel_view(out), n_rows, span,
                 COL_SCALES=channel, ROWS=rows, OCTETS=octets, **common)
     else:
         _launch(kernels.decode_flat_kernel, (triton.cdiv(n, 8 * tiles.flat_octets),), tiles,
                 8 * tiles.flat_octets,
-                packed, scales, _kernel_view(out), n, packed.numel(), span,
+                packed, scales, kernel_view(out), n, packed.numel(), span,
                 BY_ROW=not channel, OCTETS=tiles.flat_octets, **common)
 
 

@@ -57,7 +57,7 @@ def generator(cfg: QuantConfig, gen_seed: int):
 def check_quantize(x: torch.Tensor, cfg: QuantConfig, gen_seed: int = 7) -> None:
     """quantize_packed and dequantize_packed (fp32, fp16, bf16 out) on the default CPU
     path against the reference under the path's own scales."""
-    assert quant._backend_for("auto", x.device) is fused
+    assert quant.backend_for(cfg, "auto", x.device) is fused
     seed = seed_of(gen_seed) if cfg.stochastic else 0
     packed, scales = quant.quantize_packed(x, cfg, generator=generator(cfg, gen_seed))
     assert_scales(scales, reference.compute_scales(x, cfg), cfg)
@@ -212,7 +212,7 @@ def test_nan_and_inf_reach_the_receiver_as_the_reference_says(grid):
 def test_same_bytes_as_the_torch_path():
     """The two CPU backends agree byte for byte where the contract is exact, and the
     torch path stays reachable as backend="torch"."""
-    assert quant._backend_for("torch", torch.device("cpu")) is cpu
+    assert quant.backend_for(QuantConfig(), "torch", torch.device("cpu")) is cpu
     x, m0 = sample(SMALL, seed=10), sample(SMALL, torch.float16, seed=11)
     cfg = QuantConfig(bits=3, granularity="token", rounding="stochastic", grid="symmetric")
     runs = {}
@@ -284,7 +284,7 @@ def test_no_compiler_is_a_stated_fallback(tmp_path, monkeypatch):
             packed, scales = quant.quantize_packed(x, cfg)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # said once, not on every call
-            assert quant._backend_for("auto", x.device) is cpu
+            assert quant.backend_for(cfg, "auto", x.device) is cpu
             quant.quantize_packed(x, cfg)
     finally:
         fused._warn_unavailable.cache_clear()

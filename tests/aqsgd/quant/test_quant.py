@@ -485,3 +485,17 @@ def test_dispatch_passes_one_seed_to_the_triton_side(monkeypatch):
     quant.dequantize_packed(packed, scales, SMALL, cfg, torch.float16, backend="triton")
     quant.aqsgd_decode(packed, scales, torch.zeros(SMALL), cfg, backend="triton")
     assert calls == [("q", want), ("e", want), ("q", 0), ("d", torch.float16), ("D", None)]
+
+
+def test_one_table_resolves_every_backend_and_reference_is_one():
+    """aqsgd.quant.backends.TABLE resolves both quantizers; backend="reference" runs the
+    contract itself, with the bytes every other backend gives."""
+    x, cfg = sample(SMALL), QuantConfig(bits=3, rounding="stochastic")
+    cpu_dev = torch.device("cpu")
+    assert quant.backend_for(cfg, "reference", cpu_dev) is reference
+    assert quant.backend_for(cfg, "torch", cpu_dev) is cpu
+    tah = quant.backend_for(quant.TahConfig(), "torch", cpu_dev)
+    assert tah.__name__ == "aqsgd.quant.tah_torch"
+    got = quant.quantize_packed(x, cfg, torch.Generator().manual_seed(5), backend="reference")
+    want = quant.quantize_packed(x, cfg, torch.Generator().manual_seed(5))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

@@ -440,3 +440,10 @@ def test_import_and_run_without_triton():
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "OK"
+
+
+def test_reference_backend_gives_the_torch_paths_bytes():
+    x, cfg = sample((3, 37, 64)), TahConfig(rounding="stochastic")
+    got = tah_quantize(x, cfg, torch.Generator().manual_seed(3), backend="reference")
+    want = tah_quantize(x, cfg, torch.Generator().manual_seed(3), backend="torch")
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
