@@ -33,7 +33,7 @@ from aqsgd.data.sources import (
     split_documents,
 )
 from aqsgd.data.tokenizer import Tokenizer, tokenizer_for
-from aqsgd.filecache import default_cache_dir
+from aqsgd.filecache import build_once, default_cache_dir
 
 __all__ = [
     "CHUNK_CHARS",
@@ -121,9 +121,17 @@ def _stream(
 
 
 @functools.lru_cache(maxsize=4)
-def _builtin_stream(name: str, tokenizer: Tokenizer) -> torch.Tensor:
-    # Train and eval splits (and repeated builds in one process) tokenize once.
-    return _stream(builtin_documents(name), tokenizer)
+def _builtin_stream(name: str, tokenizer: Tokenizer, cache_dir: Path | None) -> torch.Tensor:
+    # Train and eval splits (and repeated builds in one process) tokenize once; with a
+    # cache_dir, every later process reads the ids (keyed by the documents' and the
+    # tokenizer's hashes) instead of tokenizing again, about a second of a worker's start.
+    docs = builtin_documents(name)
+    if cache_dir is None:
+        return _stream(docs, tokenizer)
+    digest = hashlib.sha256("\0".join(docs).encode()).hexdigest()[:16]
+    path = Path(cache_dir) / "tokens" / f"{name}-{tokenizer.fingerprint}-{digest}.pt"
+    build_once(path, lambda tmp: torch.save(_stream(docs, tokenizer), tmp))
+    return torch.load(path, weights_only=True)
 
 
 def _cut(stream: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -145,11 +153,12 @@ def split_windows(tokens: torch.Tensor, split: str) -> torch.Tensor:
     return tokens[held_out if split == "eval" else ~held_out]
 
 
-def _split_tokens(name, split, seq_len, tokenizer, path, text_field) -> torch.Tensor:
+def _split_tokens(name, split, seq_len, tokenizer, path, text_field, cache_dir) -> torch.Tensor:
     if name in BUILTIN_DATASETS:
         if split in FILE_SPLITS:
             raise ValueError(f"split {split!r} needs split files; data set {name!r} has none")
-        return split_windows(_cut(_builtin_stream(name, tokenizer), seq_len), split)
+        stream = _builtin_stream(name, tokenizer, cache_dir and Path(cache_dir))
+        return split_windows(_cut(stream, seq_len), split)
     docs, by_stride = split_documents(name, split, path, text_field)
     tokens = token_windows(docs, tokenizer, seq_len)
     return split_windows(tokens, split) if by_stride else tokens
@@ -167,8 +176,10 @@ def build_dataset(
     num_samples: int | None = None,
     path: str | Path | None = None,
     text_field: str = "text",
+    cache_dir: str | Path | None = None,
 ) -> WindowDataset:
-    """Windows of `seq_len` tokens of one split; the first `num_samples` if given.
+    """Windows of `seq_len` tokens of one split; the first `num_samples` if given. With a
+    `cache_dir`, a built-in data set's token ids are cached there once for every process.
     `name` is one of aqsgd.data.sources.DATASETS; `split` one of SPLITS, or of
     FILE_SPLITS for a data set with split files."""
     if name not in DATASETS:
@@ -177,7 +188,7 @@ def build_dataset(
         raise ValueError(f"split must be one of {(*SPLITS, *FILE_SPLITS)}, got {split!r}")
     if not isinstance(seq_len, int) or seq_len < 2:
         raise ValueError(f"seq_len must be an int >= 2, got {seq_len!r}")
-    tokens = _split_tokens(name, split, seq_len, tokenizer, path, text_field)
+    tokens = _split_tokens(name, split, seq_len, tokenizer, path, text_field, cache_dir)
     if num_samples is not None:
         if not isinstance(num_samples, int) or num_samples < 0:
             raise ValueError(f"num_samples must be None or an int >= 0, got {num_samples!r}")
@@ -218,11 +229,12 @@ def load_windows(
     `data_cfg.eval_samples` eval windows of length `model_cfg.seq_len`. The split is
     fixed, so sample ids do not depend on the run's seed. The tokenizer (for
     `model_cfg.vocab_size`) is cached under `cache_dir`."""
+    cache_dir = cache_dir or default_cache_dir()
     if tokenizer is None:
-        tokenizer = tokenizer_for(model_cfg.vocab_size, cache_dir or default_cache_dir())
+        tokenizer = tokenizer_for(model_cfg.vocab_size, cache_dir)
     common = dict(
         seq_len=model_cfg.seq_len, tokenizer=tokenizer, path=data_cfg.path,
-        text_field=data_cfg.text_field,
+        text_field=data_cfg.text_field, cache_dir=cache_dir,
     )  # fmt: skip
     train = build_dataset(data_cfg.name, split="train", num_samples=data_cfg.max_samples, **common)
     evaluation = build_dataset(

@@ -38,6 +38,22 @@ def test_pydoc_windows_stable_and_split(tok):
         build_dataset("pydoc", seq_len=32, tokenizer=tok, num_samples=100_000)
 
 
+@pytest.mark.timeout(30)
+def test_a_cached_builtin_stream_is_the_tokenized_one_and_is_read_back(tok, tmp_path):
+    import aqsgd.data.windows as windows
+
+    direct = build_dataset("pydoc", seq_len=32, tokenizer=tok)
+    first = build_dataset("pydoc", seq_len=32, tokenizer=tok, cache_dir=tmp_path)
+    (cached,) = (tmp_path / "tokens").glob(f"pydoc-{tok.fingerprint}-*.pt")
+    windows._builtin_stream.cache_clear()  # as a new process: only the file is left
+    stamp = cached.stat().st_mtime_ns
+    again = build_dataset("pydoc", seq_len=32, tokenizer=tok, cache_dir=tmp_path, split="eval")
+    assert torch.equal(first.tokens, direct.tokens)
+    assert torch.equal(again.tokens, build_dataset("pydoc", seq_len=32, tokenizer=tok,
+                                                   split="eval").tokens)
+    assert cached.stat().st_mtime_ns == stamp  # read, not written again
+
+
 def test_build_dataset_errors(tok):
     with pytest.raises(ValueError, match="data set name must be one of"):
         build_dataset("nope", seq_len=8, tokenizer=tok)
