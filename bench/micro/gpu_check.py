@@ -81,12 +81,18 @@ def environment(device: torch.device | None) -> dict:
 
 
 def _git_commit() -> str | None:
+    """HEAD of the checkout this suite is; None for a tree outside one (a `git archive`
+    export inside another repository must not report that repository's commit)."""
+    root = Path(__file__).resolve().parents[2]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, cwd=Path(__file__).resolve().parent)  # fmt: skip
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True, timeout=10, cwd=root)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None
+    words = out.stdout.split()
+    if out.returncode != 0 or len(words) != 2 or Path(words[0]).resolve() != root:
+        return None
+    return words[1]
 
 
 def _nvidia_smi_driver() -> str | None:
