@@ -9,9 +9,9 @@ other keys override it), `pipeline`, `forward` and `backward`
 (aqsgd.compress.gradient.GradCompressionConfig),
 `train`, `data`, `dist`, `output`. Files and dicts are checked by specfile against the
 dataclasses' type hints: unknown keys and values of the wrong type are rejected with the
-full key path (`train.lr: expected a number, got 'fast'`), and each section's own
-`__post_init__` checks ranges. `RunConfig.to_dict()` is the resolved configuration, for
-the run record.
+full key path (`train.lr: expected a number, got 'fast'`); each setting's range is declared
+on its field (`Steps`, `Seed`, ...: specfile.declared), checked in files and in code
+(`train: steps must be >= 1, got 0`). `RunConfig.to_dict()` is the resolved configuration.
 """
 
 from __future__ import annotations

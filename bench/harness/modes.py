@@ -6,18 +6,11 @@
     str(parse_mode("aqsgd+gc:2/4"))    # 'aqsgd+gc/qadam:2/4' (QuantizedAdam by default)
     parse_mode("aqsgd-fw2-bw4")        # the directory spelling (ModeSpec.label) reads too
 
-Spellings (docs/results-schema.md, "Mode spellings"): the command line's `NAME[/GRAD]
-[:FW/BW]` (`str(ModeSpec)`) is the one tables, legends, summary.csv and sweep files use;
-directory names and meta.json's `label` keep the file-name-safe `ModeSpec.label`
-('aqsgd-fw2-bw4', 'aqsgd+gc-qadam-fw2-bw4'), which parse_mode also reads. Replicas and
-variants are no part of a mode: a cell's directory adds '-dp2' and '__VARIANT', a legend
-' dp2' and ' [VARIANT]'; parse_mode refuses them, naming the flag that sets them.
-
-The modes are the comparisons registered in aqsgd.compress.registry (`COMPARISONS`, one
-module per activation mode in aqsgd/compress/modes/): their names, their default bit
-widths, which of them take bit widths and which select a data-parallel gradient codec
-(the compressing codecs of `GRAD_CODECS`). bench.harness.cells builds what the workers
-compress from the same entries.
+Spellings: the command line's `NAME[/GRAD][:FW/BW]` (`str(ModeSpec)`) is the one tables,
+legends and sweep files use; directories keep the file-name-safe `ModeSpec.label`
+('aqsgd+gc-qadam-fw2-bw4'); replicas and variants are no part of a mode
+(docs/results-schema.md, "Mode spellings"). The modes are aqsgd.compress.registry's
+`COMPARISONS`: names, default bit widths, which take bits or a gradient codec.
 """
 
 from __future__ import annotations

@@ -1,44 +1,20 @@
-"""Sweeps: which cells to run (scenarios x modes x bit widths x seeds x variants).
-bench.harness.run runs them, resumably, with a progress bar; the modes and their
-syntax are bench.harness.modes.
-
-    python -m bench sweep scenarios/sweeps/paper.yaml
-
-A sweep file (YAML, checked against SweepFile: unknown keys and wrong types rejected):
+"""Sweeps: which cells to run (scenarios x modes x bit widths x seeds x variants);
+bench.harness.run runs them, resumably. A sweep file (YAML, checked against SweepFile):
 
     name: paper                       # results go to results/<name>/
-    description: throughput against bandwidth, every mode
-    scenarios: [10gbps, 1gbps, 500mbps, 300mbps, 100mbps]
-    modes: [fp32, directq, aqsgd, aqsgd+gc]   # or explicit "aqsgd:2/4", "aqsgd+gc/ef21:2/4"
-    bits: [[2, 4], [3, 6], [4, 8]]            # (forward, backward) bit pairs,
-                                              # crossed with bare quantized modes
+    scenarios: [10gbps, 1gbps, 100mbps]
+    modes: [fp32, directq, aqsgd, aqsgd+gc]   # or "aqsgd:2/4", "aqsgd+gc/ef21:2/4"
+    bits: [[2, 4], [4, 8]]            # (forward, backward) pairs, crossed with bare modes
     workload: {steps: 8, preset: tiny, stages: 2}   # any Workload field
     reference: loopback               # optional: fp32 on an unshaped link too
-    gc_reference: true                # fp32 (bf16) with aqsgd+gc's replicas too (default)
-    seeds: [1, 2, 3]                  # optional: every cell once per seed, `__s<seed>` in names
-    repeats: 3                        # optional: every cell this many times, interleaved
-                                      # (`__r2`, `__r3` in names); tables show the median
-    variants:                         # optional: some modes again with other workload values
-      - {name: dropout0, modes: [fp32, "aqsgd:2/4"], workload: {dropout: 0.0}}
-    timing: {start_s: 7.0, step_s_per_rank: 0.09, eval_s_per_window: 0.002}
-    throughput: paper                 # optional: the sweep with this one's step times
+    seeds: [1, 2, 3]                  # optional: every cell once per seed (`__s<seed>`)
+    repeats: 3                        # optional: every cell 3 times, interleaved
+    variants: [{name: dropout0, modes: [fp32], workload: {dropout: 0.0}}]
 
-Modes read `NAME[/GRAD][:FW/BW]`: fp32, directq, aqsgd, aqsgd-lowbits (AQ-SGD with its
-cache stored quantized) and aqsgd+gc, whose `/GRAD` names the data-parallel gradient
-compressor (qadam, the default; ef21; natural): `aqsgd+gc/ef21:2/4`; bf16 and fp16
-(activations and gradients cast to that half dtype on the wire, the baseline a system of
-today sends).
+    spec = load_sweep("scenarios/sweeps/paper.yaml"); spec.cells()
 
-Repeats measure the same cell again for its run-to-run spread: a scenario's cells run
-once each in sweep order, then all of them again (so the load a machine carries at one
-time spreads over every mode instead of falling on one), and the reports show the median
-over repeats with its min..max band (bench.report.repeats). The first repeat keeps the
-plain name, so a sweep that gains repeats keeps the cells it measured.
-
-A cell is finished when its meta.json exists with status ok, the same spec
-key and the same git commit of the suite; a rerun skips those and reruns the
-rest (including failed cells), so a killed sweep resumes where it stopped,
-and a rerun after a commit measures the new code.
+Every key, repeats, variants and when a cell counts as finished: docs/ARCHITECTURE.md,
+"Sweep files"; the modes' syntax: bench.harness.modes.
 """
 
 from __future__ import annotations

@@ -1,38 +1,19 @@
-"""Network scenarios: one YAML file per scenario in `scenarios/`, parsed into a
-frozen, validated `NetworkScenario`.
-
-    python -c "from bench.net.scenario import load_scenario; print(load_scenario('100mbps'))"
-
-File format (every unit is in the key's name):
+"""Network scenarios: one YAML file per scenario in `scenarios/`, parsed into a frozen,
+validated `NetworkScenario` (every unit is in the key's name):
 
     description: Paper setting, 100 Mbit/s between every pair of hosts.
-    layout: {stages: 4, replicas: 1}     # hosts = stages * replicas, host i = pipeline rank i
-    link:                                # default for every directed host-to-host link
-      rate_mbit: 100                     # payload rate; null = unshaped
-      delay_ms: 0                        # one-way delay
-      jitter_ms: 0                       # +- uniform around delay_ms
-      loss_pct: 0                        # random packet loss, percent
-      queue_packets: 1000                # or queue_bytes; at most one of the two
-    links:                               # optional overrides, later entries win
-      - {src: 1, dst: 2, rate_mbit: 10}  # one direction (asymmetric links)
-      - {hosts: [0, 3], delay_ms: 40}    # both directions
-      - {hosts: [0, 1], schedule: {phases: [{duration_s: 60, rate_mbit: 5}, ...]}}
-    hosts:                               # optional per-host aggregate caps
-      - {host: 3, uplink_mbit: 50, downlink_mbit: 200}
-    competing:                           # optional bulk TCP flows beside the training
-      - {src: 0, dst: 1, start_s: 20, duration_s: 30}
-    stragglers:                          # optional: a host computing slower for a while
-      - {host: 2, factor: 2, start_s: 20, duration_s: 30}
+    layout: {stages: 4, replicas: 1}   # hosts = stages * replicas, host i = rank i
+    link: {rate_mbit: 100, delay_ms: 0, jitter_ms: 0, loss_pct: 0, queue_packets: 1000}
+    links: [{src: 1, dst: 2, rate_mbit: 10}, {hosts: [0, 3], delay_ms: 40}]  # overrides
+    hosts: [{host: 3, uplink_mbit: 50, downlink_mbit: 200}]       # per-host caps
+    competing: [{src: 0, dst: 1, start_s: 20, duration_s: 30}]    # bulk TCP flows
+    stragglers: [{host: 2, factor: 2, start_s: 20, duration_s: 30}]
 
-Every mistake (unknown key, missing field, wrong type such as "100mbps" where a
-number is expected, a value out of range) raises `ScenarioError` naming the file,
-the field and the value. A link's `schedule` (phases or a trace file: how the link
-changes during the run) is bench.net.schedule's `LinkSchedule`, a competing flow
-bench.net.competing's `CompetingFlow`, a straggler bench.net.straggler's `Straggler`; all
-of them run on one clock from the cell's start (bench/launch/schedules.py). The keys and types of a
-file are bench.net.scenario_file's (which also gives the JSON Schema,
-scenarios/scenario.schema.json); the dataclasses here say what the values mean and check
-their bounds.
+    load_scenario("100mbps"); load_scenario("path/to/file.yaml")
+
+Every mistake raises `ScenarioError` naming the file, the field and the value. Schedules,
+competing flows, stragglers, the ranges (`Bounds`, checked by `check_bounds`) and the file
+schema: docs/ARCHITECTURE.md, "Scenarios".
 """
 
 from __future__ import annotations
