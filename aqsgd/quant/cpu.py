@@ -1,28 +1,17 @@
-"""The quantizer's torch path: chunked, in place, fast on CPU; bit for bit the reference.
+"""The quantizer's torch path: chunked, in place; bit for bit the reference.
 
-`aqsgd.quant` dispatches here under backend="torch", on CPU where the fused kernels
-(`aqsgd.quant.fused`) cannot be built, and on CUDA when Triton is not there; the four calls
-have the signatures of `aqsgd.quant.reference` and `aqsgd.quant.triton_launch`, with
-arguments already checked and the seed already drawn:
+`backend="torch"` runs it, and "auto" where the fused kernels (`aqsgd.quant.fused`)
+cannot be built or on CUDA without Triton; the four calls have the signatures of
+`aqsgd.quant.reference`, arguments already checked and the seed already drawn:
 
     packed, scales = quantize_packed(x, cfg, seed)
     y = dequantize_packed(packed, scales, shape, cfg, dtype)
     packed, scales = aqsgd_encode(x, m, cfg, seed)      # m += deQ in place
     aqsgd_decode(packed, scales, m, cfg)                # m += deQ in place
 
-Speed on CPU (`python -m bench.micro.kernels` measures it): x is read twice (statistics
-forwards, then codes backwards, so the first chunks coded are still in cache), every other
-pass is an in-place op on a cache-sized chunk of rows whose views are made once per call;
-max-abs levels, which the scale bounds, are clamped as int8 rather than fp32; 1-, 2- and
-4-bit codes pack by a shift-or per doubling on 2/4/8-byte lanes (aqsgd.quant.bitpack) and
-unpack by one table gather per byte (4 bits: straight to fp32 pairs); the AQ-SGD sender
-recomputes x - m per chunk instead of allocating a whole delta. On a GPU a "chunk" is the
-whole tensor.
-
-Slightly over 400 lines, on purpose in one file: encode and decode both rest on the chunk
-geometry below (whole octets of codes per chunk, so every chunk's bytes start on a byte of
-the stream), and each shortcut is only right together with it. The chunked unpacking of
-codes lives in aqsgd.quant.cpu_unpack.
+Each chunk of rows holds whole octets of codes, so its bytes start on a byte of the
+stream (the chunked unpacking is `aqsgd.quant.cpu_unpack`). Why it stays beside the fused
+path, measured, and how it is fast: docs/ARCHITECTURE.md, "Quantizer".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The quantizer's fused CPU path: the four calls in a few passes over memory, bit for bit
-the reference. `aqsgd.quant` picks it for CPU tensors under `backend="auto"`; the kernels
-are C++ beside this file (fused_kernels.cpp, with fused_arith.h and fused_pack.h), built
-here on first use with the system's C++ compiler and loaded through ctypes:
+the reference. `backend="auto"` runs it for CPU tensors; the kernels are C++ beside this
+file (fused_kernels.cpp, fused_arith.h, fused_pack.h), built here on first use with the
+system's C++ compiler into .cache/quant-fused/ and loaded through ctypes:
 
     if fused.available():                          # builds once per machine, then cached
         packed, scales = fused.quantize_packed(x, cfg, seed)
@@ -10,38 +10,9 @@ here on first use with the system's C++ compiler and loaded through ctypes:
         fused.aqsgd_decode(packed, scales, m, cfg)               # m += deQ in place
     print(fused.status())                          # where the library is, or why not
 
-Passes (fused_kernels.cpp says how): DirectQ reads x once per token or group (statistics
-and codes of a block of rows while it is in L1/L2) and twice per channel (the scales span
-every row), writes the stream once; AQ-SGD's sender reads x and m the same way and writes
-m and the stream; decoding reads the stream (and m) once and writes once. Random numbers
-are the contract's counter hash of the flat index, computed in the same loop. One thread:
-workers run torch.set_num_threads(1), and a thread of its own per call would only compete
-with them (ctypes releases the GIL, so a prefetch thread still runs beside a call).
-
-Why a C++ file through ctypes, measured on the suite's 2-core AMD EPYC host (one thread,
-per element of a 1x1024x1600 fp32 activation; `python -m bench.micro.coding`):
-- this path: AQ-SGD 2-bit encode + decode about 1.1 ns (1.5 under stochastic rounding),
-  at about 1.0x (1.2x) the time of a plain copy of the bytes it must read and write;
-  DirectQ 2-bit 0.65-0.75 ns. The torch path (aqsgd.quant.cpu): 4-5 ns for AQ-SGD
-  (12-13 stochastic), 3-5 ns for DirectQ.
-  The build takes about 5 s of CPU once per machine (source, flags and CPU are the key of
-  the library under .cache/quant-fused/); a later process only loads it (milliseconds).
-  The library needs only libc.
-- torch.compile (inductor's C++ code generation) of the same steps: bit-exact here, but
-  the AQ-SGD 2-bit stochastic encode alone took about 2.9 ns (this path: about 1.2), the
-  first call 66 s cold (6 s with inductor's cache warm), 9 s for each new shape, and one
-  graph per configuration (bits, grid, rounding, granularity, dtypes) that tests and
-  short runs would each pay for.
-- torch.utils.cpp_extension: the same kernels, but 34 s to compile against torch's
-  headers and a ninja dependency, for nothing that ctypes and plain pointers do not give.
-
-Where no compiler is found, the build fails or .cache/ cannot be written, and no library
-was built there before (a Docker worker finds the host's, copied into its cache volume),
-`available()` is False, `aqsgd.quant` runs `aqsgd.quant.cpu` (the same bytes, about 2-10x
-slower) and says so once with a RuntimeWarning; `status()` gives the reason.
-
-Imports torch, aqsgd.filecache (the build-once cache) and aqsgd.quant's config and
-bitpack; nothing else of aqsgd.
+Where it cannot be built, `available()` is False and the torch path runs (a RuntimeWarning
+says why, once). Its passes, and why C++ through ctypes (measured against torch,
+torch.compile and cpp_extension): docs/compressors.md, "CPU coding at the speed of memory".
 """
 
 from __future__ import annotations

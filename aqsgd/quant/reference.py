@@ -2,22 +2,16 @@
 
 Each step of docs/ARCHITECTURE.md ("Quantizer") is one torch op on fp32 values, in the
 order the contract writes it; every element looks its scale up by its flat index; bits
-are packed one by one. The fused CPU kernels (`aqsgd.quant.fused`), the torch path
-(`aqsgd.quant.cpu`) and the Triton kernels (`aqsgd.quant.triton_launch`) give the same
-bytes as this module (l2 scales: within one fp16 ulp, the sum order being free):
-tests/aqsgd/quant/test_fused.py, test_quant.py and test_triton_kernels.py check it,
-and `python -m bench.micro.kernels` times this module as its naive baseline.
-
-The four calls have the signatures of the other backends; `seed` is the int that
-`aqsgd.quant.draw_seed` draws from the caller's generator (unused under round-to-nearest):
+are packed one by one. Every other backend gives its bytes (l2 scales: within one fp16
+ulp); `backend="reference"` runs it and `python -m bench.micro.kernels` times it as the
+naive baseline. Arguments are checked by `aqsgd.quant`'s public calls, not here:
 
     packed, scales = quantize_packed(x, cfg, seed)       # x (B, L, D) -> uint8, fp16
     y = dequantize_packed(packed, scales, x.shape, cfg)
     packed, scales = aqsgd_encode(x, m, cfg, seed)       # quantizes x - m; m += deQ
     aqsgd_decode(packed, scales, m, cfg)                 # m += deQ
 
-and under them the steps: compute_scales, quantize, dequantize, pack, unpack. Arguments
-are not checked here; `aqsgd.quant`'s public calls check them.
+and under them the steps: compute_scales, quantize, dequantize, pack, unpack.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What TAH-Quant's contract fixes before any arithmetic: the config, the tiles, the wire.
 
-`TahConfig` says how a tensor is quantized (the method and every choice made for it are
-in `aqsgd.quant.tah_reference`); `tile_count` and `code_bits` give the tiles of a shape
+`TahConfig` says how a tensor is quantized (the method and every choice made for it:
+docs/compressors.md, "TAH-Quant"); `tile_count` and `code_bits` give the tiles of a shape
 and the code bits the budget grants them; `to_tiles` / `from_tiles` cut a tensor into
 tiles (rows zero-padded to a multiple of the tile) and back; `TahPacked` is what travels;
 `tah_wire_spec` and `tah_wire_nbytes` give its tensors and its exact size from shape and

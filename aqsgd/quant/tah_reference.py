@@ -1,86 +1,16 @@
 """TAH-Quant (He et al., arXiv 2506.01352) as plain torch: the contract, written to be read.
 
-TAH-Quant quantizes a pipeline activation without a per-sample cache. It cuts the tensor
-into small tiles, flattens each tile's outliers with a Hadamard transform (after swapping
-the tile's largest element, its pivot, to the front), and codes every tile on its own grid
-with a bit width that its entropy earns under an average bit budget. This module is the
-contract: the torch fast path (`aqsgd.quant.tah_torch`) and the Triton kernels
-(`aqsgd.quant.tah_triton_launch`) give the same bytes; tests/aqsgd/quant/test_tah.py and
-tests/aqsgd/quant/test_tah_triton_kernels.py check it.
-
     packed = quantize_packed(x, cfg, seed)               # x (..., D) -> TahPacked
     y = dequantize_packed(packed, x.shape, cfg, dtype)
 
 and under them, per tile (T tiles of G = cfg.tile_size elements, v (T, G) fp32):
 find_pivots, swap_pivots, hadamard, tile_grid, tile_keys, allocate_bits, quantize,
 dequantize, pack, unpack. `seed` is what `aqsgd.quant.draw_seed` draws (unused under
-round-to-nearest); arguments are checked by the public calls in `aqsgd.quant.tah`.
-
-Arithmetic: as the quantizer contract (docs/ARCHITECTURE.md, "Quantizer"): fp32, every step
-one IEEE operation in the order written, no fused multiply-add, divisions tensor by tensor.
-
-Choices the paper left open
----------------------------
-Built from the paper's description of the method (its abstract, v1 and v2, and an
-outline of its tiling; its method section itself was not available here), so each point
-below is this module's choice, with its reason.
-
-1. Tile shape: G consecutive channels of one token (the paper tiles along channels within
-   a token); G a power of two in 8..256, default 64, the largest power of two dividing
-   every GPT-2 width (768, 1024, 1280, 1600). Other widths are zero-padded to a multiple
-   of G, row by row (the padding is coded like data and its coefficients travel: the
-   transform needs the whole tile). G >= 8 puts every tile's codes on whole bytes;
-   G <= 256 lets a pivot position be one byte.
-2. Entropy estimate: the Shannon entropy of a 16-bin histogram of the tile's values
-   (after the transform: what is quantized) over its own range, plus log2 of that range.
-   The sum is the tile's entropy per element at a common absolute resolution (a
-   histogram over each tile's own range alone is blind to scale, and would give a tile
-   of tiny values the bits of one of large values). It is computed in integers, in units
-   of 2**-16 bit: a table of c*log2(c) for the bin counts, and log2(range) read off the
-   fp32 bit pattern (Mitchell's approximation: exact integer arithmetic, monotone, within
-   0.09 bit), so every backend and host ranks tiles identically.
-3. Bits to meet the budget: greedy rate-distortion allocation. A tile of entropy h (per
-   element, as above) spans a range proportional to 2**h, so on a grid of 2**b levels
-   its squared error goes as (2**h / (2**b - 1))**2, and raising b to b + 1 gains
-   2**(2h) * (1/(2**b - 1)**2 - 1/(2**(b+1) - 1)**2); in log2, 2h + g(b) with g from
-   `tah_config.gain_table`. Every tile starts at min_bits; the floor(bits * T) -
-   min_bits * T extra bits go to the (tile, b) steps of largest gain, ties to the lower
-   tile index. The gains fall with b, so this is the optimal allocation of that error
-   model: bits follow entropy, and with max_bits = min_bits + 1 it is the paper's "the
-   most informative tiles get the higher width". The exact g(b), rather than the
-   asymptotic "one bit quarters the error", matters at 1-2 bits, where it would push
-   tiles down to 1 bit for no gain (measured on the tiny model's activations).
-   Exactly floor(bits * T) tile-bits are always spent, so the wire's size is fixed by
-   shape and config (receives can be posted before the data exists; the performance
-   model gets exact bytes); the price is that surplus bits may land on all-zero tiles.
-4. Hadamard transform: the orthonormal Walsh-Hadamard transform (Sylvester order) of the
-   whole tile: butterflies (a, b) -> (a + b, a - b) at strides 1, 2, ..., G/2, then one
-   multiplication by fp32(1/sqrt(G)) (exact for G = 16, 64, 256). It is its own inverse.
-5. Pivots: one per tile, its element of largest magnitude (the first on ties), swapped
-   with position 0 before the transform and back after the inverse. Column 0 of the
-   Hadamard matrix is all ones, so an element at position 0 adds the same p/sqrt(G) to
-   every coefficient, a pure shift that the tile's centre absorbs; anywhere else it adds
-   +-p/sqrt(G) in a sign pattern that widens the grid by 2|p|/sqrt(G). With the pivot in
-   front the grid spans only the rest of the tile, and a tile with one outlier comes
-   back nearly exact. Only column 0 is constant, so one pivot per tile is all the swap can
-   serve. The pivot's position travels as one uint8.
-6. Scale format: a centre c16 (fp16, the middle of the coefficient range) and a
-   half-width s16 (fp16, max |y - c16| rounded up as the quantizer contract rounds its
-   scales, so nothing is clipped), the paper's scale and zero point. The zero point is
-   an fp16 value rather than an integer code because with the pivot in front the centre
-   usually lies many grid steps away from zero.
-7. Grid and rounding: the quantizer contract's symmetric mid-rise grid, 2**b levels over
-   [c - s, c + s]: h = (2**b - 1) / 2, t = (y - c) * (h / s) + h, code = clamp(r(t), 0,
-   2**b - 1), value (code - h) * (s / h) + c; r is floor(t + 0.5), or floor(t + u) with
-   the contract's lowbias32 hash of the flat coefficient index (unbiased, and so is the
-   whole quantizer: the transform is linear). s16 = 0 gives inv = 0 and the value c.
-8. What travels (TahPacked): the codes, a dense little-endian stream of b_t-bit codes per
-   tile, tiles in order, each starting on a byte (G * b_t is a multiple of 8); fp16
-   centres; fp16 half-widths; uint8 widths; uint8 pivot positions (none without
-   pivot_swap). The budget counts code bits; the rest is 6 bytes a tile (0.75 bit per
-   element at G = 64), which `aqsgd.quant.tah_config.tah_wire_nbytes` includes.
-9. Widths: min_bits >= 1 (a 0-bit tile would need a decoding rule of its own), max_bits
-   <= 8 (codes are bytes before packing).
+round-to-nearest); the public calls in `aqsgd.quant.tah` check the arguments.
+`aqsgd.quant.tah_torch` and the Triton kernels give the same bytes (tests/aqsgd/quant/
+test_tah.py, test_tah_triton_kernels.py). Arithmetic as the quantizer contract
+(docs/ARCHITECTURE.md, "Quantizer"); the method and every choice the paper left open,
+with its reason: docs/compressors.md, "TAH-Quant".
 """
 
 from __future__ import annotations

@@ -1,26 +1,16 @@
 """TAH-Quant's torch path (CPU, and CUDA without Triton): bit for bit the reference.
 
-`aqsgd.quant.tah` dispatches here; the two calls have the signatures of
-`aqsgd.quant.tah_reference` and `aqsgd.quant.tah_triton_launch`, with arguments already
-checked and the seed already drawn:
+`backend="torch"` runs it, and "auto" off CUDA; the two calls have the signatures of
+`aqsgd.quant.tah_reference`, arguments already checked and the seed already drawn:
 
     packed = quantize_packed(x, cfg, seed)
     y = dequantize_packed(packed, shape, cfg, dtype)
 
-It works on chunks of tiles held transposed, (G, tiles): every step (butterfly, range,
-histogram, codes) is then one vectorised op over long contiguous rows of one coefficient
-of many tiles, where the (tiles, G) layout would make a butterfly of stride 1 an op on rows
-of one element. The transformed chunks are kept for the second pass, since the bit
-allocation needs every tile's entropy first. Codes pack per width with
-`aqsgd.quant.bitpack`, each tile's bytes moved as whole words to where the widths before
-it end. Imports torch only.
-
-Speed (one thread, 3-bit budget, this 2-core machine under a load average of about 9,
-median CPU time): encode 19-25 ns and decode 9-11 ns per element at the tiny (16, 64, 128)
-and the GPT2-XL (1, 1024, 1600) boundary, against DirectQ's 3.6-3.8 and 2.5 under the same
-load. The encode's time goes, in about equal shares, to the transform (transposed load,
-pivots, butterflies), the entropy histogram, the codes and the packing per width; none of
-it is fused here.
+It works on chunks of tiles held transposed, (G, tiles), so every step is one vectorised
+op over long rows, and keeps the transformed chunks for the second pass (the bit
+allocation needs every tile's entropy first); codes pack per width with
+`aqsgd.quant.bitpack`. Speed (one thread, 3-bit budget, loaded 2-core host): encode 19-25
+ns and decode 9-11 ns an element, against DirectQ's 3.6-3.8 and 2.5. Imports torch only.
 """
 
 from __future__ import annotations

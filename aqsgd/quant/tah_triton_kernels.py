@@ -1,31 +1,12 @@
-"""Triton kernels of TAH-Quant (device code only; launched by tah_triton_launch).
+"""Triton kernels of TAH-Quant (device code only; launched by
+`aqsgd.quant.tah_triton_launch`, imported only when a call goes to Triton).
 
-`aqsgd.quant.tah_triton_launch` imports this module, and `aqsgd.quant.tah` imports that
-one only when it dispatches to Triton: importing `aqsgd` never imports Triton. Every
-kernel reproduces the contract that `aqsgd.quant.tah_reference` spells out in plain torch,
-with the rounding rules of the quantizer's kernels (`aqsgd.quant.triton_kernels`, whose
-bf16 load/store and hash helpers these kernels call): fp32 arithmetic, one IEEE operation
-per step, divisions by `tl.math.div_rn`, launched with `enable_fp_fusion=False`.
-
-A program holds ROWS whole tiles as a (ROWS, G) block in registers:
-- `hadamard_kernel`: the transform alone (for tests and benchmarks).
-- `stats_kernel`: the first pass: pivot (tl.argmax, first on ties), a load of the tile
-  with column 0 and the pivot's column swapped (a gather: the swap costs no pass), the
-  butterflies, the tile's range, fp16 centre and half-width, and the entropy key (a
-  16-bin histogram by 16 compares, a table of c*log2(c), Mitchell's log2 of the range
-  read off the fp32 bits). The bit allocation over all tiles then runs in torch on the
-  device (`tah_reference.allocate_bits`, one selection over T integers), and so do the
-  byte offsets of the tiles (a cumulative sum of their widths).
-- `encode_kernel`: the second pass: the same swapped load and transform (recomputed:
-  cheaper than writing and reading the coefficients), the codes on each tile's grid, and
-  the packing: a tile of G codes of b bits is G / 8 octets of 8 codes, each octet one
-  uint64 word `sum(c_k << k*b)` whose low b bytes land at the tile's offset + octet * b.
-- `decode_kernel`: bytes -> codes -> values -> inverse transform -> a store with the two
-  columns swapped back (a scatter), in the output dtype.
-
-The butterflies work on the register block through reshape / permute / split / join: at
-stride s the block is viewed as (ROWS, G / 2s, 2, s), the pair axis moved last and split
-into a and b, and (a + b, a - b) joined back, the order `tah_reference.hadamard` uses.
+Each reproduces `aqsgd.quant.tah_reference` bit for bit with the rounding rules of
+`aqsgd.quant.triton_kernels` (whose bf16 load/store and hash helpers it calls): a program
+holds ROWS whole tiles as a (ROWS, G) block; `hadamard_kernel` (the transform alone),
+`stats_kernel` (pivot, transform, fp16 centre and half-width, entropy key),
+`encode_kernel` (the transform again, codes, packing per octet) and `decode_kernel`.
+How each works: docs/ARCHITECTURE.md, "The Triton kernels".
 """
 
 from __future__ import annotations

@@ -1,70 +1,12 @@
-"""Triton kernels of the AQ-SGD quantizer (device code only; launched by triton_launch).
+"""Triton kernels of the AQ-SGD / DirectQ quantizer (device code only; launched by
+`aqsgd.quant.triton_launch`, which `aqsgd.quant` imports only when a call goes to Triton,
+so importing `aqsgd` never imports Triton; the PTX audit of bench.micro.gpu_check
+compiles them too).
 
-`aqsgd.quant.triton_launch` imports this module (so does the PTX audit of
-bench.micro.gpu_check), and `aqsgd.quant` imports that one only when it dispatches to
-Triton (CUDA tensors, or `backend="triton"`): importing `aqsgd` never imports Triton.
-Every kernel reproduces the bit-exact contract of docs/ARCHITECTURE.md ("Quantizer")
-that `aqsgd.quant.reference` spells out in plain torch: fp32 arithmetic, fp16 scales,
-`inv = Q / s` by one IEEE division per scale (`tl.math.div_rn`, never the approximate
-`/`), codes `floor(t + 0.5)` or `floor(t + u)` with u from the lowbias32 hash of the flat
-index, and a dense little-endian bit stream.
-Kernels are launched with `enable_fp_fusion=False`: a fused multiply-add would round
-`v * inv + 0.5` once instead of twice and break bit-exactness with torch. floor is not
-tl.floor (on NVIDIA a flush-to-zero instruction; see `_floor_clamp`). bf16 conversions
-are written out by hand because the interpreter truncates fp32 -> bf16: loads are a
-16-bit shift, stores round to nearest even on the bits, as torch does; the same code runs
-on the GPU. `python -m bench.micro.gpu_check --ptx-audit` compiles every kernel variant
-for sm_90 on a CPU-only host and checks the PTX for all of this.
-
-The seven kernels stay in one file (over 400 lines): device code only, built from the
-same jit helpers and bit layout, whose rounding rules above hold for all of them
-together; each is mirrored by a function of aqsgd.quant.reference, the PTX audit
-compiles exactly this module's kernels, and the launch code lives in triton_launch.
-
-Design
-------
-Packing. Eight codes of `bits` bits fill exactly `bits` whole bytes, so the
-stream is cut into "octets" of 8 consecutive codes: octet g holds codes
-[8g, 8g + 8) and owns bytes [g * bits, (g + 1) * bits). A program works on whole
-octets and writes whole bytes; no two programs touch the same byte. In a tile
-the octet is the last axis (size 8): the codes are shifted into one uint64 word
-(`sum(c_k << k * bits)`, bits <= 8 so 64 bits suffice), whose low `bits` bytes
-are stored. Unpacking reverses it. Padding bits are zero because masked lanes
-hold code 0.
-
-Scale index of element i (flat, row-major): channel i % D, token i // D,
-group i // G. Token and group are the same thing on a (rows, span) view with
-span = D or G; channel is a column reduction on the (rows, D) view.
-
-Passes over memory (N elements; "read x" means N elements of x's dtype; the host
-code in triton_launch picks them):
-- token / group, span * bits % 8 == 0 and the padded row fits a tile (the
-  usual case: D = 1600, G = 128): ONE pass, `encode_rows_kernel`. A program
-  holds ROWS whole rows as a (ROWS, octets, 8) tile, takes the row statistic,
-  stores the fp16 scales, quantizes and packs. Each row's packed bytes start on
-  a byte boundary (span * bits % 8 == 0), so octets are counted from the start
-  of each row and the last one of a row is partial (its code count times bits
-  is still a multiple of 8): the bytes come out exactly as the global stream.
-  Fused encode: reads x and m once, writes codes, scales and m once.
-- token / group otherwise (span * bits not byte-aligned, or huge rows): TWO
-  passes. `row_scales_kernel` reads x (and m) and writes scale, inv and step
-  per row; `encode_flat_kernel` reads x (and m) again and packs octets of the
-  flat stream, gathering each element's inv/step (a few KB, cache-resident).
-- channel: TWO passes plus a tiny one. Each column max (or sum of squares for
-  l2) runs over every row, so many programs must share a column: a 2-D grid of
-  (row block, column block) programs writes partial statistics to a small
-  (row blocks, D) fp32 buffer (`col_partial_kernel`); `col_finalize_kernel`
-  reduces that buffer in a fixed order (deterministic: no atomics) into the
-  fp16 scales and the fp32 inv/step per column. The quantize+pack pass is then
-  `encode_rows_kernel` with COL_SCALES (when D * bits % 8 == 0: inv/step of
-  the program's columns loaded once, no integer division per element), else
-  `encode_flat_kernel` (inv/step gathered by i % D). The fused AQ-SGD encode
-  with channel scales reads x and m in the statistics pass and again in the
-  pack pass (2 reads of x and m, 1 write of codes and m).
-- dequantize and the fused AQ-SGD decode: ONE pass: read packed bytes and the
-  scales, write the values (or read m, write m). `decode_rows_kernel` on whole
-  byte-aligned rows (a step per row, or per column loaded once per program);
-  `decode_flat_kernel` otherwise (scale gathered per element by i % D or i // span).
+Each kernel is mirrored by a function of `aqsgd.quant.reference` and gives its bytes:
+fp32 arithmetic, fp16 scales, divisions by `tl.math.div_rn`, no fused multiply-add,
+bf16 loads and stores written out by hand. The packing into octets, the passes over
+memory and why each rule holds: docs/ARCHITECTURE.md, "The Triton kernels".
 """
 
 from __future__ import annotations

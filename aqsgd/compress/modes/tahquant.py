@@ -1,6 +1,6 @@
 """Mode ``tahquant``: TAH-Quant (He et al., arXiv 2506.01352), tile-wise adaptive Hadamard
 quantization of the activation itself, no per-sample cache (aqsgd.quant.tah; the method
-and the choices the paper left open are in aqsgd.quant.tah_reference).
+and the choices the paper left open: docs/compressors.md, "TAH-Quant").
 
 The message's ``bits`` is the average budget of code bits per element: every tile of 64
 channels of a token gets ``bits - 1``..``bits + 1`` bits (within 1..8) by its entropy,
