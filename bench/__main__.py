@@ -54,7 +54,8 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.exit(message=f"{version()}\n")
+        print(version())  # on stdout, as argparse's own version action prints
+        parser.exit()
 
 
 def version() -> str:

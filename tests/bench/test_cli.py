@@ -65,3 +65,23 @@ def test_a_report_names_a_truncated_meta_once_and_refuses_a_folder_of_none_reada
     err = capsys.readouterr().err
     assert f"error: no readable result cell under {tmp_path}: the meta.json of each of its 2" \
         in err
+
+
+def test_version_names_the_suite_and_its_commit(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert re.fullmatch(r"bench \S+ \(commit ([0-9a-f]{12}|unknown)(, modified)?\)\n",
+                        capsys.readouterr().out)
+
+
+def test_every_workload_setting_is_a_run_flag_with_its_declared_default():
+    from bench.__main__ import build_parser
+    from bench.harness.workload import Workload
+
+    args = build_parser().parse_args(["run", "--scenario", "100mbps"])
+    for name in ("steps", "lr", "threads", "eval_samples", "timeout_s", "init_from"):
+        assert getattr(args, name) == getattr(Workload(), name), name
+    assert (args.stages, args.preset) == (None, None)  # the scenario's layout decides
+    assert build_parser().parse_args(["run", "--scenario", "x", "--init-from", "none"]) \
+        .init_from is None
