@@ -8,43 +8,10 @@ One sender object and one receiver object per stage boundary and direction:
     # receiver: posts irecvs from fwd_recv.wire_spec((B, L, D), sample_ids), then
     x_hat = fwd_recv.decode(tensors, sample_ids)
 
-Modes (``CompressionConfig.mode``) are registered in aqsgd.compress.registry, one module
-each in aqsgd/compress/modes/ (``MODES`` lists them; the AQ-SGD paper's baselines and
-AQ-SGD itself are): ``none`` (the activation in the transport dtype: fp32, fp16 or bf16),
-``directq`` (quantize the activation itself), ``aqsgd`` (quantize the change since the
-sample's last visit against a per-sample cache held by both sides), ``aqsgd-lowbits``
-(the same with the cache stored quantized). A mode codes the rows a message does not
-send raw; this module frames every message the same way around them.
-
-Note on warm-up and first visits (the "layout"):
-- While ``epoch < warmup_epochs`` (training messages, every mode that codes rows), rows
-  are sent in the transport dtype and, for the modes with a cache, written to both caches.
-- After warm-up, a sample whose cache row was never written is sent raw by default
-  (``first_visit="raw"``) and fills the cache, so its later visits are true deltas. With
-  ``first_visit="zero"`` (what the AQ-SGD authors' code does) it is delta-coded against a
-  zero row, which is in effect a direct quantization of its first activation.
-- A micro-batch may mix both kinds of rows. The rows of a message are split into raw rows
-  (in batch order) and coded rows (in batch order); both sides derive the split from
-  the sample ids and their own copy of the "initialised" flags, which stay equal because
-  both sides apply the same updates. So ``wire_spec`` can size the receives in advance.
-- Evaluation messages (``training=False``) are sent raw in fp32 (``EVAL_DTYPE``), whatever
-  the transport dtype, and never touch the cache: the held-out loss measures the model a
-  run trained, not the rounding of its transport (bf16 and fp16 cells included).
-
-The configuration of one direction (`CompressionConfig`) and the size rule of its
-messages (`message_spec`: header, raw rows, coded rows) are aqsgd.compress.message;
-this module holds the stateful sender and receiver that follow them.
-
-Note [adaptive widths]: with ``widths`` (aqsgd.compress.adaptive) a sender may code each
-training message at another of those bit widths. The receiver must size its receives
-before the message arrives, so a width is announced one message ahead: every message's
-header carries its own width and the width of the next training message of its direction
-(an evaluation message repeats its own and changes nothing). Both sides start at
-``bits``; the sender's ``set_next_bits`` sets what it announces next, the receiver reads
-it from the header, checks the message's own width against what it expected, and decodes
-with the coder of that width. The cache is written from the decoded rows as always, so
-both copies stay bit-identical whatever widths are chosen. The header is two fields
-longer only in a direction with ``widths``; every other mode's bytes are unchanged.
+A mode (aqsgd.compress.modes, `CompressionConfig.mode`) codes the rows a message does not
+send raw; this module frames every message the same way around them, and keeps the
+per-sample cache. Which rows go raw (warm-up, first visits, evaluation) and why:
+docs/ARCHITECTURE.md, "Compressors"; the size rule of a message: aqsgd.compress.message.
 """
 
 from __future__ import annotations
@@ -67,6 +34,17 @@ from aqsgd.compress.message import (
 from aqsgd.compress.modes.base import FMT_RAW, FMT_WARMUP
 
 __all__ = ["Compressor", "make_compressor"]
+
+# Note [adaptive widths]: with ``widths`` (aqsgd.compress.adaptive) a sender may code each
+# training message at another of those bit widths. The receiver must size its receives
+# before the message arrives, so a width is announced one message ahead: every message's
+# header carries its own width and the width of the next training message of its direction
+# (an evaluation message repeats its own and changes nothing). Both sides start at
+# ``bits``; the sender's ``set_next_bits`` sets what it announces next, the receiver reads
+# it from the header, checks the message's own width against what it expected, and decodes
+# with the coder of that width. The cache is written from the decoded rows as always, so
+# both copies stay bit-identical whatever widths are chosen. The header is two fields
+# longer only in a direction with ``widths``; every other mode's bytes are unchanged.
 
 
 @dataclass(frozen=True)

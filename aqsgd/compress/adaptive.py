@@ -5,39 +5,12 @@ comparison).
     chooser = WidthChooser(widths=(2, 3, 4, 8), nbytes=lambda b: ..., start=8)
     bits = chooser.update(sent_bytes=2_000_000, link_s=0.4, budget_s=0.05)
 
-The rule (the performance model's, docs/performance-model.md: a message of `n` bytes
-holds its link for `8 n / rate`): a message should leave within the compute the sender
-does per micro-batch (`budget_s`, forward plus backward: in 1F1B's steady state each
-message hides behind one micro-batch of compute), so the chooser takes the widest width
-of the ladder whose transfer `transfer_s(nbytes(bits), rate)` fits the budget: as many
-bits as the link carries for free, fewer only when it forces them; the narrowest when
-none fits.
-
-Note [rate estimate]: the rate is the sender's own: the bytes it sent to the peer in a
-step over the link time they took, smoothed over steps. The link time is the larger of
-two lower bounds (aqsgd.train.pipeline, Note [adaptive widths]): the time the sends were
-busy, and the step's stretch beyond its compute. A step slower than the average replaces
-it (the chooser backs off at once, as TCP does); a faster one is averaged in
-(`SMOOTHING`). The first bound alone fails on small messages: a send completes once it
-is copied into the socket's buffer (measured on this suite's netns links: four 131 kB
-sends a step over 1 Mbit/s "took" 1 ms, read as 2 Gbit/s), so a slow link would look
-fast; the stretch is what the link cost the step whatever the buffers hide. Both err
-towards a slower link (the stretch counts the other direction's transfers and any load
-too), so the chooser errs towards fewer bits. Chosen over the receiver's arrival rate
-fed back, which needs a channel back, a clock both hosts share and arrival timing on the
-receiver. During warm-up the rows go raw, the largest messages a run sends.
-
-Note [hysteresis]: a width is left for fewer bits when its transfer exceeds the budget by
-`HYSTERESIS` (20%), for more bits only when the wider one fits under the budget by the same
-share; and after the chooser falls back from a width it had just probed, it waits `hold`
-steps before probing up again, doubling each time (from `HOLD_STEPS`, at most
-`MAX_HOLD_STEPS`) and reset when a width holds.
-
-Warm-up (`CompressionConfig.warmup_epochs`): the rows go raw, the largest messages a run
-sends, and the chooser already measures and chooses on them, so the first coded step
-starts at a width fitted to the link.
-
-Imports nothing of the suite.
+The rule: a message should leave within the compute the sender does per micro-batch
+(`budget_s`), so the chooser takes the widest width of the ladder whose transfer
+`transfer_s(nbytes(bits), rate)` fits the budget, the narrowest when none fits; it
+chooses during warm-up too, so the first coded step starts at a width fitted to the link.
+Why, and how the rate is measured: docs/adaptive.md and the notes below. Imports nothing
+of the suite.
 """
 
 from __future__ import annotations
@@ -49,6 +22,26 @@ from dataclasses import dataclass
 __all__ = ["FORWARD_LADDER", "BACKWARD_LADDER", "HYSTERESIS", "SMOOTHING", "HOLD_STEPS",
            "MAX_HOLD_STEPS", "ladder", "transfer_s", "widest_fitting", "WidthChooser",
            "ChooserState"]
+
+# Note [rate estimate]: the rate is the sender's own: the bytes it sent to the peer in a
+# step over the link time they took, smoothed over steps. The link time is the larger of
+# two lower bounds (aqsgd.train.pipeline, Note [adaptive widths]): the time the sends were
+# busy, and the step's stretch beyond its compute. A step slower than the average replaces
+# it (the chooser backs off at once, as TCP does); a faster one is averaged in
+# (`SMOOTHING`). The first bound alone fails on small messages: a send completes once it
+# is copied into the socket's buffer (measured on this suite's netns links: four 131 kB
+# sends a step over 1 Mbit/s "took" 1 ms, read as 2 Gbit/s), so a slow link would look
+# fast; the stretch is what the link cost the step whatever the buffers hide. Both err
+# towards a slower link (the stretch counts the other direction's transfers and any load
+# too), so the chooser errs towards fewer bits. Chosen over the receiver's arrival rate
+# fed back, which needs a channel back, a clock both hosts share and arrival timing on the
+# receiver. During warm-up the rows go raw, the largest messages a run sends.
+#
+# Note [hysteresis]: a width is left for fewer bits when its transfer exceeds the budget by
+# `HYSTERESIS` (20%), for more bits only when the wider one fits under the budget by the same
+# share; and after the chooser falls back from a width it had just probed, it waits `hold`
+# steps before probing up again, doubling each time (from `HOLD_STEPS`, at most
+# `MAX_HOLD_STEPS`) and reset when a width holds.
 
 # The widths a sender may pick. Forward: AQ-SGD's deltas at 2, 3, 4 or 8 bits. Backward:
 # the gradients are DirectQ-coded, with no cache to absorb the error, so never below 4
@@ -97,7 +90,7 @@ class ChooserState:
 
 
 class WidthChooser:
-    """One sender's width, updated once per step (module docstring)."""
+    """One sender's width, updated once per step (the rule: module docstring)."""
 
     def __init__(self, widths, nbytes: Callable[[int], int], start: int) -> None:
         widths = tuple(sorted(widths))

@@ -1,32 +1,17 @@
 """Per-sample activation cache for AQ-SGD: one row of shape (L, D) per training sample.
 
-The cache holds, for every training sample i, the reconstruction m[i] that the receiver of
-a stage boundary last saw: AQ-SGD codes the change of an activation against what the
-receiver already holds for that sample, not against the exact previous activation. The
-sender and the receiver each keep their own copy, and both must stay bit-identical: every
-write goes through the same deterministic conversion (a cast to fp16/fp32, or a
-round-to-nearest re-quantization) on both sides.
+For every training sample i the cache holds the reconstruction m[i] that the receiver of
+a stage boundary last saw; sender and receiver each keep a copy, bit-identical because
+every write goes through the same deterministic conversion on both sides. Layouts (rows
+indexed by sample id): ``fp32`` / ``fp16`` values (N, *S), or ``quant``: codes (N,
+packed_nbytes(prod(S), bits)) uint8 and one fp16 max-abs scale per token, so a sample's
+row is self-contained. Either lives in memory or in np.memmap files in a fresh directory
+under the caller's, removed on close(). Unwritten rows read as zeros (`initialised`).
 
-Storage layouts (rows are indexed by sample id, capacity = data set size):
-- ``fp32`` / ``fp16``: ``values`` (N, *S) of that dtype.
-- ``quant``: ``codes`` (N, packed_nbytes(prod(S), bits)) uint8 and ``scales`` (N, *S[:-1])
-  fp16. Each sample is quantized on its own with one max-abs scale per token (per row of
-  the last dim), so a sample's row is self-contained and can be read or written alone. At
-  4 bits and D = 1600 that is 0.5 + 2/1600 = 0.50125 bytes per element.
+    cache = ActivationCache(CacheSpec(num_samples, (L, D), "fp16"), device)
+    rows = cache.gather(ids); cache.scatter(ids, rows)
 
-Either layout lives in memory (on the compressor's device) or in np.memmap files inside a
-fresh directory created under the directory the caller passes; the cache removes exactly
-the directory it created on close().
-
-A per-sample ``initialised`` flag (always in memory) tells which rows have been written;
-unwritten rows read as zeros, as in the AQ-SGD authors' code, whose caches start at zero.
-
-No prefetch thread: measured on the 2-core build machine (one torch thread per worker),
-gathering one 1 x 1024 x 1600 fp16 row takes 1.3-3.5 ms (memory or mmap, depending on
-load) against 24-50 ms for its AQ-SGD encode+decode, and running the gather on a
-background thread while the main thread computed (35 ms of matmul) took 40 ms against
-35 ms sequentially: no gain.
-``python -m bench.micro.compressors`` reports the gather times per shape.
+Why no prefetch thread (measured): docs/ARCHITECTURE.md, "Compressors".
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
-"""One direction of one stage boundary as configured (`CompressionConfig`), and the size
-rule of its messages (`message_spec`), which the compressors (aqsgd.compress.activation),
-the pipeline's receives and the traffic predictions (bench.perfmodel) all read:
+"""One direction of one stage boundary as configured (`CompressionConfig`, holding its
+`QuantConfig`), and the size rule of its messages (`message_spec`), which the compressors
+(aqsgd.compress.activation), the pipeline's receives and the traffic predictions
+(bench.perfmodel) all read:
 
-    cfg = CompressionConfig(mode="aqsgd", bits=2)
+    cfg = CompressionConfig(mode="aqsgd", quant=QuantConfig(bits=2))
     message_spec(cfg, (B, L, D), n_raw=0)      # [(shape, dtype)] in wire order
     steady_raw_rows(cfg, B)                    # rows sent raw once every sample was seen
+    CompressionConfig.from_dict(d)             # a config file's form: forward.bits, ...
 
-Modes (``CompressionConfig.mode``, ``MODES``) are registered in aqsgd.compress.registry,
-one module each in aqsgd/compress/modes/; which rows a message sends raw (warm-up, first
-visits, evaluation) is aqsgd.compress.activation's module docstring.
-
-Wire format, in order (empty parts are left out; ``aqsgd.compress.wire.message_nbytes``
-counts everything):
-  header  int64 (3 + B,) = [format, epoch, n_raw, sample ids...], checked by the receiver;
-          with adaptive widths (5 + B,) = [format, epoch, n_raw, bits, next bits, ids...]
-  raw     (n_raw, *S) transport dtype (fp32 in an evaluation message)
-  coded   the mode's ``coded_spec((n_q, *S))``: for directq and the aqsgd modes
-          codes (packed_nbytes(n_q * prod(S), bits),) uint8, then scales
-          scale_shape((n_q, *S)) fp16
-With a cache the compressor gathers the coded rows' entries m[i] (in the cache's dtype;
-fp32 on CPU), the mode updates them and the compressor writes them back; the receiver's
-stage input is the stored row when the cache stores values (``aqsgd``), the mode's
-decoded rows otherwise (``aqsgd-lowbits``).
-The two adaptive-width fields (``WIDTH_FIELDS``) are there only in a direction with
-``widths`` (aqsgd.compress.activation, Note [adaptive widths]).
+Wire format, in order (empty parts left out): header int64 (3 + B,) = [format, epoch,
+n_raw, sample ids...] ((5 + B,) with adaptive `widths`: then bits, next bits); raw rows
+(n_raw, *S) in the transport dtype (fp32 in evaluation); the mode's `coded_spec((n_q,
+*S))`. docs/ARCHITECTURE.md, "Compressors", says which rows go raw and what a cache holds.
 """
 
 from __future__ import annotations
@@ -60,7 +48,7 @@ MODES = tuple(ACTIVATION_MODES)
 # the modes that may code activation gradients (the backward direction)
 GRADIENT_MODES = tuple(name for name, mode in ACTIVATION_MODES.items() if mode.codes_gradients)
 TRANSPORT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# the dtype of an evaluation message's rows (module docstring, warm-up and first visits)
+# the dtype of an evaluation message's rows (docs/ARCHITECTURE.md, "Compressors")
 EVAL_DTYPE = torch.float32
 
 # header[0]: FMT_RAW, FMT_WARMUP (every row raw) or the mode's wire_format.
@@ -78,7 +66,7 @@ def _split(data: dict) -> tuple[dict, dict]:
 
 @dataclass(frozen=True)
 class CompressionConfig:
-    """One direction of one stage boundary. See the module docstring for the modes.
+    """One direction of one stage boundary (modes: aqsgd.compress.registry).
 
     `quant` is the quantizer of its coded rows; a config file writes its fields flat
     beside this class's own (`forward.bits`, `forward.granularity`, ...: `to_dict`)."""

@@ -1,29 +1,17 @@
 """The registries of compression, filled from one module per compressor:
+`ACTIVATION_MODES` (every `MODE` of aqsgd/compress/modes/: the values of
+`CompressionConfig.mode`), `COMPARISONS` (every `COMPARISONS` entry there: the modes a
+sweep, a cell and a table name; `SPEEDUP_REFERENCES` those the reports divide by) and
+`GRAD_CODECS` (every `CODEC` of aqsgd/compress/codecs/: `GradCompressionConfig.mode`).
 
-- `ACTIVATION_MODES`: name -> `ActivationMode` subclass, every `MODE` of
-  aqsgd/compress/modes/ (the values of `CompressionConfig.mode`);
-- `COMPARISONS`: name -> `Comparison`, every `COMPARISONS` entry there (the modes a
-  sweep, a cell and a table name: fp32, directq, tahquant, aqsgd, aqsgd-adaptive,
-  aqsgd-lowbits, aqsgd+gc, bf16, fp16); `SPEEDUP_REFERENCES` the names of those the
-  reports divide throughput by (fp32, bf16);
-- `GRAD_CODECS`: name -> `DataParallel` subclass, every `CODEC` of aqsgd/compress/codecs/
-  (the values of `GradCompressionConfig.mode`).
-
-    from aqsgd.compress.registry import ACTIVATION_MODES, COMPARISONS, GRAD_CODECS
     ACTIVATION_MODES["aqsgd"].uses_cache        # True
     COMPARISONS["aqsgd+gc"].backward            # 'directq'
-    SPEEDUP_REFERENCES                          # ('fp32', 'bf16')
     GRAD_CODECS["ef21"].rounds                  # 1
 
-Each is ordered by its entries' `rank` and read-only. Every list of modes in the suite
-(the harness's names and default bits, the reports' reading order, the performance
-model's profile keys, the micro-benchmark's cases) is derived from these, so a new
-compressor is one module in its package (and its cost in the shipped profiles, which
-name every mode and codec). Built once, at import, from the modules found
-in the two packages; a conflict (two entries of one name, a comparison over a mode that
-is not registered) raises `RegistryError` naming the modules.
-
-Imports aqsgd.compress.modes and aqsgd.compress.codecs only.
+Each is ordered by rank and read-only; every list of modes in the suite derives from
+them, so a new compressor is one module (and its cost in the shipped profiles). A
+conflict (one name twice, a comparison over an unregistered mode) raises `RegistryError`
+naming the modules. Imports aqsgd.compress.modes and aqsgd.compress.codecs only.
 """
 
 from __future__ import annotations

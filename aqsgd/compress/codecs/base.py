@@ -1,22 +1,12 @@
 """What every data-parallel gradient codec is built from: `DataParallel` (the object the
 worker uses; one subclass per codec, registered as its module's `CODEC`), the
-point-to-point exchange that counts every byte, and the sharded average.
+point-to-point exchange that counts every byte, and the sharded average (the note below).
 
     dp = make_data_parallel(cfg, params, group, optim_kwargs)    # aqsgd.compress.gradient
     loss.backward(); dp.synchronize(); clip_grad_norm_(...); dp.optimizer.step()
 
 `cfg` is the run's aqsgd.compress.gradient.GradCompressionConfig (not imported here:
 that module validates codec names against the registry, which imports this one).
-
-Note on the sharded exchange (fp32, natural, qadam): the flat vector (all parameters in
-``param_groups`` order, zero-padded to ``world * shard``, shard a multiple of the bucket)
-is split into one shard per rank. Each rank sends shard j (compressed) to rank j with
-isend/irecv; the owner averages what it received with its own shard (kept exact), adds
-its server-side error, compresses once more and sends the result to every peer, so all
-ranks end with identical values. Every byte of every isend and irecv is counted in
-``bytes_sent`` / ``bytes_recv``; per step and rank that is (W - 1) shards out and (W - 1)
-in, twice.
-
 Imports aqsgd.compress.wire and torch only.
 """
 
@@ -32,6 +22,15 @@ from aqsgd.compress.wire import WireSpec, message_nbytes, spec_nbytes
 
 __all__ = ["VectorCodec", "Fp32Vector", "Exchange", "ShardedAverager", "shard_size",
            "flat_grads", "write_grads", "DataParallel", "AveragedDataParallel"]
+
+# Note [sharded exchange] (fp32, natural, qadam): the flat vector (all parameters in
+# ``param_groups`` order, zero-padded to ``world * shard``, shard a multiple of the bucket)
+# is split into one shard per rank. Each rank sends shard j (compressed) to rank j with
+# isend/irecv; the owner averages what it received with its own shard (kept exact), adds
+# its server-side error, compresses once more and sends the result to every peer, so all
+# ranks end with identical values. Every byte of every isend and irecv is counted in
+# ``bytes_sent`` / ``bytes_recv``; per step and rank that is (W - 1) shards out and (W - 1)
+# in, twice.
 
 
 # --- compressors of a 1-D fp32 vector ---------------------------------------------------------
@@ -100,7 +99,7 @@ def shard_size(numel: int, world: int, multiple: int) -> int:
 
 
 class ShardedAverager:
-    """Averages a flat vector over the group (see the note in the module docstring)."""
+    """Averages a flat vector over the group (Note [sharded exchange])."""
 
     def __init__(self, exchange: Exchange, numel: int, multiple: int = 1) -> None:
         self.ex = exchange

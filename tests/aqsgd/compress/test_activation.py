@@ -119,7 +119,7 @@ def test_evaluation_messages_are_raw_and_leave_the_cache_alone():
 
 
 def _closed_form_nbytes(cfg, b, n_raw):
-    """Bytes of one message from the wire format in aqsgd.compress.activation's docstring."""
+    """Bytes of one message from the wire format in aqsgd.compress.message's docstring."""
     header = 8 * (3 + b)
     itemsize = {"fp32": 4, "fp16": 2, "bf16": 2}[cfg.dtype]
     raw = n_raw * L * D * itemsize
