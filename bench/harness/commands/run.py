@@ -31,11 +31,11 @@ SCENARIO_DEFAULTS = {
     "stages": "the scenario's layout, e.g. 4; the aqsgd+gc cells then run 2 stages x 2 "
               "replicas on the same hosts",
     "preset": "the tiny preset sized for the stages"}
-# The field of a sweep a `bench run` flag sets (bench.harness.preflight names fields).
-RUN_FLAGS = {"workload.stages": "--stages", "workload.gc_stages": "--stages",
-             "workload.preset": "--preset", "workload.train_samples": "--train-samples",
-             "workload.init_from": "--init-from", "workload.replicas": "--replicas",
-             "scenarios[0]": "--scenario", "reference": "--reference"}
+# The flag that sets a field of the sweep `bench run` builds (bench.harness.preflight names
+# fields): each workload flag its own field, and these.
+RUN_FLAGS = {"workload.gc_stages": "--stages", "scenarios[0]": "--scenario",
+             "reference": "--reference",
+             **{f"workload.{name}": f"--{name.replace('_', '-')}" for name in WORKLOAD_FLAGS}}
 
 
 def register(sub) -> None:
