@@ -98,3 +98,18 @@ def test_ptx_audit_for_sm90(tmp_path):
                      "decode_rows_kernel",
                      "row_scales_kernel", "col_partial_kernel", "col_finalize_kernel"}
     assert all(r["ok"] for r in records), [r for r in records if not r["ok"]]
+
+
+@pytest.mark.parametrize("gpus, probe_exit, backend", [
+    (2, None, "nccl"),  # one rank per GPU
+    (1, 0, "nccl"),  # NCCL ran two ranks on the one GPU
+    (1, 1, "gloo"),  # NCCL refused them (Duplicate GPU detected): gloo, through host memory
+])  # fmt: skip
+def test_pipeline_run_backend_follows_the_gpus_and_the_nccl_probe(monkeypatch, gpus, probe_exit,
+                                                                  backend):  # fmt: skip
+    from bench.micro import gpu_training
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    probe = None if probe_exit is None else {"exit": probe_exit}
+    assert gpu_training._backend(torch.device("cuda", 0), probe)[0] == backend
+    assert gpu_training._backend(torch.device("cpu"), None) == ("gloo", "CPU: gloo")
