@@ -28,12 +28,12 @@ from typing import Any, ClassVar
 
 from bench.launch.base import links_record, new_run_id
 from bench.launch.lifecycle import HostsLifecycle
-from bench.launch.probing import PROBE_PORT, LinkProbing, exchange
+from bench.launch.probing import PROBE_PORT, default_probe_links, exchange, probe_each
 from bench.launch.process import ProcessIdentity, env_with_repo, spawn_group
 from bench.launch.schedules import ScheduledLinks
 from bench.launch.state import DEFAULT_STATE_DIR
 from bench.net.executor import Argv
-from bench.net.probe import ProbePlan, ProbeRecord
+from bench.net.probe import ProbePlan, ProbeRecord, check_links
 from bench.net.scenario import NetworkScenario
 from bench.net.scenario_file import MAX_HOSTS
 
@@ -131,7 +131,7 @@ class Hosts(HostsLifecycle):
                 **self._record(), "probe": [r.to_dict() for r in self._probe_records]}
 
 
-class ShapedHosts(Hosts, LinkProbing, ScheduledLinks):
+class ShapedHosts(Hosts, ScheduledLinks):
     """A launcher whose links carry the scenario: the probe's exchange and lifted limits,
     the schedules' commands and the record's links, schedule and timing, all through
     the transport. Sets `allow_drop` and `payload_correction` (as NetnsLauncher's)."""
@@ -151,6 +151,26 @@ class ShapedHosts(Hosts, LinkProbing, ScheduledLinks):
     def _payload_ratio(self) -> float:
         # configured literally, a link carries rate / framing of TCP payload
         return 1.0 if self.payload_correction else 1.0 / self._framing()
+
+    def check_delay_line(self) -> None:
+        """Raise if a delay line carrying the run's packets has died (none: nothing)."""
+
+    def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
+              tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
+        """Measure each directed link (default: default_probe_links) one after the other
+        (bench.launch.probing.probe_each: a short link again, then its host's ceiling
+        with the path's limits lifted); with `check`, raise LinkProbeError when one is
+        off by more than `tolerance` (a host-limited link is recorded, not raised)."""
+        self.check_delay_line()
+        links = links or default_probe_links(self.scenario, self.n_hosts)
+        self._probe_records = probe_each(
+            self.scenario, links, measure=self._measure_link, lift_limits=self._lift_limits,
+            payload_ratio=self._payload_ratio(),
+            delay_dropped=self.mechanisms.get("delay", "none").startswith("dropped"),
+            tolerance=tolerance, duration_s=duration_s)
+        if check:
+            check_links(self._probe_records, tolerance)
+        return self._probe_records
 
     def _measure_link(self, src: int, dst: int, plan: ProbePlan) -> dict:
         """One bench.net.probe exchange: its server on host dst, its client on host src."""

@@ -4,9 +4,9 @@ host, its client on the source, one link after the other.
     records = probe_each(scenario, links, measure=..., lift_limits=..., payload_ratio=1.0,
                          delay_dropped=False, tolerance=0.10, duration_s=1.0)
 
-`LinkProbing.probe` is the Launcher.probe of every shaped launcher; bench.launch.hosts.
-ShapedHosts gives it the exchange (`_measure_link`, through the launcher's transport),
-the lifted limits (`_lift_limits`) and the payload ratio. A link that falls short is
+bench.launch.hosts.ShapedHosts.probe (every shaped launcher's Launcher.probe) calls
+`probe_each` with the exchange (`measure`, through the launcher's transport), the lifted
+limits (`lift_limits`) and the payload ratio. A link that falls short is
 measured once more, then with every rate limit on its path lifted (the host's ceiling),
 which bench.net.probe's `rate_verdict` reads to tell a host-limited link from a wrongly
 shaped one. `exchange` runs one client against a started server.
@@ -21,10 +21,10 @@ from collections.abc import Callable
 
 from bench.launch.process import TEARDOWN_GRACE_S, read_ready_line, stop_group
 from bench.net.placement import place
-from bench.net.probe import ProbePlan, ProbeRecord, check_links, plan_probe, rate_verdict
+from bench.net.probe import ProbePlan, ProbeRecord, plan_probe, rate_verdict
 from bench.net.scenario import NetworkScenario
 
-__all__ = ["PROBE_PORT", "LinkProbing", "default_probe_links", "exchange", "probe_each"]
+__all__ = ["PROBE_PORT", "default_probe_links", "exchange", "probe_each"]
 
 PROBE_PORT = 5201
 
@@ -101,52 +101,3 @@ def exchange(server: subprocess.Popen, client: list[str], plan: ProbePlan,
     finally:
         stop_group(server, TEARDOWN_GRACE_S)
 
-
-class LinkProbing:
-    """Launcher.probe for a launcher whose links are shaped: bench.launch.hosts.ShapedHosts
-    gives one exchange (`_measure_link`), how a path's limits are lifted (`_lift_limits`)
-    and the payload rate per Mbit/s configured (`_payload_ratio`); a launcher whose delay
-    line carries the packets gives the check that it still runs (`check_delay_line`)."""
-
-    scenario: NetworkScenario
-    n_hosts: int
-    mechanisms: dict[str, str]
-    _probe_records: list[ProbeRecord]
-
-    def _measure_link(self, src: int, dst: int, plan: ProbePlan) -> dict:
-        """One bench.net.probe client/server exchange from host src to host dst (its
-        JSON reply)."""
-        raise NotImplementedError
-
-    def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
-        """Lift every rate limit on the path src -> dst, or put it back."""
-        raise NotImplementedError
-
-    def _payload_ratio(self) -> float:
-        """The payload rate a link carries per Mbit/s of the scenario (see probe_each)."""
-        raise NotImplementedError
-
-    def check_delay_line(self) -> None:
-        """Raise if a delay line carrying the run's packets has died (none: nothing)."""
-
-    def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
-              tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
-        """Measure each directed link (default: those the placement of the scenario's
-        layout uses, default_probe_links) one after the other, each as
-        bench.net.probe.plan_probe plans it from its rate, round trip and `duration_s`;
-        raise LinkProbeError if one is off by more than `tolerance` (rate, or round trip).
-
-        A link that falls short is measured again with its rate limits lifted (the
-        host's ceiling for that path, `rate_mbit_ceiling`); if that ceiling is below
-        the configured rate too, the link is recorded as `host_limited` and does not
-        stop the run (bench.net.probe.rate_verdict)."""
-        self.check_delay_line()
-        links = links or default_probe_links(self.scenario, self.n_hosts)
-        self._probe_records = probe_each(
-            self.scenario, links, measure=self._measure_link, lift_limits=self._lift_limits,
-            payload_ratio=self._payload_ratio(),
-            delay_dropped=self.mechanisms.get("delay", "none").startswith("dropped"),
-            tolerance=tolerance, duration_s=duration_s)
-        if check:
-            check_links(self._probe_records, tolerance)
-        return self._probe_records

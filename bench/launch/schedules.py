@@ -38,7 +38,7 @@ from bench.launch.competing import (
     run_events,
 )
 from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, stop_group
-from bench.net.executor import Argv, format_argv
+from bench.net.executor import format_argv
 from bench.net.probe import PhaseWindow
 from bench.net.scenario import LinkSpec, NetworkScenario
 from bench.net.shaping import Interface, ShapingPlan
@@ -195,8 +195,9 @@ class ScheduleRunner:
 class ScheduledLinks:
     """start_schedule / stop_schedule / schedule_record of a shaped launcher (module doc).
     The launcher gives its plan and interfaces (`_schedule_plan`), how a command runs on
-    a host (`_run_on_host`) and, where a delay line carries delay, jitter and loss, how
-    one link's values reach it (`_set_delay_line`; the default refuses)."""
+    a host (`_run_on_host`, its transport: bench.launch.hosts.Hosts) and, where a delay
+    line carries delay, jitter and loss, how one link's values reach it
+    (`_set_delay_line`; the default refuses)."""
 
     scenario: NetworkScenario
     n_hosts: int
@@ -212,9 +213,6 @@ class ScheduledLinks:
     _last_dynamics: dict | None = None  # the `competing` / `stragglers` blocks of the last run
 
     def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:
-        raise NotImplementedError
-
-    def _run_on_host(self, i: int, argv: Argv) -> None:
         raise NotImplementedError
 
     def _set_delay_line(self, change: LinkChange) -> str:

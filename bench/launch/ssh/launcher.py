@@ -272,10 +272,10 @@ class SshLauncher(ShapedHosts):
         self._started_process(proc)
         return proc
 
-    # -- link probe (LinkProbing.probe) and record -----------------------------------
+    # -- link probe (ShapedHosts.probe) and record -----------------------------------
     def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:
-        """LinkProbing.probe; unshaped, against the real links (nothing promised)."""
+        """ShapedHosts.probe; unshaped, against the real links (nothing promised)."""
         if self.shaping:
             return super().probe(links, check, tolerance, duration_s)
         configured = self.scenario
