@@ -14,12 +14,14 @@ docs/results-schema.md, "What the links allow".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from bench.report.markdown import markdown_table
+from bench.report.timeline import scheduled_rates
 
 __all__ = ["LinkBound", "bound_lines", "cell_bound", "fp32_bounds"]
 
@@ -38,6 +40,17 @@ class LinkBound:
     schedule_s: float  # the schedule-aware bound of one step
     samples_per_step: float
     measured_samples_s: float
+    # a scheduled link: busiest_rate_mbit is its time-weighted mean, this its slowest phase
+    busiest_slowest_phase_mbit: float | None = None
+
+    def link_text(self) -> str:
+        """'1 -> 2 (50 Mbit/s)', or under a schedule 'mean 46.9 Mbit/s over its
+        schedule, slowest phase 12.5'."""
+        src, dst = self.busiest
+        if self.busiest_slowest_phase_mbit is None:
+            return f"{src} -> {dst} ({self.busiest_rate_mbit:g} Mbit/s)"
+        return (f"{src} -> {dst} (mean {self.busiest_rate_mbit:.3g} Mbit/s over its schedule, "
+                f"slowest phase {self.busiest_slowest_phase_mbit:g})")
 
     @property
     def busiest_samples_s(self) -> float:
@@ -49,10 +62,9 @@ class LinkBound:
 
     def text(self) -> str:
         """The arithmetic, one sentence per bound."""
-        src, dst = self.busiest
         return (
-            f"{self.cell}: slowest used link {src} -> {dst} ({self.busiest_rate_mbit:g} Mbit/s) "
-            f"carries {self.busiest_bytes_per_step / 1e6:.3f} MB per step = "
+            f"{self.cell}: slowest used link {self.link_text()} carries "
+            f"{self.busiest_bytes_per_step / 1e6:.3f} MB per step = "
             f"{self.busiest_s * 1e3:.1f} ms, so at most {self.samples_per_step:g} / "
             f"{self.busiest_s:.4f} s = {self.busiest_samples_s:.1f} samples/s; "
             f"{self.schedule} with {self.micro_batches} micro-batches must also fill and "
@@ -97,6 +109,11 @@ def cell_bound(meta: dict, samples_per_step: float,
     host_of = {r["rank"]: r["host"] for r in placement["ranks"]}
     stage_of = {r["host"]: (r["stage"], r["replica"]) for r in placement["ranks"]}
     nbytes = _link_bytes(Path(meta["cell_dir"]), host_of)
+    # a scheduled link at its time-weighted mean rate: what it carried over the run
+    scheduled = scheduled_rates(meta)
+    rate_of = {(link["src"], link["dst"]): scheduled.get((link["src"], link["dst"]),
+                                                        (link["rate_mbit"], None))
+               for link in placement["links"]}
     m = pipeline["num_micro_batches"]
     busiest, worst_s, phases = None, 0.0, []
     for replica in range(placement["replicas"]):
@@ -106,7 +123,8 @@ def cell_bound(meta: dict, samples_per_step: float,
             (s_src, r_src), (s_dst, r_dst) = stage_of[src], stage_of[dst]
             if link["rate_mbit"] is None or r_src != replica or r_dst != replica:
                 continue  # unshaped, or a data-parallel pair
-            seconds = nbytes.get((src, dst), 0.0) * 8 / (link["rate_mbit"] * 1e6)
+            rate = rate_of[(src, dst)][0]
+            seconds = nbytes.get((src, dst), 0.0) * 8 / (rate * 1e6) if rate else math.inf
             if seconds > worst_s:
                 busiest, worst_s = link, seconds
             chain = (fwd, fwd_delay) if s_dst == s_src + 1 else (bwd, bwd_delay)
@@ -117,9 +135,11 @@ def cell_bound(meta: dict, samples_per_step: float,
                       else max(forward, backward))
     if busiest is None:
         return None
+    rate, slowest = rate_of[(busiest["src"], busiest["dst"])]
     return LinkBound(
         cell=meta["cell"]["name"], schedule=pipeline["schedule"], micro_batches=m,
-        busiest=(busiest["src"], busiest["dst"]), busiest_rate_mbit=busiest["rate_mbit"],
+        busiest=(busiest["src"], busiest["dst"]), busiest_rate_mbit=rate,
+        busiest_slowest_phase_mbit=slowest,
         busiest_bytes_per_step=nbytes[(busiest["src"], busiest["dst"])], busiest_s=worst_s,
         schedule_s=max(phases), samples_per_step=samples_per_step,
         measured_samples_s=measured_samples_s)
@@ -136,7 +156,7 @@ def fp32_bounds(metas: list[dict], summary: pd.DataFrame) -> list[LinkBound]:
             continue
         row = by_cell.loc[name]
         measured = float(row["throughput_samples_s"])
-        bound = cell_bound(meta, measured * float(row["step_time_s"]), measured)
+        bound = cell_bound(meta, float(row["samples_per_step"]), measured)
         if bound is not None:
             rows.append(bound)
     return rows
@@ -150,7 +170,7 @@ def bound_lines(metas: list[dict], summary: pd.DataFrame) -> list[str]:
     headers = ["cell", "slowest used link", "MB/step on it", "link time (ms)",
                "bound (samples/s)", "schedule bound (samples/s)", "measured (samples/s)",
                "measured / schedule bound"]
-    table = [[b.cell, f"{b.busiest[0]} -> {b.busiest[1]} ({b.busiest_rate_mbit:g} Mbit/s)",
+    table = [[b.cell, b.link_text(),
               f"{b.busiest_bytes_per_step / 1e6:.3f}", f"{b.busiest_s * 1e3:.1f}",
               f"{b.busiest_samples_s:.1f}", f"{b.schedule_samples_s:.1f}",
               f"{b.measured_samples_s:.1f}", f"{b.measured_samples_s / b.schedule_samples_s:.0%}"]

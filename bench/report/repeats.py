@@ -26,10 +26,11 @@ REPEATED = ("throughput_samples_s", "throughput_tokens_s", "throughput_e2e_sampl
             "final_eval_loss", "comm_compute_ratio", "link_share")
 
 # what names a repeated row: every identity column of the summary but the cell's name
-# and its repeat
+# and its repeat (and its rate: under a schedule each repeat's mean rate differs a little)
 _IDENTITY = ("sweep", "scenario", "mode", "label", "fw_bits", "bw_bits", "grad_mode",
              "stages", "replicas", "seed", "variant", "dropout", "dropout_masks", "launcher",
-             "shaping", "launcher_label", "shaped", "rate_mbit", "delay_ms", "eval_windows")
+             "shaping", "launcher_label", "shaped", "delay_ms", "eval_windows",
+             "throughput_statistic")
 
 
 def over_repeats(summary: pd.DataFrame) -> pd.DataFrame:
@@ -38,7 +39,7 @@ def over_repeats(summary: pd.DataFrame) -> pd.DataFrame:
     `_lo`, `_hi`, `host_limited` (any repeat's links), `status` ("ok") and
     `compute_bound` (from the median link share)."""
     ok = summary[summary["status"] == "ok"].copy()
-    columns = [*_IDENTITY, "cells", "n_repeats",
+    columns = [*_IDENTITY, "rate_mbit", "rate_mbit_slowest_phase", "cells", "n_repeats",
                *(f"{n}{s}" for n in REPEATED for s in ("", "_lo", "_hi")), "host_limited",
                "rate_mbit_achieved", "status", "compute_bound"]
     if ok.empty:
@@ -48,6 +49,8 @@ def over_repeats(summary: pd.DataFrame) -> pd.DataFrame:
     for _, group in ok.groupby(list(_IDENTITY), dropna=False, sort=False):
         group = group.sort_values("repeat")
         row = {k: group[k].iloc[0] for k in _IDENTITY}
+        for name in ("rate_mbit", "rate_mbit_slowest_phase"):
+            row[name] = pd.to_numeric(group[name], errors="coerce").median()
         row["cells"] = ", ".join(group["cell"])
         row["n_repeats"] = len(group)
         row["_order"] = int(group["_order"].min())

@@ -22,21 +22,23 @@ import pandas as pd
 from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES
 from aqsgd.filecache import atomic_write_text
 from bench.report.linkbound import cell_bound
+from bench.report.timeline import links_change, scheduled_rates
 from bench.results.files import BYTE_KINDS, load_metas, load_results
 from bench.results.records import records_json
 
-__all__ = ["MODE_RANK", "UNKNOWN_RANK", "SPEEDUP_REFERENCES", "SUMMARY_COLUMNS",
-           "SUMMARY_FILES", "host_limited_flags", "launcher_labels", "mode_text",
-           "series_text", "summarize_cell", "summarize", "write_summary_files"]
+__all__ = ["MEDIAN_STEP", "MODE_RANK", "OVER_TIME", "UNKNOWN_RANK", "SPEEDUP_REFERENCES",
+           "SUMMARY_COLUMNS", "SUMMARY_FILES", "host_limited_flags", "launcher_labels",
+           "mode_text", "series_text", "summarize_cell", "summarize", "write_summary_files"]
 
 SUMMARY_COLUMNS = (
     "sweep", "cell", "spec_name", "scenario", "mode", "label", "fw_bits", "bw_bits",
     "grad_mode", "stages", "replicas", "seed", "variant", "repeat", "dropout",
     "dropout_masks", "epochs",
     "steps_per_epoch", "warmup_epochs", "eval_windows",
-    "launcher", "shaping", "launcher_label", "shaped", "rate_mbit", "rate_mbit_achieved",
-    "host_limited", "delay_ms", "status",
-    "measured_steps", "step_time_s", "step_time_spread_s", "throughput_samples_s",
+    "launcher", "shaping", "launcher_label", "shaped", "rate_mbit", "rate_mbit_slowest_phase",
+    "rate_mbit_achieved", "host_limited", "delay_ms", "status",
+    "measured_steps", "samples_per_step", "step_time_s", "step_time_spread_s",
+    "throughput_samples_s", "throughput_statistic",
     "throughput_tokens_s", "throughput_mean_samples_s", "throughput_e2e_samples_s",
     *(f"speedup{kind}_vs_{ref}" for ref in SPEEDUP_REFERENCES for kind in ("", "_e2e")),
     "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
@@ -70,8 +72,16 @@ def host_limited_flags(frame: pd.DataFrame) -> pd.Series:
         lambda v: isinstance(v, (bool, np.bool_)) and bool(v)).astype(bool)
 
 
-def summarize_cell(frame: pd.DataFrame) -> dict:
-    """Summary numbers of one cell's tidy metrics (all ranks, all steps)."""
+# The headline samples/s of a cell: its median step where the links held still (robust to
+# the odd step slowed by a noisy neighbour on a shared host); measured samples over
+# measured time where they changed (a schedule, competing flows, stragglers), since there
+# the median step falls in whichever conditions lasted longest, not the run's average.
+MEDIAN_STEP, OVER_TIME = "median step", "over time"
+
+
+def summarize_cell(frame: pd.DataFrame, links_changed: bool = False) -> dict:
+    """Summary numbers of one cell's tidy metrics (all ranks, all steps); `links_changed`:
+    its throughputs are samples over time (MEDIAN_STEP, OVER_TIME)."""
     train = frame[frame["kind"] == "train"]
     measured = train[~train["warmup"].astype(bool)]
     out: dict = {"measured_steps": int(measured["step"].nunique())}
@@ -81,14 +91,20 @@ def summarize_cell(frame: pd.DataFrame) -> dict:
     first_stage = measured[_num(measured["stage"]) == 0]
     samples = _num(first_stage["samples"]).groupby(first_stage["step"]).sum()
     tokens = _num(first_stage["tokens"]).groupby(first_stage["step"]).sum()
-    # median step: robust to the odd step slowed by a noisy neighbour on a shared host
     median_s = float(step_wall.median())
+    out["samples_per_step"] = float(samples.median())
     out["step_time_s"] = median_s
     out["step_time_spread_s"] = float(step_wall.quantile(0.75) - step_wall.quantile(0.25))
-    out["throughput_samples_s"] = float(samples.median()) / median_s if median_s > 0 else np.nan
-    out["throughput_tokens_s"] = float(tokens.median()) / median_s if median_s > 0 else np.nan
     total_s = float(step_wall.sum())
     out["throughput_mean_samples_s"] = float(samples.sum()) / total_s if total_s > 0 else np.nan
+    if links_changed:
+        out["samples_per_step"] = float(samples.mean())
+        seconds, n_samples, n_tokens = total_s, samples.sum(), tokens.sum()
+    else:
+        seconds, n_samples, n_tokens = median_s, samples.median(), tokens.median()
+    out["throughput_statistic"] = OVER_TIME if links_changed else MEDIAN_STEP
+    out["throughput_samples_s"] = float(n_samples) / seconds if seconds > 0 else np.nan
+    out["throughput_tokens_s"] = float(n_tokens) / seconds if seconds > 0 else np.nan
     out["bytes_per_step"] = float(_num(measured["bytes_sent_total"]).groupby(
         measured["step"]).sum().mean())
     for kind in BYTE_KINDS:
@@ -180,12 +196,15 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
         row["cell"] = cell["name"]
         row["status"] = meta["status"]
         row["wall_s"] = meta["wall_s"]
+        rates = scheduled_rates(meta)
+        if rates:  # the first scheduled link's time-weighted mean and slowest phase
+            row["rate_mbit"], row["rate_mbit_slowest_phase"] = rates[min(rates)]
         if meta["status"] == "ok":
             mine = frames[frames["cell_dir"] == meta["cell_dir"]]
             if mine.empty:
                 row["status"] = "unreadable"
             else:
-                row.update(summarize_cell(mine))
+                row.update(summarize_cell(mine, links_change(meta)))
                 row["link_share"] = _link_share(meta, row)
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -211,7 +230,7 @@ def _link_share(meta: dict, row: dict) -> float:
     measured = row.get("throughput_samples_s", np.nan)  # absent: no measured step
     if not np.isfinite(measured):
         return np.nan
-    bound = cell_bound(meta, measured * row["step_time_s"], measured)
+    bound = cell_bound(meta, row["samples_per_step"], measured)
     return np.nan if bound is None else measured / bound.schedule_samples_s
 
 

@@ -29,7 +29,12 @@ from aqsgd.filecache import atomic_write_text
 from bench.report.linkbound import bound_lines
 from bench.report.markdown import markdown_table
 from bench.report.repeats import REPEATED, over_repeats
-from bench.report.summary import COMPUTE_BOUND_SHARE, mode_text, write_summary_files
+from bench.report.summary import (
+    COMPUTE_BOUND_SHARE,
+    OVER_TIME,
+    mode_text,
+    write_summary_files,
+)
 from bench.report.timeline import timeline_section
 from bench.results.files import load_metas
 
@@ -109,8 +114,12 @@ def _with_band(fmt, column: str):
 
 
 def compute_bound_note(summary: pd.DataFrame) -> list[str]:
-    """The lines under a table: how repeats are shown, what '†' marks."""
+    """The lines under a table: how repeats are shown, what '‡' and '†' mark."""
     notes = []
+    if (summary["throughput_statistic"] == OVER_TIME).any():
+        notes.append("‡ links changed during the cell (a schedule, competing flows or "
+                     "stragglers): its samples/s, tokens/s and speed-ups are measured samples "
+                     "over measured time; the other rows' are the median step's")
     if _repeated(summary):
         n = int(pd.to_numeric(summary["repeat"], errors="coerce").max()) + 1
         notes.append(f"each number: the median over a cell's {n} repeats, [min-max] beside "
@@ -128,9 +137,11 @@ def _keyed_rows(summary: pd.DataFrame) -> tuple[list[str], list[str], list[list[
     are one row, each number its median with [min-max] over the repeats."""
     table = _table_frame(summary)
     table["scenario_label"] = [
-        f"{s}{'†' if bound is True else ''}{' (host-limited)' if limited else ''}"
-        for s, limited, bound in zip(table["scenario"], table["host_limited"],
-                                     table["compute_bound"], strict=True)]
+        f"{s}{'‡' if over == OVER_TIME else ''}{'†' if bound is True else ''}"
+        f"{' (host-limited)' if limited else ''}"
+        for s, limited, bound, over in zip(table["scenario"], table["host_limited"],
+                                           table["compute_bound"],
+                                           table["throughput_statistic"], strict=True)]
     table["mode_text"] = table.apply(mode_text, axis=1) if len(table) else []
     columns = list(TABLE_COLUMNS)
     if table["speedup_vs_unshaped_fp32"].isna().all():

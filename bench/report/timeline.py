@@ -29,9 +29,9 @@ import pandas as pd
 from bench.report.markdown import markdown_table
 from bench.results.files import load_results
 
-__all__ = ["has_schedule", "has_events", "phase_spans", "event_spans", "step_times",
-           "phase_table", "phase_step_times",
-           "phases_visited", "plot_timeline", "time_under_schedule", "timeline_section"]
+__all__ = ["has_schedule", "has_events", "links_change", "scheduled_rates", "phase_spans",
+           "event_spans", "step_times", "phase_table", "phase_step_times", "phases_visited",
+           "plot_timeline", "time_under_schedule", "timeline_section"]
 
 PHASE_COLUMNS = ("src", "dst", "phase", "lap", "start_s", "end_s", "rate_mbit", "down")
 
@@ -74,6 +74,30 @@ def phase_spans(meta: dict) -> pd.DataFrame:
                      "down": bool(change["down"])})
     return pd.DataFrame(rows, columns=list(PHASE_COLUMNS)).sort_values(
         ["start_s", "src", "dst"], kind="stable").reset_index(drop=True)
+
+
+def links_change(meta: dict) -> bool:
+    """True when the cell's links did not hold still: a schedule applied a change, or
+    competing flows or a straggler ran (its throughput is then samples over time)."""
+    return "schedule" in meta.get("launcher", {}) and (has_schedule(meta) or has_events(meta))
+
+
+def scheduled_rates(meta: dict) -> dict[tuple[int, int], tuple[float, float]]:
+    """Per scheduled link (src, dst): (the rate averaged over the time the run spent in
+    each phase, a down phase counted at 0; the slowest phase's rate that was not down),
+    in Mbit/s. Empty for a cell without a schedule."""
+    if not has_schedule(meta):
+        return {}
+    spans = phase_spans(meta)
+    spans = spans[np.isfinite(spans["end_s"]) & (spans["end_s"] > spans["start_s"])]
+    out = {}
+    for (src, dst), link in spans.groupby(["src", "dst"], sort=True):
+        seconds = link["end_s"] - link["start_s"]
+        rate = link["rate_mbit"].where(~link["down"].astype(bool), 0.0)
+        up = link.loc[~link["down"].astype(bool), "rate_mbit"]
+        out[(int(src), int(dst))] = (float((rate * seconds).sum() / seconds.sum()),
+                                     float(up.min()) if len(up) else 0.0)
+    return out
 
 
 def has_events(meta: dict) -> bool:

@@ -44,3 +44,27 @@ def test_1f1b_overlaps_the_phases_and_delay_adds(tmp_path):
     assert cell_bound(_cell(tmp_path, "1f1b"), 32, 50.0).schedule_s == pytest.approx(0.2)
     delayed = cell_bound(_cell(tmp_path, "gpipe", delay_ms=10.0), 32, 50.0)
     assert delayed.schedule_s == pytest.approx(0.42)  # one crossing each way
+
+
+def test_a_scheduled_link_counts_at_its_time_weighted_mean_rate(tmp_path):
+    # 1 <-> 2 follow a schedule: 50 Mbit/s for 10 s, 12.5 for 10 s, down 5 s, 50 for 15 s
+    # -> (500 + 125 + 0 + 750) / 40 = 34.375 Mbit/s on average, never its first 50
+    meta = _cell(tmp_path, "gpipe")
+    changes = [{"src": src, "dst": dst, "phase": phase, "lap": 0, "t_s": t, "applied_s": t,
+                "rate_mbit": rate, "down": down}
+               for src, dst in ((1, 2), (2, 1))
+               for phase, t, rate, down in ((0, 0.0, 50.0, False), (1, 10.0, 12.5, False),
+                                            (2, 20.0, None, True), (0, 25.0, 50.0, False),
+                                            (-1, 40.0, None, False))]
+    meta["schedule"] = {"outages": []}
+    meta["scenario"] = {"link": {"rate_mbit": 50.0}}
+    meta["launcher"] = {"schedule": {
+        "links": [{"src": 1, "dst": 2}, {"src": 2, "dst": 1}],
+        "run": {"started_unix": 0.0, "stopped_unix": 40.0, "changes": changes}}}
+    b = cell_bound(meta, samples_per_step=32, measured_samples_s=20.0)
+    assert b.busiest in ((1, 2), (2, 1))
+    assert b.busiest_rate_mbit == pytest.approx(34.375)
+    assert b.busiest_slowest_phase_mbit == 12.5
+    assert b.busiest_s == pytest.approx(1e6 * 8 / 34.375e6)
+    assert "mean 34.4 Mbit/s over its schedule, slowest phase 12.5" in b.text()
+    assert "(50 Mbit/s)" not in b.text()

@@ -3,6 +3,8 @@ speedups of the same replicas and variant, failed cells."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from report_fixtures import write_fixture_cell
 
@@ -105,3 +107,34 @@ def test_summarize_of_no_cells_is_an_empty_table_the_table_functions_take(tmp_pa
         assert list(table.columns[:len(SUMMARY_COLUMNS)]) == list(SUMMARY_COLUMNS)
         headers, rows = _rows(table)
         assert "launcher" in headers and rows == []
+
+
+def _on_a_schedule(cell_dir, phases):
+    """Give a fixture cell's meta.json a link schedule on 0 <-> 1 that applied `phases`
+    ((applied_s, rate_mbit or None for down), then the restoring change at 40 s)."""
+    path = cell_dir / "meta.json"
+    meta = json.loads(path.read_text())
+    changes = [{"src": src, "dst": dst, "phase": k, "lap": 0, "t_s": t, "applied_s": t,
+                "rate_mbit": rate, "down": rate is None}
+               for src, dst in ((0, 1), (1, 0))
+               for k, (t, rate) in [*enumerate(phases), (-1, (40.0, None))]]
+    for c in changes:
+        c["down"] = c["down"] and c["phase"] >= 0
+    meta["schedule"] = {"outages": []}
+    meta["launcher"] = {"schedule": {
+        "links": [{"src": 0, "dst": 1}, {"src": 1, "dst": 0}],
+        "run": {"started_unix": 0.0, "stopped_unix": 40.0, "changes": changes}}}
+    path.write_text(json.dumps(meta))
+
+
+def test_a_scheduled_cell_reads_its_mean_rate_and_samples_over_time(tmp_path):
+    # 100 Mbit/s for 10 s, 50 for 10, 25 for 10, down 10: mean 43.75, slowest 25
+    cell = write_fixture_cell(tmp_path, scenario="dynamic-halving", step_time_s=0.2)
+    _on_a_schedule(cell, [(0.0, 100.0), (10.0, 50.0), (20.0, 25.0), (30.0, None)])
+    row = summarize([tmp_path]).iloc[0]
+    assert row["rate_mbit"] == pytest.approx(43.75)
+    assert row["rate_mbit_slowest_phase"] == 25.0
+    assert row["throughput_statistic"] == "over time"
+    assert row["throughput_samples_s"] == pytest.approx(row["throughput_mean_samples_s"],
+                                                        rel=0.01)
+    assert "dynamic-halving‡" in format_table(summarize([tmp_path]))

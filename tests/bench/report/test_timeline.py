@@ -9,15 +9,19 @@ import math
 import pandas as pd
 import pytest
 
+from bench.report.summary import MEDIAN_STEP, OVER_TIME, summarize_cell
+from bench.report.tables import compute_bound_note
 from bench.report.timeline import (
     event_spans,
     has_events,
     has_schedule,
+    links_change,
     phase_spans,
     phase_step_times,
     phase_table,
     phases_visited,
     plot_timeline,
+    scheduled_rates,
     step_times,
     time_under_schedule,
 )
@@ -222,3 +226,39 @@ def test_a_cells_outages_are_said_with_the_time_they_cost():
     line = _outage_lines(meta)[0]
     assert line.startswith("Outages: 2 (2.0 s down in all, links 0 -> 1, 1 -> 0)")
     assert "2.4 s beyond the median step" in line and "up to 15 s" in line
+
+
+def test_a_scheduled_links_rate_is_its_time_weighted_mean_and_slowest_phase():
+    # 0 -> 1: 100 Mbit/s for 3 s, 25 for 3 s, down 1 s (0), 100 for 2 s
+    rates = scheduled_rates(_meta(CHANGES))
+    assert set(rates) == {(0, 1), (1, 0)}
+    mean, slowest = rates[(0, 1)]
+    assert mean == pytest.approx((100 * 3 + 25 * 3 + 0 * 1 + 100 * 2) / 9)
+    assert slowest == 25.0
+    assert scheduled_rates({"launcher": {}}) == {}
+    assert links_change(_meta(CHANGES)) and not links_change({"launcher": {}})
+
+
+def test_a_cell_on_changing_links_headlines_samples_over_time():
+    # measured steps 1..7 take 0.5, 0.5, 0.5, 2.0, 2.0, 1.5, 0.5 s (the slowest rank):
+    # 7 x 64 samples in 7.5 s; the median step (0.5 s) would say 128 samples/s
+    frame = _frame(STEPS).assign(
+        tokens=64 * 128, loss=3.0, eval_loss=3.1, compute_s=0.1, comm_wait_s=0.1,
+        **{f"bytes_sent_{k}": 0 for k in ("total", "activation", "gradient", "dp")})
+    over_time = summarize_cell(frame, links_changed=True)
+    assert over_time["throughput_samples_s"] == pytest.approx(7 * 64 / 7.5, rel=0.01)
+    assert over_time["throughput_tokens_s"] == pytest.approx(7 * 64 * 128 / 7.5, rel=0.01)
+    assert over_time["throughput_statistic"] == OVER_TIME
+    still = summarize_cell(frame)
+    assert still["throughput_samples_s"] == pytest.approx(128.0)
+    assert still["throughput_statistic"] == MEDIAN_STEP
+    assert over_time["step_time_s"] == still["step_time_s"] == pytest.approx(0.5)
+
+
+def test_the_table_says_which_rows_are_samples_over_time():
+    summary = pd.DataFrame({"repeat": [0, 0], "compute_bound": [False, False],
+                            "throughput_statistic": [MEDIAN_STEP, OVER_TIME]})
+    notes = compute_bound_note(summary)
+    assert len(notes) == 1 and notes[0].startswith("‡ links changed during the cell")
+    assert "measured samples over measured time" in notes[0]
+    assert compute_bound_note(summary.iloc[:1]) == []
