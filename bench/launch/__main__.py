@@ -4,22 +4,15 @@
     python -m bench.launch probe dynamic-halving --timeline 80   # each phase's rate, live
     python -m bench.launch up wan --hosts 4            # bring up and hold until Ctrl-C
     python -m bench.launch cleanup --all-recorded      # remove what killed runs left behind
-    python -m bench.launch cleanup --all-recorded --state-dir results/100mbps/.launcher
     python -m bench.launch cleanup --state /run/aqsgd-bench/state/aq1b2c3.json
     python -m bench.launch calibrate --repeats 3      # accuracy table of this machine's emulation
 
-`probe --timeline SECONDS` starts the scenario's link schedules (and its competing flows
-and stragglers) once the static probe is done, streams over one scheduled link (the
-first, or `--link SRC DST`) for that long and prints the rate each phase delivered
-against the schedule's (bench.net.probe.timeline: the first `--settle-s` of a phase
-left out); exit 1 when a phase is off by more than `--tolerance`.
-
-probe, up and calibrate bring up network namespaces (the netns launcher, which
-bench.launch.choice finds by name: this core module imports no launcher). Cleanup, of
-every launcher's runs, removes only the names written in state files (never by
-pattern), and only those of killed runs: a run whose launcher still runs is listed and
-left alone. `--all-recorded` reads every state dir a launcher has used
-(bench/launch/state.py).
+`probe --timeline SECONDS` runs the scenario's schedules after the static probe, streams
+over one scheduled link (`--link SRC DST`) and prints each phase's rate against the
+schedule's; exit 1 when one is off by more than `--tolerance`. probe, up and calibrate
+use the netns launcher (found by name: this core module imports none). Cleanup removes
+only the names killed runs wrote in state files, never by pattern; a live run is left
+alone (bench/launch/state.py).
 """
 
 from __future__ import annotations

@@ -3,33 +3,14 @@
     python -m bench docker compose --scenario 100mbps --out compose.yaml
     docker compose -f compose.yaml up        # or docker-compose (1.27 and later)
 
-One service per rank (host0, host1, ...) on one network of the run's /24 in
-198.18.0.0/15, each with NET_ADMIN only, the worker environment of
-bench.launch.docker.spec (NCCL and gloo on eth0, no P2P or shared memory, a host
-id of its own), a GPU reservation where the run uses GPUs, and its tc commands
-in AQ_SHAPING_ARGVS: the image's entrypoint (docker/entrypoint.py) runs them as
-root, without a shell, before it starts the worker as the non-root user.
-
-Delay, jitter and loss: netem leaves in the tc commands (`delay_mechanism="netem"`,
-for hosts whose kernel has sch_netem), or each service's userspace delay line
-(`"delayline"`): the service then gets the TUN device and AQ_DELAYLINE_CONFIG, which
-the entrypoint starts before the shaping, and the workers talk over the TUNs.
-
-Format: the Compose Specification, with no top-level `version` (the
-specification marks it obsolete; compose v2 warns about it). docker-compose
-1.27 and later read such a file as the specification too: Debian's 1.29.2
-validates it (`docker-compose -f F config`), and the test suite checks that
-whenever docker-compose is installed.
-
-Every volume is an absolute host path, so the file runs from any folder: the checkout
-(this one, by default) read-only at /workspace, its runs/ (results) and .cache/
-(tokenizer, checkpoints) read-write under it, and the run config every rank loads
-read-only at /etc/aqsgd/run.yaml. The worker runs as the image's user `worker` (uid
-1000), so runs/ and .cache/ must be writable by uid 1000 (docs/docker.md).
-
-`python -m bench docker compose --scenario S` places the ranks as `bench run --scenario
-S --modes MODE` would (one service per host of the scenario's layout; bench/__main__.py
-builds that cell's run config and writes it beside the compose file).
+One service per rank on one network of the run's /24 in 198.18.0.0/15, each with
+NET_ADMIN only, the worker environment of bench.launch.docker.spec, a GPU reservation
+where the run uses GPUs, and its tc commands in AQ_SHAPING_ARGVS (the image's entrypoint
+runs them as root, without a shell, before it starts the worker as the non-root user).
+Delay, jitter and loss: netem leaves (`delay_mechanism="netem"`) or each service's delay
+line (`"delayline"`: the TUN device and AQ_DELAYLINE_CONFIG). The Compose Specification
+without `version`; every volume an absolute host path. The ranks are placed as `bench
+run --scenario S --modes MODE` would. docs/docker.md, "Compose".
 """
 
 from __future__ import annotations

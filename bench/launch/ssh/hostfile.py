@@ -1,28 +1,17 @@
 """The SSH launcher's hostfile: which real machines a run uses, and how to reach them.
 
-Two forms, one meaning. The DeepSpeed / pdsh convention, one host a line (`#` starts a
-comment), its options as `key=value` after the name:
+    hosts = load_hostfile("hosts.txt").hosts      # tuple[HostEntry]; host i runs rank i
 
-    # hosts.txt
+The DeepSpeed / pdsh convention, one host a line (`#` starts a comment), its options as
+`key=value` after the name, or YAML (a *.yaml / *.yml file: `hosts: [{host: ..., ...}]`):
+
     gpu-a slots=1 interface=eth0 user=root identity=~/.ssh/bench
     gpu-b slots=1 interface=eth0 user=root port=2222 identity=~/.ssh/bench
 
-or YAML (a file named *.yaml / *.yml):
-
-    hosts:
-      - {host: gpu-a, slots: 1, interface: eth0, user: root, identity: ~/.ssh/bench}
-      - {host: gpu-b, slots: 1, interface: eth0, user: root, port: 2222}
-
-Keys (only `host` is required): `slots` (ranks the host may run, default 1), `user`
-(default: this user), `port` (SSH, default 22), `interface` (the device the workers'
-traffic leaves on, shaped there; default eth0), `identity` (private key file; default:
-the SSH client's own keys and agent), `known_hosts` (the file that vouches for the host
-keys; default the user's ~/.ssh/known_hosts), `python` (the interpreter on that host,
-default this process's path) and `suite` (the checkout of this suite on that host,
-default this checkout's path). Host i of the run is the i-th line. Both forms are
-validated by specfile (`HostfileEntry`), so an error names the file, the field (the
-host's index, `hosts[1].port`) and the value; a line of the text form that is not
-`key=value` is named by its line number.
+Keys (only `host` required): slots, user, port, interface, identity, known_hosts, python,
+suite; their defaults: docs/multihost.md. Both forms are validated by specfile
+(`HostfileEntry`): an error names the file, the field (`hosts[1].port`) and the value; a
+text line that is not `key=value` is named by its line number.
 """
 
 from __future__ import annotations

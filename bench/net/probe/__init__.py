@@ -1,25 +1,16 @@
 """Link probe: what a shaped link actually delivers.
 
-For one directed link src -> dst: a small TCP ping-pong (round-trip time) and a TCP bulk
-transfer, timed at the receiver. One module per part of that contract between the
-launcher and the processes it starts inside the namespaces or containers:
+    plan = plan_probe(rate_mbit=100.0, rtt_ms=20.0)       # bytes, steady window, timeouts
+    python -m bench.net.probe serve|measure ...            # started by the launchers per link
+    check_links(records, tolerance=0.10); print(format_table(records))
 
-- plan: `plan_probe` sizes a link's probe (`ProbePlan`: bytes, steady window, timeouts,
-  pacing cap) from its configured rate and round trip;
-- wire: the timestamping server and client that carry a plan out, started once per link
-  as `python -m bench.net.probe serve|measure ...` (`ProbePlan.client_args`);
-- record: `ProbeRecord`, one link as measured, what every launcher returns;
-- verdict: `rate_verdict` (ok, short, host-limited or off), `check_links` and
-  `host_limited_warning` over the records;
-- table: `format_table`, the records as a plain-text table;
-- stream and timeline: the time-resolved probe of a link whose rate changes (one stream
-  for a fixed time, bytes per bin of the receiver's clock, `stream-serve|stream-send`),
-  and `phase_rates` / `check_phases`, each phase of a schedule against its rate.
-
-Every module loads the standard library only when imported (bench.net.tc and rich are
-loaded by the functions that need them), so starting the server or the client loads this
-package and nothing of the suite outside it. docs/network.md says how a link is probed and
-which rates it can verify.
+For one directed link: a small TCP ping-pong (round trip) and a bulk transfer timed at
+the receiver. Modules: plan (`plan_probe`), wire (the server and client), record
+(`ProbeRecord`, what every launcher returns), verdict (`rate_verdict`, `check_links`),
+table (`format_table`), stream and timeline (the time-resolved probe of a link whose rate
+changes, `phase_rates` / `check_phases`). Importing it loads the standard library only,
+so starting the server or client loads nothing of the suite outside this package.
+docs/network.md says how a link is probed and which rates it can verify.
 """
 
 from bench.net.probe.plan import (

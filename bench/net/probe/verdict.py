@@ -1,22 +1,15 @@
 """The verdict on a probed link: the rate it should carry, the rate it achieved and, for a
 link that fell short, its host's ceiling, judged as ok, short, host-limited or off.
 
-Host-limited links: Python TCP through veth pairs (or the userspace delay line) is
-CPU-bound, so a fast link (10 Gbit/s on a 2-core machine) may deliver less than its
-scenario because the host cannot carry more, not because the shaping is wrong. A link that
-falls short is measured once more and the better reading kept (one slow reading happens on
-a quiet machine too); if it is still short, the launcher measures the same path with its
-rate limits lifted (`rate_mbit_ceiling`, the host's ceiling for that path;
-bench.launch.probing.probe_each). `rate_verdict` then decides: a ceiling below
-CEILING_HEADROOM (2) x the configured rate, with the shaped link within CEILING_TOLERANCE
-of the lesser of the two, makes the link host-limited, which is recorded
-(`host_limited: true`) and warned about (`host_limited_warning`) but does not stop the
-run; a link above its rate, or below a rate its host carries many times over, is shaped
-wrongly, and `check_links` stops the run on it. The measured figures behind both numbers
-are at the constants and in `rate_verdict`.
+    rate_verdict(100.0, 97.0, None, 0.10)       # "ok"
+    check_links(records, tolerance=0.10)        # LinkProbeError on a link that is off
 
-Standard library only at import (`check_links` draws its table through
-bench.net.probe.table, which loads rich when called).
+A ceiling below CEILING_HEADROOM x the configured rate, with the shaped link within
+CEILING_TOLERANCE of the lesser of the two, makes a short link host-limited (Python TCP
+through veths is CPU-bound): recorded and warned about (`host_limited_warning`), not
+stopping the run; otherwise a short link is shaped wrongly and `check_links` stops the
+run. The measurements behind the constants are beside them; the reasoning is in
+docs/ARCHITECTURE.md, "Probe". Standard library only at import.
 """
 
 from __future__ import annotations
