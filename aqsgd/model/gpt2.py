@@ -12,12 +12,7 @@ holds everything; `build_stage` cuts stage s of n out of it, and `init_stage` bu
 the same stage directly without allocating the rest. Parameter names are global
 (`blocks.7.attn.c_attn.weight` on whichever stage holds layer 7), so a stage's
 state dict is a subset of the full model's and gradients compare name by name.
-
-Note [untied LM head]: GPT-2 ties the LM head to the token embedding (wte). In a
-pipeline the embedding lives on the first rank and the head on the last, so a tied
-weight would need an extra all-reduce of its gradient between them every step,
-traffic that the paper's setup does not count. We untie them: the head starts as a
-copy of wte when loading pretrained GPT-2 weights and is trained independently.
+The LM head is untied from the token embedding: Note [untied LM head] at `LMHead`.
 """
 
 from __future__ import annotations
@@ -81,6 +76,11 @@ class Embeddings(nn.Module):
         return self.drop(self.wte(input_ids) + self.wpe(positions))  # (B, L, D)
 
 
+# Note [untied LM head]: GPT-2 ties the LM head to the token embedding (wte). In a
+# pipeline the embedding lives on the first rank and the head on the last, so a tied
+# weight would need an extra all-reduce of its gradient between them every step,
+# traffic that the paper's setup does not count. We untie them: the head starts as a
+# copy of wte when loading pretrained GPT-2 weights and is trained independently.
 class LMHead(nn.Module):
     """Final layer norm and the (untied, see Note [untied LM head]) output projection."""
 
