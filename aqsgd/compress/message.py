@@ -108,7 +108,12 @@ class CompressionConfig:
         # what this returns is validated as Python objects, where strict mode takes a
         # tuple (widths) only as a tuple
         rest = {k: tuple(v) if isinstance(v, list) else v for k, v in rest.items()}
-        return {**rest, "quant": flat} if flat else rest
+        if not flat:
+            return rest
+        try:  # built here, so that a mistake names the key as the file writes it
+            return {**rest, "quant": quant.QuantConfig(**flat)}
+        except (TypeError, ValueError) as e:
+            raise ValueError(str(e).removeprefix("QuantConfig.")) from None
 
     @classmethod
     def from_dict(cls, data: dict) -> CompressionConfig:

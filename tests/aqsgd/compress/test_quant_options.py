@@ -14,7 +14,7 @@ import yaml
 from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.message import CompressionConfig
 from aqsgd.quant import QuantConfig
-from aqsgd.train.config import config_from_dict
+from aqsgd.train.config import ConfigError, config_from_dict
 from bench.harness.cells import run_config
 from bench.harness.modes import parse_mode
 from bench.harness.sweep import CellSpec, Workload
@@ -44,3 +44,13 @@ def test_every_option_codes_a_message(mode):
     x, ids = torch.randn(2, 8, 32), torch.tensor([0, 1])
     y = recv.decode(send.encode(x, ids), ids)
     assert float((y - x).norm() / x.norm()) < 0.5
+
+
+@pytest.mark.parametrize(("direction", "message"), [
+    ({"bits": 9}, r"forward: bits must be an int in 1\.\.8, got 9"),
+    ({"bits": 4.0}, r"forward: bits must be an int in 1\.\.8, got 4\.0"),
+    ({"granularity": "row"}, r"forward: granularity must be one of .*got 'row'"),
+])
+def test_a_files_bad_quantizer_key_is_named_as_the_file_writes_it(direction, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict({"forward": {"mode": "directq", **direction}})
