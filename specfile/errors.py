@@ -2,6 +2,7 @@
 
     field 'link.rate_mbit': expected a number in Mbit/s or null, got '100mbps'
     field 'layout.stages': expected an integer in [1, 64] (pipeline stages), got 0
+    field 'workload': Workload.steps must be >= 1, got 0     a declared range (`bound`)
     field 'workload.stepz': unknown workload field 'stepz' (known: lr, preset, ...)
     missing field 'modes'
 
