@@ -1,17 +1,15 @@
-"""Launchers: the hosts a run's workers start on. The core here is launcher-neutral:
-the Launcher protocol and what every launcher fills the same way (base.py), launcher
-choice and the table of where each launcher lives (choice.py), bring-up and signal-safe
-teardown (lifecycle.py), state files and cleanup of killed runs (state.py), process
-groups (process.py), the link probe (probing.py), links that change during a run (the
-schedule runner and the time-resolved probe, schedules.py; competing flows and
-stragglers on its clock, competing.py), the command line (__main__.py). One
-folder or module per launcher: netns/ (network namespaces), docker/ (containers, and
-their compose file), local.py (local processes, unshaped), ssh/ (real hosts from a
-hostfile, over SSH); export/ writes what runs a
-scenario elsewhere (the multi-host commands). The core imports no launcher (choice.py
-finds one by module path when a run asks for it), and no launcher imports another: the
-import contracts in pyproject.toml check both.
+"""Launchers: the hosts a run's workers start on.
 
+    choice = bench.launch.choice.choose_launcher("auto")   # which one, and why
+    with choice.factory(scenario, n_hosts, run_id=rid, state_dir=d) as hosts: ...
+
+The core is launcher-neutral: the Launcher protocol (base.py), the launchers' common body
+on one transport each (hosts.py), choice (choice.py), bring-up and teardown
+(lifecycle.py), state files and cleanup (state.py), process groups (process.py), the link
+probe (probing.py), links that change during a run (schedules.py, competing.py), the
+command line (__main__.py). One folder or module per launcher (netns/, docker/, local.py,
+ssh/, each named in choice.FACTORIES); export/ writes what runs a scenario elsewhere. The
+core imports no launcher and no launcher imports another (pyproject.toml's contracts).
 May import bench.net, bench (REPO_ROOT) and aqsgd.filecache; never bench.harness or
 bench.report.
 """

@@ -1,4 +1,4 @@
-"""The launcher contract: what every launcher (netns, Docker, local, SSH) offers the harness.
+"""The launcher contract: what every launcher offers the harness.
 
     factory = choose_launcher("auto").factory   # NetnsLauncher or LocalLauncher (a class)
     with factory(scenario, n_hosts, run_id=rid, state_dir=d) as hosts:

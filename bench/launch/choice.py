@@ -1,5 +1,5 @@
-"""Which launcher builds a run's hosts (`--launcher auto|netns|docker|local|ssh`), and where
-each launcher lives.
+"""Which launcher builds a run's hosts (`--launcher`: "auto" or a key of FACTORIES), and
+where each launcher lives.
 
     choice = choose_launcher("auto")   # netns when root and `ip netns` works, else local
     choice = choose_launcher("docker") # containers (a daemon and the worker image needed)
@@ -12,7 +12,7 @@ each launcher lives.
 The launchers are named here by module path only (FACTORIES, TEARDOWNS) and imported
 when a run asks for one (importlib): the core of bench/launch imports no launcher, and
 no launcher another (the import contracts in pyproject.toml). A new launcher is a
-folder of bench/launch/ plus its lines here.
+folder of bench/launch/ plus its entries in FACTORIES and TEARDOWNS.
 """
 
 from __future__ import annotations
@@ -32,13 +32,12 @@ from bench.net.executor import Executor
 __all__ = ["FACTORIES", "LAUNCHERS", "REFERENCE_LAUNCHER", "TEARDOWNS", "LauncherChoice",
            "choose_launcher", "docker_usable", "launcher_factory", "netns_usable", "state_teardown"]
 
-LAUNCHERS = ("auto", "netns", "docker", "local", "ssh")  # the --launcher choices
-
 # "module:attribute" of each launcher's class (its `name` is the key)
 FACTORIES = {"netns": "bench.launch.netns:NetnsLauncher",
              "docker": "bench.launch.docker:DockerLauncher",
              "local": "bench.launch.local:LocalLauncher",
              "ssh": "bench.launch.ssh.launcher:SshLauncher"}
+LAUNCHERS = ("auto", *FACTORIES)  # the --launcher choices
 # "module:attribute" of the function removing what a killed run's state file names,
 # `teardown(state, path, executor) -> [what was removed]`, by the file's `launcher`
 # (bench.launch.state.cleanup)
@@ -166,8 +165,10 @@ def choose_launcher(choice: str = "auto", **options: Any) -> LauncherChoice:
         if choice == "netns":
             raise ValueError(f"launcher netns requested but unusable: {why}")
         reason = f"network namespaces unusable ({why}): links are NOT shaped"
-    else:
+    elif choice == "local":
         reason = "requested: links are NOT shaped"
+    else:  # a launcher with no options and no check of its own
+        return LauncherChoice(choice, "requested", launcher_factory(choice))
     return LauncherChoice("local", reason, launcher_factory("local"))
 
 
