@@ -66,7 +66,8 @@ def check_fields(obj: Any) -> None:
             except ValidationError as e:
                 if e.errors()[0]["type"].endswith("_type"):
                     raise TypeError(f"{where} must be {expected(hint)}, got {value!r}") from None
-                raise ValueError(f"{where} must be {bound(hint)}, got {value!r}") from None
+                raise ValueError(f"{where} must be {bound(hint) or expected(hint)}, "
+                                 f"got {value!r}") from None
 
 
 def flag_fields(cls: type, leave_out: Iterable[str] = ()) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from aqsgd.compress.cache import CacheSpec
 from aqsgd.compress.modes.base import ActivationMode
 from aqsgd.compress.registry import ACTIVATION_MODES
 from aqsgd.compress.wire import WireSpec
-from aqsgd.quant.config import check_fields
+from specfile.declared import check_fields
 
 __all__ = [
     "MODES",

@@ -8,16 +8,15 @@ a call. The constants below are the contract's numbers (docs/ARCHITECTURE.md,
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import torch
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import Field
+
+from specfile.declared import check_fields
 
 __all__ = [
     "Bits",
@@ -33,7 +32,6 @@ __all__ = [
     "SCALE_MARGIN",
     "SCALE_METHODS",
     "SEED_HIGH",
-    "check_fields",
     "draw_seed",
     "scale_shape",
 ]
@@ -53,53 +51,6 @@ GOLDEN32 = 0x9E3779B9  # seed_mix = seed * GOLDEN32 mod 2**32
 
 
 Bits = Annotated[int, Field(ge=1, le=8, description="code width in bits")]
-
-
-@functools.cache
-def _declared(cls: type) -> dict[str, tuple[TypeAdapter, str, bool]]:
-    """Each field's validator (its declared, constrained type, checked strictly), the words
-    saying what it expects, and whether it is a tuple whose items are what is declared."""
-    out = {}
-    for f in dataclasses.fields(cls):
-        hint = typing.get_type_hints(cls, include_extras=True)[f.name]
-        items = typing.get_origin(hint) is tuple
-        if items:  # tuple[X, ...]: each item is checked as an X
-            hint = typing.get_args(hint)[0]
-        if dataclasses.is_dataclass(hint):  # checked by its own __post_init__
-            continue
-        out[f.name] = (TypeAdapter(hint, config=ConfigDict(strict=True)), _expected(hint), items)
-    return out
-
-
-def _expected(hint) -> str:
-    base, *meta = typing.get_args(hint) if typing.get_origin(hint) is Annotated else (hint,)
-    if typing.get_origin(base) is Literal:
-        return f"one of {list(typing.get_args(base))}"
-    bounds = {k: getattr(m, k) for info in meta for m in getattr(info, "metadata", [info])
-              for k in ("ge", "le") if getattr(m, k, None) is not None}
-    what = {int: "an int", float: "a number", bool: "a bool", str: "a str"}.get(base, str(base))
-    if "ge" in bounds and "le" in bounds:
-        low, high = bounds["ge"], bounds["le"]
-        return f"{what} in {low}..{high}" if base is int else f"{what} in [{low}, {high}]"
-    return f"{what} >= {bounds['ge']}" if "ge" in bounds else what
-
-
-def check_fields(obj) -> None:
-    """Check every field of dataclass `obj` against its declaration (the type and range a
-    config file is validated against, so code and files meet one rule); a tuple field's
-    items one by one. Raises TypeError (a wrong type) or ValueError naming `Class.field`
-    (`Class.field[]` for an item), what it expects and the value."""
-    for name, (adapter, expected, items) in _declared(type(obj)).items():
-        value = getattr(obj, name)
-        where = f"{type(obj).__name__}.{name}" + ("[]" if items else "")
-        for v in value if items else (value,):
-            try:
-                adapter.validate_python(v)
-            except ValidationError as e:
-                if e.errors()[0]["type"].endswith("_type"):
-                    raise TypeError(f"{where} must be {expected}, got {v!r} "
-                                    f"({type(v).__name__})") from None
-                raise ValueError(f"{where} must be {expected}, got {v!r}") from None
 
 
 @dataclass(frozen=True)

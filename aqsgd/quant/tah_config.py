@@ -23,7 +23,8 @@ from typing import Annotated, Literal, NamedTuple
 import torch
 from pydantic import Field
 
-from aqsgd.quant.config import ROUNDINGS, Bits, check_fields
+from aqsgd.quant.config import ROUNDINGS, Bits
+from specfile.declared import check_fields
 
 __all__ = [
     "ENTROPY_BINS",

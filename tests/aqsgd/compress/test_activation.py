@@ -184,9 +184,9 @@ def test_receiver_rejects_a_message_for_other_samples_or_epoch():
     "overrides, error, match",
     [
         ({"mode": "aqsgd2"}, ValueError, r"mode must be one of .* got 'aqsgd2'"),
-        ({"bits": 0}, ValueError, r"bits must be an int in 1\.\.8, got 0"),
-        ({"bits": 9}, ValueError, r"bits must be an int in 1\.\.8, got 9"),
-        ({"cache_bits": 12}, ValueError, r"cache_bits must be an int in 1\.\.8, got 12"),
+        ({"bits": 0}, ValueError, r"bits must be in 1\.\.8, got 0"),
+        ({"bits": 9}, ValueError, r"bits must be in 1\.\.8, got 9"),
+        ({"cache_bits": 12}, ValueError, r"cache_bits must be in 1\.\.8, got 12"),
         ({"dtype": "fp8"}, ValueError, r"dtype must be one of .* got 'fp8'"),
         ({"first_visit": "skip"}, ValueError, "first_visit"),
         ({"warmup_epochs": -1}, ValueError, "warmup_epochs"),

@@ -94,7 +94,7 @@ def test_a_fixed_width_direction_keeps_its_three_header_fields():
 
 @pytest.mark.parametrize(("fields", "match"), [
     ({"widths": (4, 2)}, "distinct and ascending"),
-    ({"widths": (2, 9)}, r"widths\[\] must be an int in 1..8"),
+    ({"widths": (2, 9)}, r"widths\[\] must be in 1\.\.8, got 9"),
     ({"bits": 5, "widths": (2, 4)}, "must be one of widths"),
     ({"mode": "none", "widths": (2, 4)}, "codes no rows"),
 ])
