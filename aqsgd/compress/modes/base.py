@@ -7,13 +7,11 @@ comparison, the module's `COMPARISONS`).
         def encode(self, rows, generator, m=None): ...   # coded rows -> wire tensors
     MODE = DirectQ
 
-An instance codes the rows of one compressor (`Compressor` in aqsgd.compress.activation
-builds it from its `CompressionConfig`, here `cfg`; not imported here, since that module
-validates mode names against the registry, which imports this one). The compressor keeps
-the framing every mode shares: the header, the rows sent raw (warm-up, evaluation, first
-visits) and the cache's gathers and writes.
-
-Imports aqsgd.quant, aqsgd.compress.wire and torch only.
+An instance codes the rows of one compressor (aqsgd.compress.activation builds it from
+its `CompressionConfig`, here `cfg`, not imported: that module validates mode names
+against the registry, which imports this one); the compressor keeps the framing every
+mode shares (header, raw rows, the cache). Imports aqsgd.quant, aqsgd.compress.wire and
+torch only.
 """
 
 from __future__ import annotations
