@@ -21,7 +21,14 @@ from collections.abc import Sequence
 
 import torch
 
-from aqsgd.quant.backends import BACKENDS, backend_for, check_config, check_dtype, check_tensor
+from aqsgd.quant.backends import (
+    BACKENDS,
+    backend_for,
+    check_config,
+    check_dtype,
+    check_part,
+    check_tensor,
+)
 from aqsgd.quant.bitpack import packed_nbytes
 from aqsgd.quant.config import (
     CACHE_DTYPES,
@@ -87,28 +94,14 @@ def _check_cache(m, x: torch.Tensor) -> None:
         raise ValueError(f"m must be contiguous (updated in place), got strides {m.stride()}")
 
 
-def _check_scales(scales, shape: tuple[int, ...], cfg: QuantConfig, device) -> None:
-    want = scale_shape(shape, cfg)
-    if not isinstance(scales, torch.Tensor) or scales.dtype != SCALE_DTYPE:
-        got = scales.dtype if isinstance(scales, torch.Tensor) else type(scales).__name__
-        raise TypeError(f"scales must be a float16 tensor, got {got}")
-    if tuple(scales.shape) != want:
-        raise ValueError(f"scales must have shape {want} for x of shape {shape}, "
-                         f"got {tuple(scales.shape)}")
-    if scales.device != device:
-        raise ValueError(f"scales must be on {device}, got {scales.device}")
-
-
-def _check_packed(packed, n: int, bits: int, device=None, of: str = "") -> None:
-    if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8:
-        got = packed.dtype if isinstance(packed, torch.Tensor) else type(packed).__name__
-        raise TypeError(f"packed must be a uint8 tensor, got {got}")
-    want = packed_nbytes(n, bits)
-    if packed.dim() != 1 or packed.numel() != want:
-        raise ValueError(f"packed must be 1-D with packed_nbytes({n}, {bits})={want} bytes{of}, "
-                         f"got shape {tuple(packed.shape)}")
-    if device is not None and packed.device != device:
-        raise ValueError(f"packed must be on {device}, got {packed.device}")
+def _check_message(packed, scales, shape: tuple[int, ...], cfg: QuantConfig, device) -> None:
+    """`packed` and `scales` are what quantize_packed gives for a tensor of `shape` (on
+    `device`; None: the device of `packed`)."""
+    n, bits = math.prod(shape), cfg.bits
+    check_part(packed, "packed", (packed_nbytes(n, bits),), torch.uint8, device,
+               f" (packed_nbytes({n}, {bits}) bytes for shape {shape})")
+    check_part(scales, "scales", scale_shape(shape, cfg), SCALE_DTYPE, packed.device,
+               f" for x of shape {shape}")
 
 
 # ---------------------------------------------------------------------------
@@ -134,8 +127,7 @@ def dequantize_packed(packed: torch.Tensor, scales: torch.Tensor, shape: Sequenc
     """(packed, scales) -> values of `shape` in `dtype` (fp32/fp16/bf16)."""
     check_config(cfg, QuantConfig)
     shape = tuple(int(d) for d in shape)
-    _check_packed(packed, math.prod(shape), cfg.bits, None, f" for shape {shape}")
-    _check_scales(scales, shape, cfg, packed.device)
+    _check_message(packed, scales, shape, cfg, None)
     check_dtype(dtype)
     run = backend_for(cfg, backend, packed.device)
     return run.dequantize_packed(packed.contiguous(), scales.contiguous(), shape, cfg, dtype)
@@ -162,7 +154,6 @@ def aqsgd_decode(packed: torch.Tensor, scales: torch.Tensor, m: torch.Tensor, cf
     if not isinstance(m, torch.Tensor):
         raise TypeError(f"m must be a torch.Tensor, got {type(m).__name__}")
     _check_cache(m, m)
-    _check_packed(packed, m.numel(), cfg.bits, m.device, f" for m of shape {tuple(m.shape)}")
-    _check_scales(scales, tuple(m.shape), cfg, m.device)
+    _check_message(packed, scales, tuple(m.shape), cfg, m.device)
     run = backend_for(cfg, backend, m.device)
     return run.aqsgd_decode(packed.contiguous(), scales.contiguous(), m, cfg)

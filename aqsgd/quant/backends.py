@@ -20,7 +20,8 @@ import torch
 from aqsgd.quant.config import INPUT_DTYPES, QuantConfig
 from aqsgd.quant.tah_config import TahConfig
 
-__all__ = ["BACKENDS", "TABLE", "backend_for", "check_config", "check_dtype", "check_tensor"]
+__all__ = ["BACKENDS", "TABLE", "backend_for", "check_config", "check_dtype", "check_part",
+           "check_tensor"]
 
 BACKENDS = ("auto", "torch", "triton", "reference")
 
@@ -72,6 +73,19 @@ def check_tensor(x, name: str = "x") -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in INPUT_DTYPES:
         raise TypeError(f"{name} must be float32, float16 or bfloat16, got dtype {x.dtype}")
+
+
+def check_part(t, name: str, shape: tuple[int, ...], dtype: torch.dtype, device,
+               of: str = "") -> None:
+    """`t` is a `dtype` tensor of `shape` (`of` says why that one) on `device` (None: any),
+    as one part of a quantized tensor must be."""
+    if not isinstance(t, torch.Tensor) or t.dtype != dtype:
+        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+        raise TypeError(f"{name} must be a {dtype} tensor, got {got}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}{of}, got {tuple(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} must be on {device}, got {t.device}")
 
 
 def check_dtype(dtype) -> None:

@@ -15,7 +15,13 @@ from collections.abc import Sequence
 
 import torch
 
-from aqsgd.quant.backends import backend_for, check_config, check_dtype, check_tensor
+from aqsgd.quant.backends import (
+    backend_for,
+    check_config,
+    check_dtype,
+    check_part,
+    check_tensor,
+)
 from aqsgd.quant.config import draw_seed
 from aqsgd.quant.tah_config import (
     TahConfig,
@@ -48,14 +54,8 @@ def _check_packed(packed, shape: tuple[int, ...], cfg: TahConfig) -> None:
     specs = tah_wire_spec(shape, cfg)
     for name, tensor, (want_shape, want_dtype) in zip(TahPacked._fields, packed, specs,
                                                       strict=True):
-        if not isinstance(tensor, torch.Tensor) or tensor.dtype != want_dtype:
-            got = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-            raise TypeError(f"packed.{name} must be a {want_dtype} tensor, got {got}")
-        if tuple(tensor.shape) != want_shape:
-            raise ValueError(f"packed.{name} must have shape {want_shape} for x of shape "
-                             f"{shape} under {cfg}, got {tuple(tensor.shape)}")
-        if tensor.device != device:
-            raise ValueError(f"packed.{name} must be on {device}, got {tensor.device}")
+        check_part(tensor, f"packed.{name}", want_shape, want_dtype, device,
+                   f" for x of shape {shape} under {cfg}")
     bits = packed.bits.long()
     low, high = int(bits.min()), int(bits.max())
     if low < cfg.min_bits or high > cfg.max_bits:
