@@ -42,9 +42,12 @@ $(STAMP): pyproject.toml
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The inner loop: no root, no Docker, no worker processes (the marks in pyproject.toml).
+# The inner loop: no root, no Docker, no worker processes (the marks in pyproject.toml),
+# spread over every core (pytest-xdist; TEST_FAST_JOBS=1 runs it in one process).
+TEST_FAST_JOBS ?= auto
 test-fast: setup
-	$(PY) -m pytest -m "not slow and not netns and not docker_daemon and not workers" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_FAST_JOBS) \
+		-m "not slow and not netns and not docker_daemon and not workers" $(PYTEST_ARGS)
 
 # Style, import directions, import circles, the Dockerfile.
 # Import directions: the contracts in pyproject.toml, [tool.importlinter]; import circles
