@@ -6,6 +6,7 @@ parser and handler in its own module (`register(sub)`); this module only assembl
     python -m bench run --scenario 100mbps --dry-run       # cells, placement, time; no run
     python -m bench sweep scenarios/sweeps/paper.yaml      # resumable sweep
     python -m bench report results/100mbps                 # table + figures + report.md again
+    python -m bench compare results/before results/after   # per-cell ratio; exit 1: regressed
     python -m bench paper                                  # paper-style figures with claims
     python -m bench convergence [--size smoke]             # model quality: seeds, epochs
     python -m bench regress [--update-baseline]            # CI regression check
@@ -39,12 +40,14 @@ from bench.harness import convergence, paper, regress
 from bench.harness.commands import compose, model, run, slurm, sweep
 from bench.harness.commands.options import launcher_options
 from bench.report import cli as report
+from bench.report import compare
 from bench.report.cli import EXIT_BAD_INPUT, finish_sweep
 
 __all__ = ["main", "build_parser", "finish_sweep", "launcher_options"]
 
 # In the order `python -m bench --help` lists them.
-COMMANDS = (run, sweep, report, compose, slurm, paper, convergence, regress, model)
+COMMANDS = (run, sweep, report, compare, compose, slurm, paper, convergence, regress,
+            model)
 
 
 class _Version(argparse.Action):
