@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from aqsgd.compress.codecs.base import DataParallel
-from aqsgd.compress.registry import GRAD_CODECS
+from aqsgd.compress.registry import GRAD_CODECS, Names
 
 __all__ = [
     "GRAD_MODES",
@@ -31,7 +31,7 @@ __all__ = [
     "exchange_nbytes",
 ]
 
-GRAD_MODES = tuple(GRAD_CODECS)
+GRAD_MODES = Names(GRAD_CODECS)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 from aqsgd import quant
 from aqsgd.compress.cache import CacheSpec
 from aqsgd.compress.modes.base import ActivationMode
-from aqsgd.compress.registry import ACTIVATION_MODES
+from aqsgd.compress.registry import ACTIVATION_MODES, Names
 from aqsgd.compress.wire import WireSpec
 from specfile.declared import check_fields
 
@@ -44,9 +44,9 @@ __all__ = [
     "steady_raw_rows",
 ]
 
-MODES = tuple(ACTIVATION_MODES)
+MODES = Names(ACTIVATION_MODES)
 # the modes that may code activation gradients (the backward direction)
-GRADIENT_MODES = tuple(name for name, mode in ACTIVATION_MODES.items() if mode.codes_gradients)
+GRADIENT_MODES = Names(ACTIVATION_MODES, lambda mode: mode.codes_gradients)
 TRANSPORT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # the dtype of an evaluation message's rows (docs/ARCHITECTURE.md, "Compressors")
 EVAL_DTYPE = torch.float32

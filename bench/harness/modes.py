@@ -10,7 +10,8 @@ Spellings: the command line's `NAME[/GRAD][:FW/BW]` (`str(ModeSpec)`) is the one
 legends and sweep files use; directories keep the file-name-safe `ModeSpec.label`
 ('aqsgd+gc-qadam-fw2-bw4'); replicas and variants are no part of a mode
 (docs/results-schema.md, "Mode spellings"). The modes are aqsgd.compress.registry's
-`COMPARISONS`: names, default bit widths, which take bits or a gradient codec.
+`COMPARISONS`: names, default bit widths, which take bits or a gradient codec; a
+plug-in's modes (aqsgd.compress.registry.load_plugins) are names like any other.
 """
 
 from __future__ import annotations
@@ -22,19 +23,21 @@ from typing import Annotated
 from pydantic import Field
 
 from aqsgd.compress.adaptive import ladder
-from aqsgd.compress.registry import COMPARISONS, GRAD_CODECS
+from aqsgd.compress.plugins import Plugin
+from aqsgd.compress.registry import COMPARISONS, GRAD_CODECS, Names, View, plugins_of
 from specfile import check_fields
 
 __all__ = ["MODE_NAMES", "GRAD_COMPRESSORS", "DEFAULT_BITS", "DEFAULT_GRID", "BITS_RANGE",
-           "Bits", "ModeSpec", "parse_mode"]
+           "Bits", "ModeSpec", "default_grid", "parse_mode"]
 
-MODE_NAMES = tuple(COMPARISONS)
+# Each list follows the registry, plug-ins included (registry.Names, registry.View).
+MODE_NAMES = Names(COMPARISONS)
 # The data-parallel gradient compressors a mode with a gradient codec can select.
-GRAD_COMPRESSORS = tuple(name for name, codec in GRAD_CODECS.items() if codec.compresses)
+GRAD_COMPRESSORS = Names(GRAD_CODECS, lambda codec: codec.compresses)
 # (forward bits, backward bits) used when a quantized mode is named bare.
-DEFAULT_BITS = {name: c.default_bits for name, c in COMPARISONS.items() if c.takes_bits}
+DEFAULT_BITS = View(COMPARISONS, lambda c: c.default_bits, lambda c: c.takes_bits)
 # The modes that select a gradient compressor (NAME/GRAD).
-_DP_MODES = ", ".join(name for name, c in COMPARISONS.items() if c.data_parallel)
+_DP_MODES = Names(COMPARISONS, lambda c: c.data_parallel)
 # The grid `python -m bench run` runs by default: every mode, AQ-SGD at three bit widths,
 # DirectQ at AQ-SGD's most aggressive width beside it (the paper's quality contrast), and
 # TAH-Quant there too (its 2 code bits plus 0.75 bit of tile header an element: the
@@ -44,6 +47,13 @@ _DP_MODES = ", ".join(name for name, c in COMPARISONS.items() if c.data_parallel
 DEFAULT_GRID = ("fp32", "bf16", "directq:2/4", "directq:4/8", "tahquant:2/4", "aqsgd:2/4",
                 "aqsgd:3/6", "aqsgd:4/8", "aqsgd+gc/qadam:2/4")
 BITS_RANGE = (1, 8)
+
+
+def default_grid() -> tuple[str, ...]:
+    """DEFAULT_GRID, then every comparison of a loaded plug-in at its default bits."""
+    return DEFAULT_GRID + tuple(name for name in COMPARISONS if plugins_of(name))
+
+
 Bits = Annotated[int, Field(ge=BITS_RANGE[0], le=BITS_RANGE[1],
                             description="code width in bits")]
 
@@ -87,7 +97,8 @@ class ModeSpec:
                              f"got {self.grad_mode!r}")
         if not self.compresses_dp and self.grad_mode != "qadam":
             raise ValueError(f"ModeSpec.grad_mode selects the gradient compressor of "
-                             f"{_DP_MODES} only; mode {self.name} got {self.grad_mode!r}")
+                             f"{', '.join(_DP_MODES)} only; mode {self.name} got "
+                             f"{self.grad_mode!r}")
 
     @property
     def takes_bits(self) -> bool:
@@ -96,6 +107,11 @@ class ModeSpec:
     @property
     def compresses_dp(self) -> bool:
         return COMPARISONS[self.name].data_parallel
+
+    @property
+    def plugins(self) -> tuple[Plugin, ...]:
+        """The plug-ins its cells run (registry.plugins_of): () for the built-in modes."""
+        return plugins_of(self.name, self.grad_mode if self.compresses_dp else None)
 
     @property
     def label(self) -> str:
@@ -162,8 +178,8 @@ def parse_mode(text: str) -> ModeSpec:
                          f"(optionally NAME:FW/BW), got {text!r}")
     mode = COMPARISONS[name]
     if slash and not mode.data_parallel:
-        raise ValueError(f"only {_DP_MODES} selects a gradient compressor (NAME/GRAD), "
-                         f"got {text!r}")
+        raise ValueError(f"only {', '.join(_DP_MODES)} selects a gradient compressor "
+                         f"(NAME/GRAD), got {text!r}")
     if slash and grad not in GRAD_COMPRESSORS:
         raise ValueError(f"gradient compressor must be one of {', '.join(GRAD_COMPRESSORS)} "
                          f"({name}/GRAD:FW/BW), got {text!r}")

@@ -1,0 +1,139 @@
+"""Compressor plug-ins: a module outside the suite that declares what a built-in module of
+aqsgd/compress/modes/ or codecs/ declares (`MODE`, `COMPARISONS`, `CODEC`), found and
+identified here; aqsgd.compress.registry registers them.
+
+    import_source("examples/plugins/randproj.py")   # a file: its module, imported
+    import_source("mypkg.sketch")                    # a module on sys.path
+    entry_point_modules()                            # installed packages' ENTRY_POINT_GROUP
+    identify(module, source)                         # Plugin: name, version, source hash
+
+A `Plugin` is a plug-in's identity: a cell's spec and its run config carry it, so an
+edit of the plug-in re-measures only its cells and a worker whose copy differs (or
+lacks it) refuses to run. The contract and both ways to load: docs/plugins.md.
+Imports the standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["ENTRY_POINT_GROUP", "Plugin", "PluginError", "entry_point_modules", "identify",
+           "import_source", "is_file_source"]
+
+# the entry-point group an installed package lists its plug-in modules under
+# (pyproject.toml: [project.entry-points."aqsgd.compressors"] NAME = "pkg.module")
+ENTRY_POINT_GROUP = "aqsgd.compressors"
+
+
+class PluginError(ValueError):
+    """A plug-in that cannot be loaded or registered; the message names its module or file."""
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A plug-in's identity. `module`: its import name; `source`: what loads it again in a
+    worker (a .py file's absolute path, or a module name); `version`: its `__version__`,
+    else its distribution's, else ''; `sha256`: the first 16 hex digits of the hash of its
+    source files (the file, or every .py file of its top-level package)."""
+
+    module: str
+    source: str
+    version: str
+    sha256: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        version = f" {self.version}" if self.version else ""
+        return f"{self.module}{version} ({self.source}, sha256 {self.sha256})"
+
+
+def is_file_source(source: str) -> bool:
+    """A source names a file (ends in .py or holds a path separator), else a module."""
+    return source.endswith(".py") or "/" in source
+
+
+def _import_file(path: Path) -> ModuleType:
+    """The module of the .py file `path`, imported under its stem."""
+    name = path.stem
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if Path(getattr(loaded, "__file__", "") or "").resolve() == path:
+            return loaded
+        raise PluginError(f"plug-in file {path}: its module name {name!r} is taken by "
+                          f"{getattr(loaded, '__file__', None) or 'a built-in module'}; "
+                          f"rename the file")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[name]
+        raise PluginError(f"plug-in file {path}: importing it failed: "
+                          f"{type(err).__name__}: {err}") from err
+    return module
+
+
+def import_source(source: str, base: Path | None = None) -> tuple[ModuleType, str]:
+    """(module, source as a worker loads it again) of a `--plugin` value: a .py file (a
+    relative path from `base`, default the working directory) or a module name."""
+    if is_file_source(source):
+        path = Path(source).expanduser()
+        path = (Path(base or Path.cwd()) / path if not path.is_absolute() else path).resolve()
+        if not path.is_file():
+            raise PluginError(f"plug-in file {path} does not exist on this host (give a "
+                              f".py file, or an importable module name)")
+        return _import_file(path), str(path)
+    try:
+        return importlib.import_module(source), source
+    except ImportError as err:
+        raise PluginError(f"plug-in module {source!r} cannot be imported on this host "
+                          f"({err}); install its package or give its .py file") from None
+
+
+def entry_point_modules() -> list[tuple[ModuleType, str]]:
+    """(module, distribution version) of every ENTRY_POINT_GROUP entry point of the
+    installed packages, by entry-point name; a PluginError naming one that fails."""
+    out = []
+    points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    for point in sorted(points, key=lambda p: p.name):
+        where = f"entry point {point.name!r} = {point.value!r} of group {ENTRY_POINT_GROUP}"
+        if point.attr:
+            raise PluginError(f"{where}: must name a module ('pkg.module'), not an object")
+        try:
+            module = importlib.import_module(point.module)
+        except Exception as err:
+            raise PluginError(f"{where}: importing {point.module} failed: "
+                              f"{type(err).__name__}: {err}") from err
+        dist = getattr(point, "dist", None)
+        out.append((module, dist.version if dist is not None else ""))
+    return out
+
+
+def _source_files(module: ModuleType) -> tuple[Path, list[Path]]:
+    """(root, files) of the plug-in's source: the module's file, or every .py file of
+    its top-level package when it belongs to one."""
+    top = sys.modules.get(module.__name__.partition(".")[0], module)
+    if getattr(top, "__path__", None) and getattr(top, "__file__", None):
+        root = Path(top.__file__).parent
+        return root, sorted(root.rglob("*.py"))
+    return Path(module.__file__).parent, [Path(module.__file__)]
+
+
+def identify(module: ModuleType, source: str, dist_version: str = "") -> Plugin:
+    """The identity of a loaded plug-in module (Plugin)."""
+    digest = hashlib.sha256()
+    root, files = _source_files(module)
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    version = str(getattr(module, "__version__", "") or dist_version)
+    return Plugin(module.__name__, source, version, digest.hexdigest()[:16])
