@@ -97,6 +97,9 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, names: Iterable[str], 
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
                                 help=help)
             continue
+        if typing.get_origin(kind) is typing.Literal:  # one of its values
+            parser.add_argument(flag, choices=typing.get_args(kind), default=default, help=help)
+            continue
         if kind is str and unwrap_optional(hint) is not hint:  # str | None
             kind = _none_or_str
         parser.add_argument(flag, type=kind, default=default, help=help)

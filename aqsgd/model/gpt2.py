@@ -32,6 +32,7 @@ from aqsgd.model.config import ModelConfig, layer_split
 from aqsgd.model.weights import load_pretrained_state
 
 __all__ = [
+    "PRECISIONS",
     "GPT2Stage",
     "build_full_model",
     "build_stage",
@@ -145,15 +146,19 @@ def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(pred, target)
 
 
+# Compute precision -> the dtype torch.autocast computes in (None: no autocast).
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def compute_precision(precision: str, device: torch.device) -> AbstractContextManager:
     """The context a stage's forward and loss run in: "fp32" none (bit-identical to no
-    context), "bf16" torch.autocast to bfloat16 on `device`'s type (CPU or CUDA). Run the
-    backward outside it, as torch advises; the weights and their gradients stay fp32."""
-    if precision == "fp32":
-        return nullcontext()
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
+    context), "bf16" or "fp16" torch.autocast to that dtype on `device`'s type (CPU or
+    CUDA; fp16 needs loss scaling, aqsgd.train.loss_scale). Run the backward outside it,
+    as torch advises; the weights and their gradients stay fp32."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {'|'.join(PRECISIONS)}, got {precision!r}")
+    dtype = PRECISIONS[precision]
+    return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 # ---------------------------------------------------------------- initialisation

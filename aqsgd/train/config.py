@@ -33,12 +33,14 @@ from aqsgd.compress.message import GRADIENT_MODES, CompressionConfig
 from aqsgd.data.sources import DATASETS
 from aqsgd.model.config import PRESETS, ModelConfig
 from aqsgd.model.dropout import DROPOUT_MASKS
+from aqsgd.model.gpt2 import PRECISIONS
 from aqsgd.train.schedule import SCHEDULES
 from specfile import SPEC_CONFIG, SpecError, check_fields, raising, read_file, validate
 
 __all__ = [
     "MicroBatchSize",
     "NumMicroBatches",
+    "Precision",
     "Replicas",
     "Seed",
     "Stages",
@@ -78,6 +80,9 @@ Seed = Annotated[int, Field(ge=0, description="seed of data order, dropout and i
 Threads = Annotated[int, Field(ge=1, description="torch threads of each worker process")]
 TimeoutS = Annotated[float, Field(gt=0, description="seconds init_process_group and every "
                                                     "p2p or collective wait may take")]
+Precision = Annotated[Literal[tuple(PRECISIONS)], Field(description=(
+    "compute precision of every stage: fp32, or torch.autocast to bf16 or fp16 (fp16 with "
+    "dynamic loss scaling)"))]
 _AtLeast0 = Annotated[int, Field(ge=0)]
 
 
@@ -123,10 +128,9 @@ class TrainConfig:
     # behaviour); "per_sample" from generators seeded by (seed, sample id, module), so a
     # sample's masks repeat at every visit (aqsgd.model.dropout, docs/dropout-and-deltas.md).
     dropout_masks: Literal["random", "per_sample"] = "random"
-    # Compute precision of each stage's forward, backward and evaluation: "bf16" runs them
-    # under torch.autocast on the stage's device (CPU too); weights, optimizer and the wire
-    # stay as they are (the wire's dtype is forward/backward.dtype).
-    precision: Literal["fp32", "bf16"] = "fp32"
+    # weights, optimizer and the wire stay as they are (the wire's dtype is
+    # forward/backward.dtype); docs/precision.md
+    precision: Precision = "fp32"
     # Test hooks (not for experiments): raise inside step `fail_at_step` on rank
     # `fail_rank`; write every rank's gradients after the first step to OUTPUT_DIR/grads.
     fail_at_step: _AtLeast0 | None = None

@@ -1,9 +1,11 @@
 """The stage executor: one pipeline stage of one data-parallel replica.
 
-Each rank walks its stage's action list (aqsgd.train.schedule) once per optimizer
-step. Rank layout: rank = replica * stages + stage; stage s of every replica
-forms one data-parallel group, the stages of one replica one pipeline group (for
-the global gradient norm). Per micro-batch k with sample ids ids[k] (B,):
+    runner = PipelineRunner(schedule=..., topo=Topology(stages=2, replicas=1, rank=r), ...)
+    runner.train_step(step)                             # one optimizer step: its record
+    runner.evaluate(step, eval_batches, micro_batch_size)  # held-out loss: its record
+
+Each rank walks its stage's action list (aqsgd.train.schedule) once per optimizer step;
+rank = replica * stages + stage. Per micro-batch k with sample ids ids[k] (B,):
 
     stage 0         input_ids (B, L) -> module -> hidden (B, L, D) -> fwd encode -> isend
     middle stages   irecv -> fwd decode -> hidden (B, L, D), requires_grad -> module -> ...
@@ -11,48 +13,9 @@ the global gradient norm). Per micro-batch k with sample ids ids[k] (B,):
     backward        irecv -> bwd decode -> grad of output -> autograd -> grad of input
                     -> bwd encode -> isend to the previous stage
 
-Receives of each kind are posted one message ahead, in the schedule's order, so
-they overlap with compute; sends complete in the background until OPT_STEP.
-Note on sample ids: every rank derives ids from (seed, step) with aqsgd.data.sampler.Sampler, so no
-rank waits on another to learn them; the compressor's header carries them and
-the receiver's decode checks them.
-
-Note [warm-up flag]: a train record's `warmup` is true when, at that step, any of
-this rank's compressors (forward or backward, sending or receiving) is still in its
-own warm-up epochs (`Compressor.in_warmup`, so a per-direction override counts):
-those send rows raw and, for AQ-SGD, fill the caches. Mode none sends raw rows in
-every epoch, but its warm-up epochs are flagged alike, so that every mode with the
-same `warmup_epochs` measures throughput over the same steps. A 1-stage pipeline has
-no compressors and no warm-up steps; evaluation records are never warm-up steps.
-
-Note [clipping under QuantizedAdam]: the other gradient modes average the gradients
-before clipping, so the global norm, and the clipping coefficient, are those of the
-average and the same on every replica. QuantizedAdam exchanges Adam's first moment
-inside the optimizer step instead, so clipping sees each replica's local gradient.
-Its norm is then taken over the whole world: sqrt(mean over replicas of the squared
-local norm of the pipeline), one more scalar all-reduce over the data-parallel group.
-Every replica gets the same coefficient, and as the mean of the clipped local
-gradients has a norm of at most that quantity, the gradient the replicas average
-is bounded by `clip`, which is what clipping promises. Recorded as `grad_norm`.
-
-Note [adaptive widths]: a sending compressor with `widths` (the aqsgd-adaptive mode) has
-a `WidthChooser` here (aqsgd.compress.adaptive). At the start of each training step it
-takes what the last step's sends to that peer measured and this rank's compute per
-micro-batch of the last step, and sets the width the sender announces. The link time of
-the step's bytes is the larger of two lower bounds (aqsgd.compress.adaptive, Note [rate
-estimate]): the sends' busy seconds (P2P's send timer; short when the socket's buffer
-takes a whole message) and the step's stretch, its time beyond its compute,
-`step_time - (M + S - 1) * compute per micro-batch` (the pure-compute step of GPipe and
-1F1B alike, docs/performance-model.md); the first message of the step still goes at the
-width the last step announced, the rest at the new one (aqsgd.compress.activation, Note [adaptive
-widths]). The record keeps every message's width (`bits_sent`) and each chooser's inputs
-and choice (`adaptive`).
-
-Evaluation (`evaluate`, `eval_batch_ids`): replica r takes the held-out windows of
-micro-batches r, r + R, r + 2R, ... in order, so when eval_batches * R * B equals the
-number of held-out windows every window is evaluated exactly once; activations travel
-raw (`training=False`) and never touch the caches; the loss is the mean over all
-micro-batches of all replicas, the same on every replica.
+Receives are posted one message ahead, sends complete in the background until OPT_STEP.
+Notes [sample ids], [warm-up flag], [clipping under QuantizedAdam], [adaptive widths],
+[fp16 loss scaling] and [evaluation windows]: docs/pipeline.md.
 """
 
 from __future__ import annotations
@@ -71,6 +34,7 @@ from aqsgd.compress.wire import spec_nbytes
 from aqsgd.data.sampler import Sampler
 from aqsgd.model.dropout import SampleMasks
 from aqsgd.model.gpt2 import compute_precision
+from aqsgd.train.loss_scale import LossScaler
 from aqsgd.train.metrics import StepMeter
 from aqsgd.train.p2p import P2P, PendingRecv
 from aqsgd.train.schedule import Op, Schedule
@@ -195,7 +159,8 @@ class PipelineRunner:
         self.fail_at_step = fail_at_step
         self.after_sync = after_sync  # test hook, called with the step after dp sync
         self.dropout_masks = dropout_masks  # None: dropout masks from torch's RNG
-        self.precision = precision  # train.precision: fp32, or bf16 autocast in forward and loss
+        self.precision = precision  # train.precision: autocast in forward and loss (or none)
+        self.scaler = LossScaler.for_precision(precision)  # Note [fp16 loss scaling]
         self.actions = schedule.stage_actions(topo.stage)
         self.params = [p for p in module.parameters() if p.requires_grad]
         self._dp_sent = self._dp_recv = 0
@@ -257,6 +222,7 @@ class PipelineRunner:
         self.module.train()
         recv = _RecvQueues(self, mbs, step)
         grad_norm = lr = None
+        scale = self.scaler.scale if self.scaler else None  # this step's loss scale
         for a in self.actions:
             k = a.micro_batch
             if a.op in (Op.RECV_ACT, Op.RECV_GRAD):
@@ -273,8 +239,11 @@ class PipelineRunner:
             elif a.op is Op.BACKWARD:
                 self._backward(mbs[k], k)
             elif a.op is Op.SEND_GRAD:
+                grad = mbs[k].inp.grad
+                if self.scaler:  # Note [fp16 loss scaling]: the wire carries it unscaled
+                    grad = self.scaler.unscale_boundary(grad)
                 with self.meter.span("compress", f"encode grad mb{k}"):
-                    msg = self.comp["bwd_send"].encode(mbs[k].inp.grad, mbs[k].ids)
+                    msg = self.comp["bwd_send"].encode(grad, mbs[k].ids)
                 self.meter.note_bits("gradient", self.comp["bwd_send"].last_bits)
                 self.p2p.send(self.topo.prev_rank, "gradient", msg)
                 mbs[k].inp = None
@@ -287,7 +256,8 @@ class PipelineRunner:
             kind="train", step=step, epoch=epoch, warmup=warmup, rank=self.topo.rank,
             stage=self.topo.stage, replica=self.topo.replica, loss=loss, samples=n,
             tokens=n * self.train_tokens.shape[1], lr=lr, grad_norm=grad_norm,
-            adaptive=adaptive,
+            adaptive=adaptive, **({} if scale is None else {
+                "loss_scale": scale, "step_skipped": grad_norm is None}),
         )  # fmt: skip
         pure = (len(mbs) + self.topo.stages - 1) * self._compute_per_mb_s
         self._stretch_s = max(0.0, rec["step_time_s"] - pure)
@@ -313,17 +283,29 @@ class PipelineRunner:
                 mb.out = mb.loss / num_mb  # backward of the mean over micro-batches
 
     def _backward(self, mb: _MicroBatch, k: int) -> None:
+        scale = self.scaler.scale if self.scaler else 1.0  # Note [fp16 loss scaling]
         with self.meter.span("compute", f"B{k}"):
             if self.topo.is_last:
-                mb.out.backward()
+                (mb.out * scale if self.scaler else mb.out).backward()
             else:
-                torch.autograd.backward(mb.out, mb.grad_out)
+                grad_out = mb.grad_out * scale if self.scaler else mb.grad_out
+                torch.autograd.backward(mb.out, grad_out)
         mb.out = mb.grad_out = None
         mb.loss = mb.loss.detach() if mb.loss is not None else None
 
-    def _optimizer_step(self, step: int) -> tuple[float, float]:
-        """Returns (global grad norm before clipping, lr used)."""
+    def _optimizer_step(self, step: int) -> tuple[float | None, float]:
+        """Returns (global grad norm before clipping, lr used); the norm is None for a
+        step every rank skipped on an fp16 overflow (Note [fp16 loss scaling])."""
         self.p2p.wait_sends()
+        opt = self.dp.optimizer
+        lr = opt.param_groups[0]["lr"]
+        if self.scaler:
+            with self.meter.span("comm_wait", "overflow all-reduce"):
+                ok = self.scaler.unscale_and_agree(self.params)
+            if not ok:
+                opt.zero_grad(set_to_none=True)
+                self.lr_scheduler.step()
+                return None, lr
         if self.topo.replicas > 1:  # averaging over a group of one is the identity
             with self.meter.span("dp_sync", "dp synchronize"):
                 self.dp.synchronize()
@@ -345,8 +327,6 @@ class PipelineRunner:
             coef = self.clip / (norm + 1e-6)
             for p in self.params:
                 p.grad.mul_(coef)
-        opt = self.dp.optimizer
-        lr = opt.param_groups[0]["lr"]
         # qadam exchanges Adam's first moment inside step(): that is data-parallel time
         exchanges = self.topo.replicas > 1 and self.dp.exchanges_in_step
         with self.meter.span("dp_sync" if exchanges else "compute", "optimizer step"):
@@ -361,7 +341,7 @@ class PipelineRunner:
 
     # ----------------------------------------------------------- evaluation
     def evaluate(self, step: int, num_batches: int, micro_batch_size: int) -> dict:
-        """Forward-only pass over held-out windows (module docstring, "Evaluation");
+        """Forward-only pass over held-out windows (Note [evaluation windows]);
         `step` is the number of optimizer steps done so far."""
         self.meter.reset()
         self.module.eval()

@@ -144,7 +144,8 @@ def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
         train=TrainConfig(steps=w.total_steps, lr=w.lr, seed=w.seed, threads=w.threads,
                           eval_every=w.steps_per_epoch if w.eval_each_epoch else 0,
                           eval_at_start=w.eval_each_epoch, eval_batches=w.eval_batches,
-                          dropout_masks=w.dropout_masks, init_from=w.init_from),
+                          dropout_masks=w.dropout_masks, init_from=w.init_from,
+                          precision=w.precision),
         # the evaluation covers each held-out window once (eval_batches per replica)
         data=DataConfig(max_samples=w.train_samples, eval_samples=w.eval_windows),
         dist=DistConfig(timeout_s=w.dist_timeout_s),

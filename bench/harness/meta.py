@@ -100,7 +100,8 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
     `scenario` None: it never loaded (no rate, no delay). From the link probe:
     `host_limited` (a probed shaped link could not reach its rate on this host) and
     `rate_mbit_achieved` (the lowest achieved rate of a shaped link, None without one).
-    What was trained: `seed`, `variant` ("" for the sweep's default workload), `repeat`
+    What was trained: `seed`, `variant` (Workload.label: "" for the sweep's default
+    workload, a compute precision other than fp32 added), `precision`, `repeat`
     (0 for a cell's first measurement, k for its (k+1)-th), `dropout`
     (the model's, resolved from the preset), `dropout_masks`, `epochs` (passes over the
     training split, warm-up included; fractional for a bench cell's fixed step count),
@@ -122,7 +123,7 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
         "delay_ms": None if delay_ms is None else float(delay_ms),
         "host_limited": any(r.host_limited for r in shaped_links),
         "rate_mbit_achieved": min((r.rate_mbit_achieved for r in shaped_links), default=None),
-        "seed": w.seed, "variant": w.variant, "repeat": cell.repeat,
+        "seed": w.seed, "variant": w.label, "precision": w.precision, "repeat": cell.repeat,
         "dropout": float(PRESETS[w.preset].dropout if w.dropout is None else w.dropout),
         "dropout_masks": w.dropout_masks, "epochs": w.total_steps / w.steps_per_epoch,
         "steps_per_epoch": w.steps_per_epoch, "warmup_epochs": w.warmup_epochs,

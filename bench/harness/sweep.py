@@ -106,7 +106,7 @@ class CellSpec:
         '100mbps__fp32__r2' (the second measurement of a repeated cell)."""
         w = self.workload
         dp = f"-dp{w.replicas}" if w.replicas > 1 else ""
-        variant = f"__{w.variant}" if w.variant else ""
+        variant = f"__{w.label}" if w.label else ""  # the variant and a non-fp32 precision
         seed = f"__s{w.seed}" if self.seed_in_name else ""
         repeat = f"__r{self.repeat + 1}" if self.repeat else ""
         return f"{self.scenario_name}__{self.mode.label}{dp}{variant}{seed}{repeat}"
@@ -121,7 +121,8 @@ class CellSpec:
     @property
     def key(self) -> str:
         """Hash of the whole spec: a finished cell is reused only if it matches."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        blob = json.dumps({**self.to_dict(), "workload": self.workload.identity()},
+                          sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -141,10 +142,10 @@ class Variant:
     workload: Workload
 
     def __post_init__(self):
-        if not self.workload.variant:
+        if not self.workload.label:  # a variant of precision alone is named by it
             raise ValueError("Variant.workload.variant must name the variant, got ''")
         if not self.modes:
-            raise ValueError(f"variant {self.workload.variant!r} must name at least one mode")
+            raise ValueError(f"variant {self.workload.label!r} must name at least one mode")
 
 
 @dataclass(frozen=True)
@@ -183,13 +184,13 @@ class SweepSpec:
         check_fields(self)
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"SweepSpec.seeds must not repeat a seed, got {list(self.seeds)}")
-        names = [v.workload.variant for v in self.variants]
+        names = [v.workload.label for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"SweepSpec.variants must have distinct names, got {names}")
         for v in self.variants:
             missing = [str(m) for m in v.modes if m not in self.modes]
             if missing:
-                raise ValueError(f"variant {v.workload.variant!r} names modes the sweep does "
+                raise ValueError(f"variant {v.workload.label!r} names modes the sweep does "
                                  f"not run: {', '.join(missing)}")
 
     def cells(self) -> list[CellSpec]:
@@ -240,7 +241,7 @@ class VariantFile:
     """A sweep file's `variants` entry: a name (in the cells' names), the modes to run
     again, and the Workload fields that differ from the sweep's workload."""
 
-    name: str
+    name: str = ""  # may be left out by a variant that changes the precision (its label)
     modes: tuple[str, ...]
     workload: dict
 

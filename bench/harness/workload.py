@@ -9,6 +9,7 @@ turns it into each cell's RunConfig.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from aqsgd.model.dropout import DROPOUT_MASKS
 from aqsgd.train.config import (
     MicroBatchSize,
     NumMicroBatches,
+    Precision,
     Replicas,
     Seed,
     Stages,
@@ -28,7 +30,11 @@ from aqsgd.train.config import (
 )
 from specfile import SPEC_CONFIG, check_fields
 
-__all__ = ["Workload"]
+__all__ = ["IDENTITY_IF_SET", "Workload"]
+
+# Fields added after cells were recorded: in a cell's identity only when not at their
+# default (Workload.identity).
+IDENTITY_IF_SET = frozenset({"precision"})
 
 _VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
@@ -70,6 +76,8 @@ class Workload:
     dropout: Annotated[float, Field(ge=0, lt=1, description=(
         "dropout probability (RunConfig model.dropout; none: the preset's)"))] | None = None
     dropout_masks: str = "random"  # RunConfig train.dropout_masks: random | per_sample
+    # in the cell's name and identity only when not fp32 (label, identity)
+    precision: Precision = "fp32"
     variant: str = ""  # short label of a sweep variant, in the cell's name ("" = default)
     dist_timeout_s: TimeoutS = 60.0
     # the paper fine-tunes a pre-trained model; AQ-SGD relies on slowly changing activations
@@ -105,6 +113,22 @@ class Workload:
                 isinstance(k, str) and k.count(".") == 1 for k in self.overrides):
             raise ValueError(f"Workload.overrides must map 'section.key' to a value, "
                              f"got {self.overrides!r}")
+
+    @property
+    def label(self) -> str:
+        """The variant as cell names and tables show it: `variant`, then the compute
+        precision when it is not fp32 ('bf16-compute', 'dropout0+fp16-compute'), so a
+        bf16-compute row never reads as the bf16 wire mode (docs/precision.md)."""
+        compute = "" if self.precision == "fp32" else f"{self.precision}-compute"
+        return "+".join(part for part in (self.variant, compute) if part)
+
+    def identity(self) -> dict:
+        """The fields a cell's identity hashes (CellSpec.key): all, less those of
+        IDENTITY_IF_SET at their default, so cells recorded before such a field existed
+        keep their key."""
+        fields = dataclasses.asdict(self)
+        return {k: v for k, v in fields.items()
+                if k not in IDENTITY_IF_SET or v != _DEFAULTS[k]}
 
     @property
     def global_batch(self) -> int:
@@ -144,3 +168,6 @@ class Workload:
         if not self.eval_samples:
             return 0
         return 1 + self.total_steps // self.steps_per_epoch if self.eval_each_epoch else 1
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Workload)}
