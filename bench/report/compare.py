@@ -7,8 +7,9 @@ and one metric's ratio B / A per cell with each side's spread over its repeats.
     result.rows                   # one row per matched cell (COMPARE_COLUMNS)
 
 Cells match when meta.json's identity agrees in all but the machine and the commit
-(`comparison_key`), so two runs of one grid on two commits pair up; a cell's repeats
-are one number (their median, min..max beside it). Exit codes: 0 no cell regressed
+(`comparison_key`; a field only one side's cells have is left out and named), so two
+runs of one grid on two commits pair up; a cell's repeats are one number (their median,
+min..max beside it). Exit codes: 0 no cell regressed
 past the threshold, 1 one did (lower samples/s, higher loss or bytes), 2 bad input (a
 folder without cells, no cell in common). Cells on one side only are listed, never
 dropped silently. The figure goes beside --out, else into B/figures.
@@ -73,11 +74,13 @@ COMPARE_COLUMNS = ("cell", "metric", "a", "a_lo", "a_hi", "a_repeats", "b", "b_l
                    "cells_a", "cells_b")
 
 
-def _flat(tree: dict, prefix: str = "") -> dict:
+def _flat(tree: dict, depth: int, prefix: str = "") -> dict[str, str]:
+    """'a.b' -> JSON text of the value, dicts opened `depth` levels deep (below that a
+    value is compared whole: an override added to {} is a change, not a new key)."""
     flat = {}
     for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flat(value, f"{prefix}{key}."))
+        if isinstance(value, dict) and depth > 0:
+            flat.update(_flat(value, depth - 1, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = json.dumps(value, sort_keys=True, default=str)
     return flat
@@ -85,31 +88,22 @@ def _flat(tree: dict, prefix: str = "") -> dict:
 
 def comparison_key(meta: dict) -> dict[str, str]:
     """What a cell of another run must share with `meta`'s to be compared with it, as
-    flat 'part.key' -> JSON text: meta.json's `identity` without the machine, the commit
-    and the mechanisms (which follow from them), the cell's `spec` and `cell` block
-    without its names and its repeat (a cell's repeats share a key)."""
+    flat 'part.field' -> JSON text: meta.json's `identity` without the machine, the
+    commit and the mechanisms (which follow from them), the cell's `spec` (its mode's and
+    workload's fields) and `cell` block without its names and its repeat (a cell's
+    repeats share a key)."""
     spec = meta.get("spec") or {}
     return _flat({
         "identity": {k: v for k, v in meta["identity"].items() if k not in _IDENTITY_LEFT_OUT},
         "spec": {k: v for k, v in spec.items() if k not in _SPEC_LEFT_OUT},
-        "cell": {k: v for k, v in meta["cell"].items() if k not in _CELL_LEFT_OUT}})
+        "cell": {k: v for k, v in meta["cell"].items() if k not in _CELL_LEFT_OUT}}, depth=2)
 
 
-@dataclass(frozen=True)
-class _Side:
-    """One folder's finished cells, a row per cell and its repeats (`key`, `name`: its
-    first repeat's, the metric's median `v`, `lo`, `hi`, count `n`, `cells`); `keys`:
-    key -> flat key; `not_ok`: the cells that did not finish; `commits` they ran at."""
-
-    cells: pd.DataFrame
-    keys: dict
-    not_ok: list[str]
-    commits: str
-
-
-def _side(path: Path, metric: Metric) -> _Side:
+def _cells(path: Path, metric: Metric) -> tuple[pd.DataFrame, list[str], str]:
+    """One row per finished cell of `path` (`name`, `repeat`, `flat`: comparison_key,
+    `value` of the metric); the cells that did not finish; the commits they ran at."""
     _check_has_cells(path)
-    rows, not_ok, keys, commits = [], [], {}, set()
+    rows, not_ok, commits = [], [], set()
     for meta in load_metas([path]):
         cell = meta["cell"]
         commits.add(str(meta["identity"].get("git_commit"))[:12])
@@ -120,30 +114,35 @@ def _side(path: Path, metric: Metric) -> _Side:
         if summary["status"].iloc[0] != "ok":  # its metrics.csv is unreadable
             not_ok.append(f"{cell['name']} ({summary['status'].iloc[0]})")
             continue
-        flat = comparison_key(meta)
-        key = json.dumps(flat, sort_keys=True)
-        keys[key] = flat
-        rows.append({"key": key, "name": cell["name"], "repeat": cell.get("repeat", 0),
+        rows.append({"name": cell["name"], "repeat": cell.get("repeat", 0),
+                     "flat": comparison_key(meta),
                      "value": pd.to_numeric(summary[metric.column], errors="coerce").iloc[0]})
-    frame = pd.DataFrame(rows, columns=["key", "name", "repeat", "value"])
-    cells = frame.sort_values(["name", "repeat"]).groupby("key", sort=False).agg(
+    frame = pd.DataFrame(rows, columns=["name", "repeat", "flat", "value"])
+    return frame.sort_values(["name", "repeat"]), not_ok, ", ".join(sorted(commits))
+
+
+def _over_repeats(cells: pd.DataFrame, fields: set[str]) -> pd.DataFrame:
+    """One row per key (comparison_key restricted to `fields`): `key`, `name` (its first
+    repeat's), the metric's median `v`, `lo`, `hi`, count `n`, `cells`, `flat` (restricted
+    to `fields`)."""
+    shared = [{k: f[k] for k in sorted(fields) if k in f} for f in cells["flat"]]
+    keyed = cells.assign(flat=shared, key=[json.dumps(f) for f in shared])
+    return keyed.groupby("key", sort=False).agg(
         name=("name", "first"), v=("value", "median"), lo=("value", "min"),
-        hi=("value", "max"), n=("value", "count"), cells=("name", ", ".join))
-    return _Side(cells.reset_index(), keys, not_ok, ", ".join(sorted(commits)))
+        hi=("value", "max"), n=("value", "count"), cells=("name", ", ".join),
+        flat=("flat", "first")).reset_index()
 
 
-def _only(side: _Side, other: _Side, side_is_a: bool) -> list[str]:
+def _only(side: pd.DataFrame, other: pd.DataFrame, side_is_a: bool) -> list[str]:
     """The cells of `side` without a match in `other`, each with what differs from the
     other side's cell of the same name, if it has one."""
-    theirs = dict(zip(other.cells["name"], other.cells["key"], strict=True))
-    matched = set(other.cells["key"])
+    theirs = dict(zip(other["name"], other["flat"], strict=True))
     listed = []
-    for key, name in zip(side.cells["key"], side.cells["name"], strict=True):
-        if key in matched:
+    for key, name, flat in zip(side["key"], side["name"], side["flat"], strict=True):
+        if key in set(other["key"]):
             continue
-        twin = theirs.get(name)
-        if twin is not None:  # A's key first, then B's
-            a, b = (side.keys[key], other.keys[twin])[::1 if side_is_a else -1]
+        if name in theirs:  # A's fields first, then B's
+            a, b = (flat, theirs[name])[::1 if side_is_a else -1]
             name += f" (the other side's cell of this name differs: {_differences(a, b)})"
         listed.append(name)
     return sorted(listed)
@@ -170,7 +169,9 @@ class Comparison:
     """`rows`: one per cell both folders have (COMPARE_COLUMNS, B over A); `only_a`,
     `only_b`: the cells of one folder only (with what differs from a cell of the same
     name on the other side); `not_ok_a`, `not_ok_b`: cells that did not finish;
-    `commits_a`, `commits_b`: the commits each side's cells ran at."""
+    `commits_a`, `commits_b`: the commits each side's cells ran at; `one_sided`: the
+    fields of comparison_key that only one side's cells have (a field one commit added),
+    left out of the match."""
 
     a: Path
     b: Path
@@ -183,6 +184,7 @@ class Comparison:
     not_ok_b: list[str]
     commits_a: str
     commits_b: str
+    one_sided: list[str]
 
     @property
     def regressed(self) -> pd.DataFrame:
@@ -199,8 +201,12 @@ def compare_results(a: str | Path, b: str | Path, metric: str = "samples_per_s",
     if not threshold_pct >= 0:
         raise ValueError(f"--threshold: expected a percentage >= 0, got {threshold_pct}")
     m = METRICS[metric]
-    side_a, side_b = _side(Path(a), m), _side(Path(b), m)
-    both = side_a.cells.merge(side_b.cells, on="key", suffixes=("_a", "_b"))
+    (cells_a, not_ok_a, commits_a), (cells_b, not_ok_b, commits_b) = \
+        _cells(Path(a), m), _cells(Path(b), m)
+    # a field only one side's cells have (one commit added it) cannot tell them apart
+    fields_a, fields_b = (set().union(*c["flat"]) for c in (cells_a, cells_b))
+    side_a, side_b = (_over_repeats(c, fields_a & fields_b) for c in (cells_a, cells_b))
+    both = side_a.merge(side_b, on="key", suffixes=("_a", "_b"))
     rows = pd.DataFrame({
         "cell": both["name_a"], "metric": metric,
         "a": both["v_a"], "a_lo": both["lo_a"], "a_hi": both["hi_a"], "a_repeats": both["n_a"],
@@ -214,7 +220,8 @@ def compare_results(a: str | Path, b: str | Path, metric: str = "samples_per_s",
     return Comparison(Path(a), Path(b), metric, threshold_pct,
                       rows[list(COMPARE_COLUMNS)].sort_values("cell").reset_index(drop=True),
                       _only(side_a, side_b, True), _only(side_b, side_a, False),
-                      side_a.not_ok, side_b.not_ok, side_a.commits, side_b.commits)
+                      not_ok_a, not_ok_b, commits_a, commits_b,
+                      sorted(fields_a ^ fields_b))
 
 
 def _band(metric: Metric, row, side: str) -> str:
@@ -243,6 +250,9 @@ def print_comparison(result: Comparison, console: Console | None = None) -> None
     console.print(table)
     lines = [f"A: {result.a} (commit {result.commits_a})",
              f"B: {result.b} (commit {result.commits_b})"]
+    if result.one_sided:
+        lines.append("matched without the fields only one side's cells have: "
+                     + ", ".join(result.one_sided))
     if (result.rows[["a_repeats", "b_repeats"]] > 1).any(axis=None):
         lines.append("[min-max]: over a cell's repeats")
     for label, names in (("only in A", result.only_a), ("only in B", result.only_b),

@@ -19,8 +19,9 @@ AQSGD = {"mode": "aqsgd", "fw": 2, "bw": 4}
 
 
 def _folder(root, fp32_s: float, aqsgd_s: tuple[float, ...], *, commit: str = "abc",
-            loss: float = 3.0, act_bytes: int = 1000):
-    """fp32 once and aqsgd 2/4 once per entry of `aqsgd_s` (its repeats), at `commit`."""
+            loss: float = 3.0, act_bytes: int = 1000, workload: dict | None = None):
+    """fp32 once and aqsgd 2/4 once per entry of `aqsgd_s` (its repeats), at `commit`;
+    `workload`: the spec's workload fields."""
     root.mkdir()
     write_fixture_cell(root, step_time_s=fp32_s, eval_losses=[4.0, 3.0, 3.0, 3.0])
     for repeat, step_s in enumerate(aqsgd_s):
@@ -29,6 +30,7 @@ def _folder(root, fp32_s: float, aqsgd_s: tuple[float, ...], *, commit: str = "a
     for meta_path in root.glob("*/meta.json"):  # another run: commit and machine differ
         meta = json.loads(meta_path.read_text())
         meta["identity"].update(git_commit=commit, machine={"hostname": commit, "kernel": "7"})
+        meta["spec"] = {"workload": workload or {"steps": 8, "overrides": {}}}
         meta_path.write_text(json.dumps(meta))
     return root
 
@@ -39,9 +41,12 @@ def before(tmp_path_factory):
 
 
 def test_cells_match_across_commits_with_repeats_as_median_and_band(before, tmp_path):
-    after = _folder(tmp_path / "after", 0.4, (0.25, 0.25), commit="def", loss=3.3)
+    # the later commit's workload has a field more: matched on the fields both have
+    after = _folder(tmp_path / "after", 0.4, (0.25, 0.25), commit="def", loss=3.3,
+                    workload={"steps": 8, "overrides": {}, "precision": "fp32"})
     result = compare_results(before, after)
     assert result.only_a == result.only_b == []
+    assert result.one_sided == ["spec.workload.precision"]
     rows = result.rows.set_index("cell")
     aqsgd = rows.loc["100mbps__aqsgd-fw2-bw4__s0"]
     assert (aqsgd["a_repeats"], aqsgd["b_repeats"]) == (3, 2)
@@ -95,6 +100,14 @@ def test_cells_of_one_side_are_listed_with_what_differs(before, tmp_path, capsys
     captured = capsys.readouterr()
     assert "only in B (2): 100mbps__bf16__s0" in captured.out
     assert "nothing to compare" in captured.err
+
+
+def test_a_workload_field_of_another_value_is_another_cell(before, tmp_path):
+    after = _folder(tmp_path / "after", 0.4, (0.2,),
+                    workload={"steps": 8, "overrides": {"lr": 0.1}})
+    result = compare_results(before, after)
+    assert result.rows.empty and len(result.only_a) == len(result.only_b) == 2
+    assert result.only_b[0].endswith('spec.workload.overrides {} -> {"lr": 0.1})')
 
 
 def test_bad_input_exits_2_naming_the_folder(before, tmp_path, capsys):
