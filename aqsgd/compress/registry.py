@@ -66,7 +66,7 @@ def _ranked(table: dict) -> Mapping:
 
 def _overrides(cls: type, base: type, names: Iterable[str]) -> list[str]:
     """The methods of `names` that `cls` leaves as `base` has them."""
-    return [n for n in names if getattr(cls, n) is getattr(base, n)]
+    return [n for n in names if next(k for k in cls.__mro__ if n in vars(k)) is base]
 
 
 def _check_mode(mode, module: ModuleType) -> None:

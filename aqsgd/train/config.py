@@ -30,6 +30,8 @@ from pydantic import Field
 
 from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.compress.message import GRADIENT_MODES, CompressionConfig
+from aqsgd.compress.plugins import Plugin, PluginError
+from aqsgd.compress.registry import require_plugins
 from aqsgd.data.sources import DATASETS
 from aqsgd.model.config import PRESETS, ModelConfig
 from aqsgd.model.dropout import DROPOUT_MASKS
@@ -205,6 +207,9 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    # the compressor plug-ins its modes come from, loaded before the rest is checked
+    # (_with_plugins; docs/plugins.md)
+    plugins: tuple[Plugin, ...] = ()
 
     def __post_init__(self):
         if self.backward.mode not in GRADIENT_MODES:
@@ -255,16 +260,35 @@ def _with_preset(data: Any) -> Any:
     return {**data, "model": {**PRESETS[preset].to_dict(), **overrides}}
 
 
+def _with_plugins(data: Any) -> Any:
+    """Load the plug-ins `plugins:` names (registry.require_plugins) so that their modes
+    validate; a plug-in missing here, or another copy of it, is refused by name."""
+    refs = data.get("plugins") if isinstance(data, dict) else None
+    if not refs:
+        return data
+    if not isinstance(refs, list):
+        raise SpecError.at("plugins", "a list of plug-ins", refs)
+    keys = [f.name for f in dataclasses.fields(Plugin)]
+    for k, ref in enumerate(refs):
+        if not isinstance(ref, dict) or sorted(ref) != sorted(keys):
+            raise SpecError.at(f"plugins[{k}]", f"a mapping of {', '.join(keys)}", ref)
+    try:
+        require_plugins([Plugin(**{key: str(ref[key]) for key in keys}) for ref in refs])
+    except PluginError as err:
+        raise SpecError(str(err), "plugins") from None
+    return data
+
+
 def config_from_dict(data: dict) -> RunConfig:
     with raising(ConfigError, render=_message):
-        return validate(RunConfig, _with_preset(data))
+        return validate(RunConfig, _with_preset(_with_plugins(data)))
 
 
 def load_config(path: str | Path) -> RunConfig:
     """Read a RunConfig from a .yaml/.yml or .json file."""
     data = read_file(path, error=ConfigError, what="run config")
     with raising(ConfigError, source=str(path), render=_message):
-        return validate(RunConfig, _with_preset(data or {}))
+        return validate(RunConfig, _with_preset(_with_plugins(data or {})))
 
 
 def main(argv: list[str] | None = None) -> int:

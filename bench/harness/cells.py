@@ -118,9 +118,10 @@ def _apply_overrides(config: RunConfig, overrides: dict) -> RunConfig:
                              f"gradient compressor (this cell's: {config.grad.mode!r}); "
                              f"select one with the mode, e.g. aqsgd+gc/{value}:2/4, "
                              f"got {value!r}")
-        if section not in tree:
+        sections = [name for name, value in tree.items() if isinstance(value, dict)]
+        if section not in sections:
             raise ValueError(f"Workload.overrides[{path!r}]: unknown section {section!r} "
-                             f"(known sections: {', '.join(tree)})")
+                             f"(known sections: {', '.join(sections)})")
         tree[section][key] = value
     return config_from_dict(tree)
 
@@ -150,6 +151,7 @@ def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
         data=DataConfig(max_samples=w.train_samples, eval_samples=w.eval_windows),
         dist=DistConfig(timeout_s=w.dist_timeout_s),
         output=OutputConfig(dir=str(output_dir), trace=False, tensorboard=True),
+        plugins=cell.mode.plugins,  # its workers load them (docs/plugins.md)
     )
     return _apply_overrides(config, w.overrides)
 

@@ -10,6 +10,7 @@ bench.harness.run runs them, resumably. A sweep file (YAML, checked against Swee
     seeds: [1, 2, 3]                  # optional: every cell once per seed (`__s<seed>`)
     repeats: 3                        # optional: every cell 3 times, interleaved
     variants: [{name: dropout0, modes: [fp32], workload: {dropout: 0.0}}]
+    plugins: [my_mode.py]             # optional: compressor plug-ins (docs/plugins.md)
 
     spec = load_sweep("scenarios/sweeps/paper.yaml"); spec.cells()
 
@@ -29,7 +30,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from aqsgd.compress.registry import SPEEDUP_REFERENCES
+from aqsgd.compress.plugins import PluginError
+from aqsgd.compress.registry import SPEEDUP_REFERENCES, load_plugins
 from aqsgd.train.config import Seed
 from bench.harness.modes import DEFAULT_BITS, ModeSpec, parse_mode
 from bench.harness.workload import Workload
@@ -44,11 +46,15 @@ __all__ = [
     "SweepFile",
     "VariantFile",
     "load_sweep",
+    "PluginSources",
 ]
 
 Repeats = Annotated[int, Field(ge=1, description=(
     "run every cell this many times, interleaved (all cells once, then again); tables and "
     "figures show the median with its min..max"))]
+PluginSources = Annotated[tuple[str, ...], Field(description=(
+    "compressor plug-ins to load: a .py file (in a sweep file: relative to it) or an "
+    "importable module; their modes are names like the built-ins' (docs/plugins.md)"))]
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,12 @@ class CellSpec:
         return self.workload.stages * self.workload.replicas
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The spec; a plug-in mode's cell also names its plug-ins (module, version, source
+        hash), so that editing one re-measures its cells only (docs/plugins.md)."""
+        spec = dataclasses.asdict(self)
+        plugins = [{k: p.to_dict()[k] for k in ("module", "version", "sha256")}
+                   for p in self.mode.plugins]
+        return {**spec, "plugins": plugins} if plugins else spec
 
     @property
     def key(self) -> str:
@@ -266,6 +277,7 @@ class SweepFile:
     repeats: Repeats = 1
     timing: Timing | None = None
     throughput: str | None = None
+    plugins: PluginSources = ()
 
     def __post_init__(self):
         if self.bits is not None and not all(len(pair) == 2 for pair in self.bits):
@@ -329,4 +341,9 @@ def load_sweep(path: str | Path) -> SweepSpec:
     it would run."""
     raw = read_file(path, what="sweep file")
     with raising(source=str(path)):
-        return _sweep(validate(SweepFile, raw))
+        file = validate(SweepFile, raw)
+        try:  # before the modes are read: a plug-in's modes are names like the others
+            load_plugins(file.plugins, base=Path(path).parent)
+        except PluginError as err:
+            raise SpecError(str(err), "plugins") from None
+        return _sweep(file)

@@ -5,10 +5,11 @@
 
 Sections: what and where (`name`, `device`, `source`, `date`, `kind: measured |
 published`, `assumptions`), `cores`, `compute` (per-stage measured times, or an
-achieved FLOP rate), `compress` (seconds per element, one entry per registered mode
-and gradient codec) and `comm` (`message_overhead_s`, `overlap`, `unshaped_rate_mbit`,
-`wake_s`). Every key is checked by specfile (unknown keys refused, errors naming the
-file, field and value); the format is docs/performance-model.md, "Profile format".
+achieved FLOP rate), `compress` (seconds per element, one entry per built-in mode and
+gradient codec, and any plug-in's: a plug-in's mode without one is unprofiled) and
+`comm` (`message_overhead_s`, `overlap`, `unshaped_rate_mbit`, `wake_s`). Every key
+is checked by specfile (unknown keys refused, errors naming the file, field and value);
+the format is docs/performance-model.md, "Profile format".
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 
 from aqsgd.compress import registry
 from aqsgd.filecache import atomic_write_text
+from aqsgd.train.config import Precision
 from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
 __all__ = ["ProfileError", "StageCost", "ComputeProfile", "CompressProfile", "CommProfile",
@@ -29,8 +31,9 @@ __all__ = ["ProfileError", "StageCost", "ComputeProfile", "CompressProfile", "Co
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"
 # the keys of the compress tables: every registered activation mode and gradient codec
-ACTIVATION_MODES = tuple(registry.ACTIVATION_MODES)
-GRAD_MODES = tuple(registry.GRAD_CODECS)
+# (plug-ins included); a profile needs the built-ins' (registry.BUILT_IN_MODES, _CODECS)
+ACTIVATION_MODES = registry.Names(registry.ACTIVATION_MODES)
+GRAD_MODES = registry.Names(registry.GRAD_CODECS)
 
 
 class ProfileError(SpecError):
@@ -101,14 +104,24 @@ class CompressProfile:
         default_factory=lambda: _per_element(GRAD_MODES))
 
     def __post_init__(self) -> None:
-        for name, modes in (("encode_s_per_element", ACTIVATION_MODES),
-                            ("decode_s_per_element", ACTIVATION_MODES),
-                            ("grad_s_per_element", GRAD_MODES)):
+        for name, modes in (("encode_s_per_element", registry.BUILT_IN_MODES),
+                            ("decode_s_per_element", registry.BUILT_IN_MODES),
+                            ("grad_s_per_element", registry.BUILT_IN_CODECS)):
             table = getattr(self, name)
-            if set(table) != set(modes):
-                raise SpecError.at(name, f"one entry per mode {list(modes)}", sorted(table))
+            if not set(modes) <= set(table):
+                raise SpecError.at(name, f"one entry per built-in mode {list(modes)} (and "
+                                         f"any plug-in's)", sorted(table))
             for mode, value in table.items():
                 _positive("CompressProfile", f"{name}.{mode}", value)
+
+    def unprofiled(self, modes: tuple[str, ...] = (), grad_mode: str = "fp32"
+                   ) -> tuple[str, ...]:
+        """Those of these activation modes and this gradient codec without an entry (a
+        plug-in's not measured with this profile): the model costs their coding at 0."""
+        missing = [m for m in modes if m not in self.encode_s_per_element
+                   or m not in self.decode_s_per_element]
+        return tuple(dict.fromkeys(missing + [grad_mode] * (
+            grad_mode not in self.grad_s_per_element)))
 
 
 @dataclass(frozen=True)
@@ -137,6 +150,9 @@ class Profile:
     kind: Literal["measured", "published"]
     compute: ComputeProfile
     cores: int | None = None
+    # the compute precision its stage costs (or FLOP rate) stand for (train.precision):
+    # a GPU profile's is bf16, what fine-tuning on GPUs runs (docs/performance-model.md)
+    precision: Precision = "fp32"
     compress: CompressProfile = field(default_factory=CompressProfile)
     comm: CommProfile = field(default_factory=CommProfile)
     assumptions: tuple[str, ...] = ()

@@ -55,6 +55,8 @@ class WhatIfRow:
     comm_bound_below_mbit: float
     vs_fp32: float | None  # throughput over fp32's of the same stages x replicas (None: no
     # fp32 row of that layout)
+    # the plug-in modes and codec the profile has no entry for (their coding costs 0)
+    unprofiled: tuple[str, ...] = ()
 
 
 def is_fp32(config: RunConfig) -> bool:
@@ -101,7 +103,10 @@ def whatif(configs: Mapping[str, RunConfig] | Sequence[tuple[str, RunConfig]],
         rows.append(WhatIfRow(mode, p.stages, p.replicas, pred.step_s,
                               pred.throughput_samples_s, tokens, pred.bytes_per_step, label,
                               share, comm_bound_rate_mbit(work, profile),
-                              pred.throughput_samples_s / ref if ref else None))
+                              pred.throughput_samples_s / ref if ref else None,
+                              profile.compress.unprofiled(
+                                  (config.forward.mode, config.backward.mode),
+                                  config.grad.mode)))
     return rows
 
 
@@ -118,7 +123,9 @@ LEGEND = (
     "when it is 10% faster, with that sensitivity (the step's relative change over the "
     "resource's; 1.00: wholly bound by it); most: the one stage or link the step is most "
     "sensitive to, with its own. comm-bound below: the rate of every link below which a "
-    f"step takes {COMM_BOUND_SLOWDOWN:g}x its time on unlimited links (never: at no rate).")
+    f"step takes {COMM_BOUND_SLOWDOWN:g}x its time on unlimited links (never: at no rate). "
+    "unprofiled: a plug-in's mode the profile has no cost for, its coding counted as 0 "
+    "(`bench profile --plugin FILE` measures it).")
 
 
 def whatif_text(rows: list[WhatIfRow], title: str, width: int = 180) -> str:
@@ -129,7 +136,8 @@ def whatif_text(rows: list[WhatIfRow], title: str, width: int = 180) -> str:
         table.add_column(name, justify="left" if name in ("mode", "bound by (sensitivity)")
                          else "right")
     for r in rows:
-        table.add_row(r.mode, f"{r.stages} x {r.replicas}", f"{r.step_s:.3f}",
+        mode = f"{r.mode} (unprofiled: {', '.join(r.unprofiled)})" if r.unprofiled else r.mode
+        table.add_row(mode, f"{r.stages} x {r.replicas}", f"{r.step_s:.3f}",
                       f"{r.throughput_samples_s:.3g}",
                       "-" if r.vs_fp32 is None else f"{r.vs_fp32:.2f}x",
                       f"{r.throughput_tokens_s:.4g}", f"{r.bytes_per_step / 1e6:.1f}",

@@ -15,6 +15,7 @@ and micro-batch when the profile has them, else FLOPs over its achieved FLOP rat
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 from dataclasses import dataclass
 
 from aqsgd.compress.adaptive import widest_fitting
@@ -186,11 +187,14 @@ def step_workload(config: RunConfig, placement: Placement | dict,
             cfg = dataclasses.replace(cfg, bits=adaptive_bits(cfg, shape, stage, links))
         return spec_nbytes(message_spec(cfg, shape, steady_raw_rows(cfg, shape[0])))
 
-    enc, dec = profile.compress.encode_s_per_element, profile.compress.decode_s_per_element
+    # a plug-in's mode the profile has no entry for is unprofiled: its coding costs 0 here
+    # and `bench model` marks its row (CompressProfile.unprofiled)
+    enc = defaultdict(float, profile.compress.encode_s_per_element)
+    dec = defaultdict(float, profile.compress.decode_s_per_element)
     grad = config.grad
     dp_bytes = tuple(exchange_nbytes(grad, w.params, p.replicas) if p.replicas > 1 else 0
                      for w in stage)
-    dp_codec = tuple(profile.compress.grad_s_per_element[grad.mode] * w.params
+    dp_codec = tuple(profile.compress.grad_s_per_element.get(grad.mode, 0.0) * w.params
                      if p.replicas > 1 else 0.0 for w in stage)
     return StepWorkload(
         schedule=p.schedule, stages=p.stages, replicas=p.replicas,

@@ -2,6 +2,7 @@
 ModeSpecs, a results folder checked, and a sweep run and reported.
 
     add_launch_options(parser)                # --launcher --hostfile --no-shaping ...
+    add_plugin_option(parser); load_plugin_option(args)   # --plugin FILE_OR_MODULE
     run_and_finish(spec, out, args, title)    # run (resume) the cells, then the report
 """
 
@@ -11,12 +12,15 @@ import argparse
 import time
 from pathlib import Path
 
+from aqsgd.compress.plugins import Plugin, PluginError
+from aqsgd.compress.registry import load_plugins
 from bench.harness.modes import ModeSpec, parse_mode
-from bench.harness.sweep import SweepSpec
+from bench.harness.sweep import PluginSources, SweepSpec
 from bench.report.cli import EXIT_OK, finish_sweep
+from specfile import description
 
-__all__ = ["MODE_SYNTAX", "add_launch_options", "launcher_options", "parse_modes",
-           "results_dir", "run_and_finish"]
+__all__ = ["MODE_SYNTAX", "add_launch_options", "add_plugin_option", "launcher_options",
+           "load_plugin_option", "parse_modes", "results_dir", "run_and_finish"]
 
 # A mode has one spelling on the command line, in sweep files, tables and legends; the
 # directory spelling reads too (docs/results-schema.md, "Mode spellings").
@@ -35,6 +39,21 @@ def parse_modes(values: list[str], flag: str = "--modes") -> tuple[ModeSpec, ...
         except (ValueError, TypeError) as err:
             raise ValueError(f"{flag} {text!r}: {err}\n  {MODE_SYNTAX}") from None
     return tuple(modes)
+
+
+def add_plugin_option(p: argparse.ArgumentParser) -> None:
+    """--plugin MODULE_OR_FILE, repeatable (bench.harness.sweep.PluginSources)."""
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE",
+                   help=f"{description(PluginSources)}; repeat for several (default: none; "
+                        f"installed packages' plug-ins load always)")
+
+
+def load_plugin_option(args: argparse.Namespace) -> tuple[Plugin, ...]:
+    """Load the --plugin values (before any mode is read); a ValueError naming the flag."""
+    try:
+        return load_plugins(args.plugin)
+    except PluginError as err:
+        raise ValueError(f"--plugin: {err}") from None
 
 
 def add_launch_options(p: argparse.ArgumentParser) -> None:

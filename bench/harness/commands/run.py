@@ -4,6 +4,7 @@ table, figures and report.md.
     python -m bench run --scenario 100mbps                 # default grid, table, figures
     python -m bench run --scenario 100mbps --modes fp32 aqsgd:2/4 --steps 5
     python -m bench run --scenario 100mbps --dry-run       # cells, placement, time; no run
+    python -m bench run --scenario 100mbps --plugin examples/plugins/randproj.py  # + its modes
 
 The workload flags are Workload's settings (bench.harness.workload), each declared once
 there; `--stages` and `--preset` default to the scenario's layout (bench.harness.defaults).
@@ -16,8 +17,14 @@ import dataclasses
 import re
 from pathlib import Path
 
-from bench.harness.commands.options import add_launch_options, parse_modes, run_and_finish
-from bench.harness.modes import DEFAULT_GRID
+from bench.harness.commands.options import (
+    add_launch_options,
+    add_plugin_option,
+    load_plugin_option,
+    parse_modes,
+    run_and_finish,
+)
+from bench.harness.modes import DEFAULT_GRID, default_grid
 from bench.harness.sweep import SweepSpec, Workload
 from specfile import SpecError, add_flags, flag_fields
 
@@ -42,11 +49,12 @@ def register(sub) -> None:
     """Add `run` to the subparsers `sub` of `python -m bench`."""
     run = sub.add_parser("run", help="one scenario, every mode of the grid")
     run.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
-    run.add_argument("--modes", nargs="+", default=list(DEFAULT_GRID),
+    run.add_argument("--modes", nargs="+", default=None,
                      help=f"modes as NAME[/GRAD][:FW/BW], e.g. aqsgd+gc/ef21:2/4, the "
                           f"spelling of tables and legends; a directory's aqsgd-fw2-bw4 "
                           f"reads too (docs/results-schema.md, \"Mode spellings\"; "
-                          f"default: {' '.join(DEFAULT_GRID)})")
+                          f"default: {' '.join(DEFAULT_GRID)}, then every plug-in's modes)")
+    add_plugin_option(run)
     add_flags(run, Workload, WORKLOAD_FLAGS, unset=SCENARIO_DEFAULTS)
     run.add_argument("--reference", default="loopback", metavar="SCENARIO",
                      help="also run fp32 on this (unshaped) scenario as the speed-up "
@@ -64,7 +72,8 @@ def run_spec(args: argparse.Namespace) -> SweepSpec:
     from bench.harness.preflight import check_sweep
     from bench.net.scenario import load_scenario
 
-    modes = parse_modes(args.modes)
+    load_plugin_option(args)
+    modes = parse_modes(args.modes if args.modes is not None else list(default_grid()))
     scenario = load_scenario(args.scenario)
     try:
         given = {name: getattr(args, name) for name in WORKLOAD_FLAGS
