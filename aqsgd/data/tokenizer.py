@@ -1,7 +1,8 @@
-"""Offline tokenizers: a byte-level BPE trained here, or GPT-2's BPE from its files.
+"""Offline tokenizers: a byte-level BPE trained here, or one read from its files.
 
-    from aqsgd.data.tokenizer import bpe_tokenizer
+    from aqsgd.data.tokenizer import bpe_tokenizer, load_tokenizer
     tok = bpe_tokenizer(384, cache_dir)      # trained once on stdlib sources, then cached
+    tok = load_tokenizer("my-gpt2/")         # tokenizer.json, or vocab.json + merges.txt
 
 The trained BPE learns its merges from the standard library's Python sources
 (text every CPython install has), never from the fine-tuning text, so the
@@ -19,6 +20,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from aqsgd.data.hfcache import hf_cache_dirs
 from aqsgd.data.sources import stdlib_sources
 from aqsgd.filecache import build_once
 
@@ -30,15 +32,22 @@ __all__ = [
     "bpe_tokenizer",
     "gpt2_tokenizer",
     "cached_gpt2_files",
+    "files_digest",
+    "load_tokenizer",
+    "looked_for",
+    "tokenizer_files",
     "tokenizer_for",
 ]
 
 EOS_TOKEN = "<|endoftext|>"  # GPT-2's document separator; also ours
 MIN_BPE_VOCAB = 257  # 256 byte symbols + EOS
 _TOKENIZER_CORPUS_CHARS = 1_000_000
-# Largest BPE trained here; bigger model vocabularies use GPT-2's files when cached,
-# else this BPE (its ids fit in any larger embedding table).
+# Largest BPE trained here; bigger model vocabularies take GPT-2's files from the local
+# Hugging Face cache or a named tokenizer, never a smaller BPE in their place.
 MAX_TRAINED_VOCAB = 8192
+# A tokenizer's files in a folder, in order of preference: the `tokenizers` library's
+# one file, or GPT-2's vocabulary and merges (as `save_pretrained` and OpenAI name them).
+_FILE_SETS = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("encoder.json", "vocab.bpe"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,22 +152,77 @@ def cached_gpt2_files(hf_cache_dir: str | Path | None = None) -> tuple[Path, Pat
     return None
 
 
+def tokenizer_files(where: str | Path) -> tuple[Path, ...] | None:
+    """The tokenizer files of `where`: a `tokenizer.json` (any name ending .json that is
+    not a vocabulary), a vocab.json whose merges.txt lies beside it, or a folder holding
+    one of _FILE_SETS; None when the folder holds none."""
+    path = Path(where)
+    if path.is_file():
+        if path.name in ("vocab.json", "encoder.json"):
+            merges = path.with_name("merges.txt" if path.name == "vocab.json" else "vocab.bpe")
+            return (path, merges) if merges.is_file() else None
+        return (path,)
+    for names in _FILE_SETS:
+        if all((path / name).is_file() for name in names):
+            return tuple(path / name for name in names)
+    return None
+
+
+def looked_for(folder: str | Path) -> str:
+    """What tokenizer_files looks for in `folder`, for an error message."""
+    sets = " or ".join(" + ".join(names) for names in _FILE_SETS)
+    return f"{sets} in {folder}"
+
+
+def files_digest(files: Sequence[str | Path]) -> str:
+    """Short hash of the files' names and bytes: the identity of a tokenizer on disk."""
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(Path(f).name.encode() + b"\0" + Path(f).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def load_tokenizer(where: str | Path) -> Tokenizer:
+    """The tokenizer whose files are at `where` (tokenizer_files); a FileNotFoundError
+    saying what was looked for. Its name carries files_digest of the files."""
+    files = tokenizer_files(where) if Path(where).exists() else None
+    if files is None:
+        raise FileNotFoundError(f"no tokenizer at {where}: looked for {looked_for(where)}")
+    if len(files) == 2:
+        tok = gpt2_tokenizer(*files)
+    else:
+        try:
+            backend = _HFTokenizer.from_file(str(files[0]))
+        except Exception as err:  # the library raises a bare Exception on a bad file
+            raise ValueError(f"{files[0]}: not a tokenizers library file ({err})") from err
+        tok = Tokenizer(backend, name="file")
+    return Tokenizer(tok.backend, name=f"{Path(where).name}@{files_digest(files)}")
+
+
 def tokenizer_for(
     model_vocab_size: int,
     cache_dir: str | Path,
     gpt2_files: tuple[str | Path, str | Path] | None = None,
     hf_cache_dir: str | Path | None = None,
 ) -> Tokenizer:
-    """The tokenizer for a model with `model_vocab_size` embeddings: GPT-2's BPE when
-    its files are given (or, for vocabularies above MAX_TRAINED_VOCAB, found in the HF
-    cache); otherwise a BPE trained here with min(model_vocab_size, MAX_TRAINED_VOCAB)
-    tokens."""
+    """The suite's tokenizer for a model with `model_vocab_size` embeddings: GPT-2's BPE
+    when its files are given (or, for vocabularies above MAX_TRAINED_VOCAB, found in the
+    HF cache; a FileNotFoundError when they are not, never a smaller BPE instead);
+    otherwise a BPE trained here with `model_vocab_size` tokens."""
     if gpt2_files is None and model_vocab_size > MAX_TRAINED_VOCAB:
         gpt2_files = cached_gpt2_files(hf_cache_dir)
+        if gpt2_files is None:
+            raise FileNotFoundError(
+                f"a model of {model_vocab_size} tokens needs GPT-2's tokenizer (vocab.json + "
+                f"merges.txt of openai-community/gpt2 in the local Hugging Face cache, "
+                f"{hf_cache_dir or hf_cache_dirs()[0]}), which is not there; name a tokenizer "
+                f"(a tokenizer.json or a folder with one), or a vocabulary of at most "
+                f"{MAX_TRAINED_VOCAB} tokens for the suite's own BPE"
+            )
     if gpt2_files is not None:
         tok = gpt2_tokenizer(*gpt2_files)
     else:
-        tok = bpe_tokenizer(min(model_vocab_size, MAX_TRAINED_VOCAB), cache_dir)
+        tok = bpe_tokenizer(model_vocab_size, cache_dir)
     if tok.vocab_size > model_vocab_size:
         raise ValueError(
             f"tokenizer {tok.name!r} has {tok.vocab_size} tokens, more than the "

@@ -157,6 +157,9 @@ class DataConfig:
     max_samples: Annotated[int, Field(ge=1)] | None = None  # cap on training windows (None: all)
     eval_samples: _AtLeast0 = 64  # windows held out for evaluation
     text_field: str = "text"  # column of parquet/arrow/JSON records that holds the text
+    # a tokenizer.json, or a vocab.json with merges.txt beside it; None: the suite's BPE
+    # of model.vocab_size (aqsgd.model.source.run_tokenizer; docs/models.md)
+    tokenizer: str | None = None
 
     def __post_init__(self):
         names = (*DATASETS, "synthetic")

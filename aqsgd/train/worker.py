@@ -78,7 +78,16 @@ def load_tokens(cfg: RunConfig) -> tuple[torch.Tensor, torch.Tensor]:
     # imported here: only text runs need the tokenizer stack
     from aqsgd.data import windows as data
 
-    return data.load_windows(d, cfg.model)
+    return data.load_windows(d, cfg.model, tokenizer=_tokenizer(cfg))
+
+
+def _tokenizer(cfg: RunConfig):
+    """The run's tokenizer: data.tokenizer's files, else the suite's BPE; its vocabulary
+    checked against the model's (equal for a checkpoint: aqsgd.model.source)."""
+    from aqsgd.model.source import run_tokenizer
+
+    checkpoint = cfg.train.init_from not in (None, "pretrained")
+    return run_tokenizer(cfg.data.tokenizer, cfg.model.vocab_size, checkpoint=checkpoint)
 
 
 # ------------------------------------------------------------------- one rank
@@ -123,7 +132,9 @@ def _load_stage(cfg: RunConfig, topo: Topology, device: torch.device) -> torch.n
     if init == "pretrained":  # the cached starting checkpoint (built once, under a lock)
         from aqsgd.model.pretrain import starting_checkpoint
 
-        init = starting_checkpoint(cfg.model)
+        # pre-trained with the run's tokenizer, so its embeddings learned the same ids
+        tokenizer = _tokenizer(cfg) if cfg.data.name != "synthetic" else None
+        init = starting_checkpoint(cfg.model, tokenizer=tokenizer)
     module = init_stage(cfg.model, topo.stage, topo.stages, seed=cfg.train.seed, pretrained=init)
     return module.to(device)
 

@@ -32,7 +32,7 @@ from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.registry import COMPARISONS
 from aqsgd.filecache import atomic_write_text
-from aqsgd.model.config import PRESETS
+from aqsgd.model.source import ModelChoice, resolve_model
 from aqsgd.quant import QuantConfig
 from aqsgd.train.config import (
     DataConfig,
@@ -46,8 +46,8 @@ from aqsgd.train.config import (
 from bench.harness.modes import ModeSpec
 from bench.harness.sweep import CellSpec, Workload
 
-__all__ = ["FREEZE_FRACTION", "compression", "freeze_after_steps", "run_config",
-           "write_run_config"]
+__all__ = ["FREEZE_FRACTION", "compression", "freeze_after_steps", "model_choice",
+           "run_config", "write_run_config"]
 
 
 def _direction(mode: str, dtype: str, bits: int | None, warmup_epochs: int,
@@ -126,11 +126,29 @@ def _apply_overrides(config: RunConfig, overrides: dict) -> RunConfig:
     return config_from_dict(tree)
 
 
+def model_choice(workload: Workload) -> ModelChoice:
+    """The workload's model, shape and tokenizer resolved (aqsgd.model.source); a
+    ModelSourceError (a ValueError) naming the setting to change."""
+    w = workload
+    return resolve_model(w.model, w.preset, w.tokenizer, w.seq_len)
+
+
+def _init_from(w: Workload, choice: ModelChoice) -> str | None:
+    # 'pretrained' means the checkpoint's weights when the model names one
+    return choice.weights if choice.weights and w.init_from == "pretrained" else w.init_from
+
+
+def _local_path(path: str | None) -> str | None:
+    # an existing path made absolute (the ranks may start elsewhere); an id stays as given
+    return str(Path(path).resolve()) if path is not None and Path(path).exists() else path
+
+
 def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
     """The validated RunConfig every rank of `cell` runs, writing under `output_dir`."""
     w = cell.workload
     forward, backward, grad = compression(cell.mode, w)
-    model = PRESETS[w.preset]
+    choice = model_choice(w)
+    model = choice.config
     if w.dropout is not None:
         model = dataclasses.replace(model, dropout=float(w.dropout))
     config = RunConfig(
@@ -145,10 +163,13 @@ def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
         train=TrainConfig(steps=w.total_steps, lr=w.lr, seed=w.seed, threads=w.threads,
                           eval_every=w.steps_per_epoch if w.eval_each_epoch else 0,
                           eval_at_start=w.eval_each_epoch, eval_batches=w.eval_batches,
-                          dropout_masks=w.dropout_masks, init_from=w.init_from,
+                          dropout_masks=w.dropout_masks,
+                          init_from=_init_from(w, choice),
                           precision=w.precision),
         # the evaluation covers each held-out window once (eval_batches per replica)
-        data=DataConfig(max_samples=w.train_samples, eval_samples=w.eval_windows),
+        data=DataConfig(name=w.data, path=_local_path(w.data_path),
+                        max_samples=w.train_samples, eval_samples=w.eval_windows,
+                        tokenizer=choice.tokenizer),
         dist=DistConfig(timeout_s=w.dist_timeout_s),
         output=OutputConfig(dir=str(output_dir), trace=False, tensorboard=True),
         plugins=cell.mode.plugins,  # its workers load them (docs/plugins.md)

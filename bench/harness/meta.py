@@ -13,8 +13,10 @@ scenario name, mode and workload: `spec_key`). Its identity (IDENTITY_KEYS of
 bench.results.files) is also the scenario file's content (`scenario_key`: editing a
 rate is another cell), the launcher with its options (`launcher`: netns, docker, local,
 ssh, shaped or not), the machine (`machine`: hostname and kernel release) and the
-suite's commit (`git_commit`). A finished cell is reused only by a run whose identity
-equals it in every key (bench.results.files.reuse_refusal).
+suite's commit (`git_commit`); a cell that names tokenizer files also has their hash
+(`tokenizer`, absent for the suite's own BPE, so older cells keep theirs). A finished
+cell is reused only by a run whose identity equals it in every key
+(bench.results.files.reuse_refusal).
 
 The mechanisms that deliver each link property (htb or tbf for rates, netem or the
 userspace delay line for delay, jitter and loss, none when unshaped) are known only once
@@ -39,6 +41,7 @@ import json
 import platform
 
 from aqsgd.model.config import PRESETS
+from bench.harness.cells import model_choice
 from bench.harness.sweep import CellSpec
 from bench.launch.choice import LauncherChoice
 from bench.net.placement import Placement
@@ -73,9 +76,12 @@ def expected_identity(cell: CellSpec, scenario: NetworkScenario | None,
     """What a run of `cell` on `choice` at `git_commit` must find recorded to reuse the
     cell: every key of bench.results.files.IDENTITY_KEYS (Note [cell identity]).
     `scenario` None: it never loaded (scenario_key None, never reused)."""
-    return {"spec_key": cell.key,
-            "scenario_key": None if scenario is None else scenario_key(scenario),
-            "launcher": choice.identity(), "machine": machine(), "git_commit": git_commit}
+    identity = {"spec_key": cell.key,
+                "scenario_key": None if scenario is None else scenario_key(scenario),
+                "launcher": choice.identity(), "machine": machine(), "git_commit": git_commit}
+    # a tokenizer of files (not the suite's BPE): their hash, so editing them is another cell
+    tokenizer = model_choice(cell.workload).tokenizer_digest()
+    return identity if tokenizer is None else {**identity, "tokenizer": tokenizer}
 
 
 def shaping_text(mechanisms: dict[str, str] | None) -> str:

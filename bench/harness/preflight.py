@@ -6,8 +6,10 @@
 Every cell of `spec.cells()` is checked as it would run: its scenario loads
 (bench.net.scenario), its stages x replicas fit the scenario's hosts
 (bench.net.placement.place, the one rule), its preset has a block for every stage, its
-training split fills one step, the starting-weights file it names exists, and its
-RunConfig builds (bench.harness.cells.run_config, `Workload.overrides` included). The
+training split fills one step, the starting-weights file it names exists, its RunConfig
+builds (bench.harness.cells.run_config, `Workload.overrides` included: the model and
+its tokenizer found, aqsgd.model.source) and its data fills the windows it asks for
+(data_problem: what would fit otherwise, fewer or shorter windows or more text). The
 first problem raises a SpecError whose field is the sweep's own field that decides it:
 'workload.stages', 'variants[0].workload.train_samples', 'workload.gc_stages' (the
 data-parallel cells), 'scenarios[1]', 'reference'. load_checked_sweep(path) puts the
@@ -23,10 +25,15 @@ sweep naming such a scenario is refused before anything is brought up (exit code
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from aqsgd.data.fit import TokenCounts, count_tokens, fit_problem
+from aqsgd.filecache import default_cache_dir
 from aqsgd.model.config import PRESETS
+from aqsgd.model.source import ModelSourceError, run_tokenizer
+from aqsgd.train.config import RunConfig
 from bench import REPO_ROOT
 from bench.harness.cells import run_config
 from bench.harness.sweep import CellSpec, SweepSpec, Workload, load_sweep
@@ -34,8 +41,9 @@ from bench.net.placement import Placement, PlacementError, place
 from bench.net.scenario import NetworkScenario, load_scenario
 from specfile import SpecError, raising
 
-__all__ = ["RUNS_DURING_RUN", "SWEEPS_DIR", "SweepPlan", "UnplacedCellError", "check_sweep",
-           "load_checked_sweep", "place_cells", "refuse_unsupported"]
+__all__ = ["RUNS_DURING_RUN", "SWEEPS_DIR", "DataProblem", "SweepPlan", "UnplacedCellError",
+           "check_sweep", "data_problem", "load_checked_sweep", "place_cells",
+           "refuse_unsupported"]
 
 SWEEPS_DIR = REPO_ROOT / "scenarios" / "sweeps"
 # which launcher runs which of a scenario's events beside link schedules (the launcher
@@ -116,6 +124,48 @@ def _deeper_presets(stages: int) -> str:
     return ", ".join(f"{name} ({n})" for n, name in deep[:3]) or "none"
 
 
+@dataclass(frozen=True)
+class DataProblem:
+    """Why a cell's data cannot feed it, and the Workload field that would change that."""
+
+    text: str
+    setting: str
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(path: str | None, vocab_size: int, checkpoint: bool):
+    return run_tokenizer(path, vocab_size, checkpoint=checkpoint)
+
+
+@functools.lru_cache(maxsize=8)
+def _token_counts(name: str, path: str | None, text_field: str, tokenizer) -> TokenCounts:
+    return count_tokens(name, tokenizer, path, text_field, default_cache_dir())
+
+
+def data_problem(config: RunConfig) -> DataProblem | None:
+    """None when the run's data gives its train and held-out windows (tokenized as the
+    worker will, counts cached per process), else what falls short and what would fit
+    (aqsgd.data.fit); a tokenizer refused (aqsgd.model.source) or data not found too."""
+    d, model = config.data, config.model
+    if d.name == "synthetic":
+        return None
+    checkpoint = config.train.init_from not in (None, "pretrained")
+    try:
+        tok = _tokenizer(d.tokenizer, model.vocab_size, checkpoint)
+    except ModelSourceError as err:
+        return DataProblem(str(err), err.setting)
+    try:
+        counts = _token_counts(d.name, d.path, d.text_field, tok)
+    except (OSError, ValueError) as err:
+        return DataProblem(str(err), "data_path")
+    held_out = d.eval_samples if config.train.eval_batches else 0
+    text = fit_problem(counts, model.seq_len, d.max_samples or 1, held_out)
+    if not text:
+        return None
+    train_short = counts.windows(model.seq_len)[0] < (d.max_samples or 1)
+    return DataProblem(text, "train_samples" if train_short else "eval_samples")
+
+
 def _check_cell(spec: SweepSpec, cell: CellSpec, scenario: NetworkScenario) -> Placement:
     w = cell.workload
     dp = _data_parallel(spec, cell)
@@ -140,10 +190,15 @@ def _check_cell(spec: SweepSpec, cell: CellSpec, scenario: NetworkScenario) -> P
                         f"'pretrained' (the cached checkpoint), null (random init) or an "
                         f"existing state-dict file", _field(spec, cell, "init_from"))
     try:
-        run_config(cell, Path("results") / cell.name)
+        config = run_config(cell, Path("results") / cell.name)
+    except ModelSourceError as err:  # the model or tokenizer: the field that names it
+        raise SpecError(f"cell {cell.name}: {err}", _field(spec, cell, err.setting)) from None
     except (ValueError, TypeError) as err:  # e.g. a bad Workload.overrides key
         where = _field(spec, cell, "overrides") if w.overrides else _source(spec, cell)[0]
         raise SpecError(f"cell {cell.name}: {err}", where) from None
+    problem = data_problem(config)
+    if problem:
+        raise SpecError(f"cell {cell.name}: {problem.text}", _field(spec, cell, problem.setting))
     return placement
 
 

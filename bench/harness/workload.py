@@ -15,6 +15,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from aqsgd.data.sources import DATASETS
 from aqsgd.model.config import PRESETS
 from aqsgd.model.dropout import DROPOUT_MASKS
 from aqsgd.train.config import (
@@ -34,7 +35,8 @@ __all__ = ["IDENTITY_IF_SET", "Workload"]
 
 # Fields added after cells were recorded: in a cell's identity only when not at their
 # default (Workload.identity).
-IDENTITY_IF_SET = frozenset({"precision"})
+IDENTITY_IF_SET = frozenset({"precision", "model", "tokenizer", "data", "data_path",
+                             "seq_len"})
 
 _VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 
@@ -84,6 +86,21 @@ class Workload:
     init_from: Annotated[str, Field(description=(
         "starting weights (RunConfig train.init_from): 'pretrained' (the cached checkpoint, "
         "built once), 'none' (random init) or a state-dict path"))] | None = "pretrained"
+    model: Annotated[str, Field(description=(
+        "a checkpoint to fine-tune instead of the preset's: a save_pretrained folder or a "
+        "model id in the local Hugging Face cache (shape from its config.json), or a "
+        "state-dict file (the preset's shape); docs/models.md"))] | None = None
+    tokenizer: Annotated[str, Field(description=(
+        "tokenizer files: a tokenizer.json, a vocab.json with merges.txt beside it, or a "
+        "folder or cached model id holding them (none: the model folder's own, else the "
+        "suite's BPE of the preset's vocabulary)"))] | None = None
+    data: Annotated[str, Field(description=(
+        f"data set: {', '.join(DATASETS)} (docs/data.md)"))] = "pydoc"
+    data_path: Annotated[str, Field(description=(
+        "the data's file, folder or data set id in the local Hugging Face caches (text, "
+        "wikitext)"))] | None = None
+    seq_len: Annotated[int, Field(ge=2, description=(
+        "tokens per window (none: the model's context length)"))] | None = None
     gc_replicas: Annotated[int, Field(ge=2, description=(
         "replicas of the aqsgd+gc cells when replicas is 1"))] = 2
     # `bench run` on a 4-host scenario runs its pipeline cells with 4 stages and its
@@ -109,6 +126,13 @@ class Workload:
         if not isinstance(self.variant, str) or not set(self.variant) <= _VARIANT_CHARS:
             raise ValueError(f"Workload.variant must be a short label of a-z, 0-9, '-' and "
                              f"'_' (it goes in directory names), got {self.variant!r}")
+        if self.data not in DATASETS:
+            raise ValueError(f"Workload.data must be one of {', '.join(DATASETS)}, "
+                             f"got {self.data!r}")
+        if self.model is not None and self.init_from not in (None, "pretrained"):
+            raise ValueError(f"Workload.init_from must be 'pretrained' (the model's weights) "
+                             f"or none (random init) when model names a checkpoint, got "
+                             f"{self.init_from!r}")
         if not isinstance(self.overrides, dict) or not all(
                 isinstance(k, str) and k.count(".") == 1 for k in self.overrides):
             raise ValueError(f"Workload.overrides must map 'section.key' to a value, "
