@@ -4,20 +4,11 @@
 
 Note [plain YAML]: every file the suite reads (scenario, sweep, run config, profile) is
 parsed by `PlainLoader`, a `yaml.SafeLoader` that refuses, while it composes the document
-and before anything is built from it:
-- anchors and aliases (`&base`, `*base`) and merge keys (`<<:`). Refused, not capped: no
-  file the suite ships or writes uses them, a cap would be one more number to choose, and
-  a refusal at the first `&` costs nothing, where an expanded alias tree can grow
-  exponentially with the file's length (twelve lines of nested aliases, once expanded for
-  validation, exhausted the memory). The fix is to write the value out.
-- a key written twice in one mapping (`{steps: 3, steps: 300}`; PyYAML keeps the last
-  silently), naming the key and both lines. Keys compare as the values they build, as in
-  the dict they become (`1` and `0x1`, `yes` and `true`, are the same key).
-- nesting deeper than MAX_DEPTH levels (the files need five or six; deeper nesting would
-  end PyYAML's recursive composer in a RecursionError instead of a message).
-The file's size is bounded before parsing, in specfile.load (it holds for JSON too).
-
-Imports only yaml and the standard library.
+and before anything is built from it, anchors and aliases (`&base`, `*base`), merge keys
+(`<<:`), a key written twice in one mapping (naming the key and both lines) and nesting
+deeper than MAX_DEPTH levels. Why each is refused: docs/ARCHITECTURE.md, "Configuration
+files". The file's size is bounded before parsing, in specfile.load (it holds for JSON
+too). Imports only yaml and the standard library.
 """
 
 from __future__ import annotations

@@ -1,48 +1,15 @@
 """Per-rank run metrics: one JSON line per optimizer step or evaluation, plus an
 optional Chrome trace (chrome://tracing, ui.perfetto.dev).
 
-Schema (docs/ARCHITECTURE.md, "Worker, config, metrics"): OUTPUT_DIR/metrics/rank{R}.jsonl,
-train records
-    {"kind": "train", "step", "epoch", "warmup", "rank", "stage", "replica", "loss",
-     "step_time_s", "compute_s", "comm_wait_s", "compress_s", "dp_sync_s",
-     "samples", "tokens", "lr", "grad_norm", "end_unix",
-     "bytes_sent": {"activation", "gradient", "dp"}, "bytes_recv": {...},
-     "bytes_by_peer": {"<peer rank>": {"sent", "recv"}},
-     "bits_sent": {"activation": [...], "gradient": [...]}, "adaptive"}
-and eval records {"kind": "eval", "step", "epoch", "warmup": false, "rank", "stage",
-"replica", "eval_loss", "perplexity", "samples", "tokens", "eval_time_s", "end_unix", bytes
-and bits_sent as above}. "end_unix" is the wall clock (time.time()) when the record was
-made, the end of the step or evaluation: on one clock with the link schedule's start
-(meta.json), so a report can place every step in the phase of the links it ran under.
-A train record's "step" is the 0-based index of its optimizer step; an eval record's is
-the number of optimizer steps done so far (0 for the evaluation `train.eval_at_start`
-runs before training). "eval_loss" (last stage, else null) is the mean over the
-evaluation micro-batches of every replica, the same on each.
+    writer = MetricsWriter(output_dir, rank)   # OUTPUT_DIR/metrics/rank{R}.jsonl
+    meter = StepMeter(rank)                    # times compute, coding and waits of a step
+    writer.write(record)                       # {"kind": "train" | "eval", "step", ...}
 
-`warmup` (bool, every record): the step ran while a compressor of this rank was in its
-warm-up epochs (aqsgd.train.pipeline, Note [warm-up flag]); throughput leaves those
-steps out.
-
-Byte counts are exactly numel * element_size of every tensor handed to isend or
-filled by irecv (message headers included); "dp" bytes are the gradient
-compressor's own counters (a collective has no single peer, so they appear in
-the per-kind totals and not in bytes_by_peer).
-
-"bits_sent": the bit width of every message this rank sent in the step, in sending order
-per kind (0: no row of it coded: warm-up, first visits, evaluation, mode none).
-"adaptive" (train records): null unless a direction of this rank chooses its widths
-(aqsgd.train.pipeline, Note [adaptive widths]); then per kind of the sender's bytes
-{"bits": the width chosen at the step's start, "rate_mbit": the smoothed rate (null before
-any send was timed), "budget_s": the last step's compute per micro-batch (null on the
-first step), "transfer_s": the chosen width's message time at that rate, "sent_bytes",
-"busy_s": the last step's sends busy, "stretch_s": its time beyond its compute}.
-
-Time accounting (seconds, per step, wall clock on this rank):
-  compute_s    forward and backward of this stage (and the loss on the last one)
-  compress_s   encode and decode in the activation/gradient compressors
-  comm_wait_s  blocked on communication: waiting for receives and for sends to
-               finish, the data-parallel gradient exchange and the clipping all-reduce
-  dp_sync_s    the part of comm_wait_s spent in the data-parallel exchange
+The record's fields, units and meaning (train and eval records, `warmup`, `end_unix`,
+the byte counts and `bits_sent`, the adaptive widths' `adaptive`, the time accounting of
+`compute_s`, `compress_s`, `comm_wait_s` and `dp_sync_s`) are the metrics table of
+docs/results-schema.md; byte counts are exactly numel * element_size of every tensor
+handed to isend or filled by irecv, headers included.
 """
 
 from __future__ import annotations
