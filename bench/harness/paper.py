@@ -28,6 +28,8 @@ from bench.harness.convergence import plan, run_plan, write_report
 from bench.harness.modes import parse_mode
 from bench.harness.sweep import CellSpec, Workload
 from bench.launch.choice import LAUNCHERS
+from bench.perfmodel.cli import GPU_PROFILE as GPU_PROFILE_NAME
+from bench.perfmodel.profile import PROFILE_DIR
 from bench.report.claims import CLAIMS_FILE
 from bench.report.paper import draw_paper_figures, write_model_report
 from bench.report.plots import print_figure_paths
@@ -38,7 +40,7 @@ __all__ = ["register", "run_paper", "model_configs", "write_model_results"]
 # The performance model in the paper report: validated with this machine's profile,
 # projected with a published-figures GPU profile (profiles/).
 CPU_PROFILE = REPO_ROOT / "profiles" / "cpu-2core.yaml"
-GPU_PROFILE = REPO_ROOT / "profiles" / "a100-bf16.yaml"
+GPU_PROFILE = PROFILE_DIR / f"{GPU_PROFILE_NAME}.yaml"  # bf16 compute, as GPUs fine-tune
 # GPT2-XL as the paper ran it, and a larger model of GPT-3 6.7B's shape
 PROJECTED_MODELS = {
     "gpt2-xl": "gpt2-xl",
@@ -53,7 +55,8 @@ PROJECTED_DP_MODES = ("fp32", "bf16", "aqsgd+gc:4/8")
 WHATIF_SCENARIOS = ("100mbps", "500mbps")
 MODEL_NOTE = ("Validation: the measured cells with this machine's profile "
               "(profiles/cpu-2core.yaml); projection and what-if: the published-figures GPU "
-              "profile profiles/a100-bf16.yaml (its assumptions are stated in the file). "
+              f"profile profiles/{GPU_PROFILE_NAME}.yaml, bf16 compute (its assumptions are "
+              "stated in the file). "
               "Equations and limits: docs/performance-model.md.")
 
 

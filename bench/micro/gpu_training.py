@@ -222,7 +222,7 @@ def stage_profile(device: torch.device, preset: str = "gpt2-xl", stages: int = 8
         "name": f"{preset}-{dtype}-{device.type}", "device": f"{name or device.type}, {dtype}",
         "source": "python -m bench.micro.gpu_check (stage timing)",
         "date": time.strftime("%Y-%m-%d"), "kind": "measured",
-        "cores": None if device.type == "cuda" else 1,
+        "cores": None if device.type == "cuda" else 1, "precision": dtype,
         "compute": {"flop_rate_tflops": None, "optimizer_gbyte_s": None, "stages": rows},
         "assumptions": [
             f"median of {repeats} timed calls after one untimed call, torch {torch.__version__}",

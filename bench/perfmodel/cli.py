@@ -1,6 +1,6 @@
 """The model's commands, wired into `python -m bench` (bench/__main__.py):
 
-    python -m bench model --preset gpt2-xl --stages 8 --profile a100-bf16 --scenario 100mbps-8hosts
+    python -m bench model --preset gpt2-xl --stages 8 --scenario 100mbps-8hosts  # a100-bf16
     python -m bench model ... --rate-mbit 500           # every link of the scenario at 500
     python -m bench model ... --scenario 100mbps --add-hosts   # 8 stages on a 4-host file
     python -m bench profile --out profiles/cpu-2core.yaml --cells results/paper
@@ -35,7 +35,7 @@ from bench.perfmodel.whatif import is_fp32, scenario_for, whatif, whatif_text
 from bench.results.files import find_cells
 from bench.results.records import records_json
 
-__all__ = ["WHATIF_MODES", "STDOUT", "add_model_arguments", "add_output_arguments",
+__all__ = ["GPU_PROFILE", "WHATIF_MODES", "STDOUT", "add_model_arguments", "add_output_arguments",
            "write_outputs", "add_profile_arguments",
            "add_validate_arguments", "available_profiles", "find_profile", "run_model",
            "run_profile", "run_validate"]
@@ -43,6 +43,8 @@ __all__ = ["WHATIF_MODES", "STDOUT", "add_model_arguments", "add_output_argument
 # The paper's GPT-2 bits (fw 4 / bw 8) and the suite's default aqsgd bits (2 / 4), beside
 # fp32 and bf16 (the half-precision baseline).
 WHATIF_MODES = ("fp32", "bf16", "directq:4/8", "aqsgd:4/8", "aqsgd:2/4")
+# `bench model`'s profile and the paper's projection's: GPUs in bf16 compute
+GPU_PROFILE = "a100-bf16"
 ConfigsFor = Callable[..., dict[str, RunConfig]]
 Layout = tuple[int, int]  # (stages, replicas)
 
@@ -119,9 +121,10 @@ def add_model_arguments(p: argparse.ArgumentParser, configs_for: ConfigsFor) -> 
     p.add_argument("--micro-batches", type=int, default=32,
                    help="micro-batches per step and replica (default 32; batch = this x "
                         "micro-batch size)")
-    p.add_argument("--profile", required=True,
+    p.add_argument("--profile", default=GPU_PROFILE,
                    help=f"a profile file, or a name in profiles/ "
-                        f"({', '.join(available_profiles())})")
+                        f"({', '.join(available_profiles())}) (default {GPU_PROFILE}: "
+                        f"A100s in bf16 compute, as GPUs fine-tune)")
     p.add_argument("--scenario", required=True, help="name in scenarios/ or a YAML path")
     p.add_argument("--rate-mbit", type=float,
                    help="every default link of the scenario at R Mbit/s (default: the "
@@ -198,11 +201,12 @@ def run_model(args, configs_for: ConfigsFor) -> int:
     rate = f" at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else ""
     title = (f"{args.preset}, {args.stages} stages x {args.replicas} replica(s), micro-batch "
              f"{args.micro_batch_size} x {args.micro_batches}, scenario {scenario.name}{rate}, "
-             f"profile {profile.name}")
+             f"profile {profile.name} ({profile.precision} compute)")
     results = whatif(rows, scenario, profile)
     context = {"preset": args.preset, "micro_batch_size": args.micro_batch_size,
                "micro_batches": args.micro_batches, "scenario": scenario.name,
-               "rate_mbit": args.rate_mbit, "profile": profile.name}
+               "rate_mbit": args.rate_mbit, "profile": profile.name,
+               "precision": profile.precision}
     table = pd.DataFrame([{**dataclasses.asdict(r), **context} for r in results])
     write_outputs(args, table, lambda: print(whatif_text(results, title), end=""))
     return 0

@@ -91,7 +91,8 @@ def test_help_shows_the_defaults(capsys):
     assert done.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     for option, default in (("--preset", "gpt2-xl"), ("--stages", "8"), ("--replicas", "1"),
-                            ("--micro-batch-size", "1"), ("--micro-batches", "32")):
+                            ("--micro-batch-size", "1"), ("--micro-batches", "32"),
+                            ("--profile", "a100-bf16: A100s in bf16 compute")):
         own_help = text.split(option, 2)[2].split(" --", 1)[0]
         assert f"(default {default}" in own_help, option
     assert f"(default {' '.join(WHATIF_MODES)})" in text
@@ -157,3 +158,11 @@ def test_validate_with_no_readable_cell_exits_2_saying_why(capsys, tmp_path):
     err = capsys.readouterr().err
     assert f"warning: {meta}: not a JSON file" in err
     assert f"error: no finished cell with measured steps under {tmp_path}" in err
+
+
+def test_the_default_profile_is_the_gpu_one_in_bf16_compute_and_says_so(capsys):
+    assert main(["model", "--scenario", "100mbps-8hosts", "--modes", "fp32"]) == 0
+    assert "profile a100-bf16 (bf16 compute)" in capsys.readouterr().out
+    assert main([*TINY, "--scenario", "100mbps", "--modes", "fp32", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert (rows[0]["profile"], rows[0]["precision"]) == ("cpu-2core", "fp32")
