@@ -210,12 +210,13 @@ def tokenizer_for(
     HF cache; a FileNotFoundError when they are not, never a smaller BPE instead);
     otherwise a BPE trained here with `model_vocab_size` tokens."""
     if gpt2_files is None and model_vocab_size > MAX_TRAINED_VOCAB:
+        hf_cache_dir = hf_cache_dir or hf_cache_dirs()[0]  # the environment's, at call time
         gpt2_files = cached_gpt2_files(hf_cache_dir)
         if gpt2_files is None:
             raise FileNotFoundError(
                 f"a model of {model_vocab_size} tokens needs GPT-2's tokenizer (vocab.json + "
                 f"merges.txt of openai-community/gpt2 in the local Hugging Face cache, "
-                f"{hf_cache_dir or hf_cache_dirs()[0]}), which is not there; name a tokenizer "
+                f"{hf_cache_dir}), which is not there; name a tokenizer "
                 f"(a tokenizer.json or a folder with one), or a vocabulary of at most "
                 f"{MAX_TRAINED_VOCAB} tokens for the suite's own BPE"
             )
