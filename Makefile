@@ -9,6 +9,9 @@ PYTEST_ARGS ?=
 LAUNCHER ?= auto
 # `make bench`: every cell this many times, interleaved (the tables show the median)
 REPEATS ?= 1
+# `make bench PLUGIN=examples/plugins/randproj.py`: a compressor plug-in (a .py file or a
+# module; several separated by spaces) whose modes join the grid (docs/plugins.md)
+PLUGIN ?=
 # The Docker images: the offline base (debootstrap) and the worker built on it, or on
 # a registry's CUDA PyTorch base (DOCKER_BASE=pytorch/pytorch:...-cuda...-runtime).
 DOCKER_BASE_IMAGE ?= aqsgd-bench-base:bookworm
@@ -60,7 +63,8 @@ lint: setup
 
 # The main job: one scenario, every compression mode, a table and figures.
 bench: setup
-	$(PY) -m bench run --scenario $(SCENARIO) --launcher $(LAUNCHER) --repeats $(REPEATS)
+	$(PY) -m bench run --scenario $(SCENARIO) --launcher $(LAUNCHER) --repeats $(REPEATS) \
+		$(foreach p,$(PLUGIN),--plugin $(p))
 
 # CI regression check against results/baseline/.
 regress: setup
