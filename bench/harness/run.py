@@ -293,7 +293,7 @@ def _cell_rows(spec: SweepSpec, cells: tuple[CellSpec, ...], choice: LauncherCho
         if why is not None and why[c.name] not in ("", "not measured yet"):
             status += f" (measured again: {why[c.name]})"
         rows.append([cell_dir_name(c, choice), c.scenario_name, str(c.mode),
-                     f"{w.stages} x {w.replicas}", w.preset,
+                     f"{w.stages} x {w.replicas}", w.model or w.preset,
                      f"{w.total_steps} ({w.warmup_steps})",
                      f"{spec.timing.cell_s(c):.0f}" if spec.timing else "-", status])
     return rows
