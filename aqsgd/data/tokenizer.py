@@ -37,6 +37,7 @@ __all__ = [
     "looked_for",
     "tokenizer_files",
     "tokenizer_for",
+    "train_bpe",
 ]
 
 EOS_TOKEN = "<|endoftext|>"  # GPT-2's document separator; also ours
@@ -90,7 +91,8 @@ def _byte_level(tok: _HFTokenizer) -> _HFTokenizer:
     return tok
 
 
-def _train_bpe(docs: Sequence[str], vocab_size: int) -> _HFTokenizer:
+def train_bpe(docs: Sequence[str], vocab_size: int) -> _HFTokenizer:
+    """A byte-level BPE (GPT-2's scheme, EOS as its special token) learned from `docs`."""
     tok = _byte_level(_HFTokenizer(models.BPE()))
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -114,7 +116,7 @@ def bpe_tokenizer(
     path = Path(cache_dir) / "tokenizers" / f"bpe-{vocab_size}-{corpus_hash}.json"
 
     def write(tmp: Path) -> None:
-        tok = _train_bpe(docs, vocab_size)
+        tok = train_bpe(docs, vocab_size)
         if tok.get_vocab_size() != vocab_size:
             raise ValueError(
                 f"BPE training on {corpus_chars} characters reached only "

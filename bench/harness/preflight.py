@@ -2,25 +2,17 @@
 
     plan = check_sweep(spec)                 # SweepPlan, or a SpecError naming the field
     plan.placements["100mbps__fp32"].table() # which rank runs on which host
-
-Every cell of `spec.cells()` is checked as it would run: its scenario loads
-(bench.net.scenario), its stages x replicas fit the scenario's hosts
-(bench.net.placement.place, the one rule), its preset has a block for every stage, its
-training split fills one step, the starting-weights file it names exists, its RunConfig
-builds (bench.harness.cells.run_config, `Workload.overrides` included: the model and
-its tokenizer found, aqsgd.model.source) and its data fills the windows it asks for
-(data_problem: what would fit otherwise, fewer or shorter windows or more text). The
-first problem raises a SpecError whose field is the sweep's own field that decides it:
-'workload.stages', 'variants[0].workload.train_samples', 'workload.gc_stages' (the
-data-parallel cells), 'scenarios[1]', 'reference'. load_checked_sweep(path) puts the
-file's name in front; `python -m bench run` names its flags instead (bench.__main__).
-
     spec = load_checked_sweep("scenarios/sweeps/paper.yaml")   # parsed and checked
     refuse_unsupported(spec, plan, "docker") # a scenario the launcher cannot run
 
-Competing flows and stragglers (bench.net.competing, bench.net.straggler) run on the
-launchers `RUNS_DURING_RUN` names (each such launcher's `during_run`); on any other a
-sweep naming such a scenario is refused before anything is brought up (exit code 2).
+Each cell is checked as it would run: its scenario loads, it fits the hosts
+(bench.net.placement.place), its preset has a block per stage, one step's samples, its
+starting weights exist, its RunConfig builds (bench.harness.cells.run_config: model and
+tokenizer found, aqsgd.model.source) and its data fills its windows (data_problem);
+refuse_unsupported refuses competing flows or stragglers the launcher does not run
+(RUNS_DURING_RUN). The first problem is a SpecError naming the sweep field that decides
+it ('workload.stages', 'variants[0].workload.train_samples', 'scenarios[1]', ...);
+load_checked_sweep puts the file's name in front, `bench run` its flags (exit code 2).
 """
 
 from __future__ import annotations

@@ -4,23 +4,15 @@ tokenizer; a checkpoint without one, or with another vocabulary, refused."""
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config
 
+from aqsgd.data.tokenizer import train_bpe
 from aqsgd.model.config import PRESETS
 from aqsgd.model.source import ModelSourceError, resolve_model, run_tokenizer
 
 
-def _tokenizer(vocab: int) -> Tokenizer:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator([f"the river {i} flows past the town ." for i in range(200)],
-                            trainer=trainer)
-    return tok
+def _tokenizer(vocab: int):
+    return train_bpe([f"the river {i} flows past the town ." for i in range(200)], vocab)
 
 
 @pytest.fixture(scope="module")
