@@ -124,13 +124,15 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
         config_path = write_run_config(config, cell_dir / "config.yaml")
         port = free_port()
         hosts.start_schedule()  # t = 0 of every link's schedule: the workers start now
-        for rank in range(cell.world_size):
+        for rank in range(cell.world_size):  # rank r on the host its placement names
+            host = placement.host_of(rank)
             argv = [*worker_cmd, "--config", str(config_path),
                     "--rank", str(rank), "--world-size", str(cell.world_size),
-                    "--master-addr", str(hosts.addr(0)), "--master-port", str(port)]
+                    "--master-addr", str(hosts.addr(placement.host_of(0))),
+                    "--master-port", str(port)]
             env = {**os.environ, "PYTHONPATH": str(REPO_ROOT),
-                   "WORLD_SIZE": str(cell.world_size), **hosts.worker_env(rank)}
-            procs.append(hosts.spawn(rank, argv, env, cell_dir / "logs" / f"rank{rank}.log"))
+                   "WORLD_SIZE": str(cell.world_size), **hosts.worker_env(host)}
+            procs.append(hosts.spawn(host, argv, env, cell_dir / "logs" / f"rank{rank}.log"))
         failure = wait_for_workers(procs, cell_timeout_s(cell.workload.timeout_s, scenario,
                                                          hosts.n_hosts))
     except Exception as err:  # recorded in meta.json; the sweep goes on

@@ -3,6 +3,8 @@ validated `NetworkScenario` (every unit is in the key's name):
 
     description: Paper setting, 100 Mbit/s between every pair of hosts.
     layout: {stages: 4, replicas: 1}   # hosts = stages * replicas, host i = rank i
+    layout: {stages: 2, replicas: 2, ranks_per_machine: 2}   # 2 machines x 2 ranks
+    machine_link: {rate_mbit: pcie4-x16}                      # inside a machine
     link: {rate_mbit: 100, delay_ms: 0, jitter_ms: 0, loss_pct: 0, queue_packets: 1000}
     links: [{src: 1, dst: 2, rate_mbit: 10}, {hosts: [0, 3], delay_ms: 40}]  # overrides
     hosts: [{host: 3, uplink_mbit: 50, downlink_mbit: 200}]       # per-host caps
@@ -18,31 +20,23 @@ schema: docs/ARCHITECTURE.md, "Scenarios".
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar
 
 from bench import REPO_ROOT
 from bench.net.competing import CompetingFlow
+from bench.net.links import HostCaps, Layout, LinkOverride, LinkSpec, ScenarioError, check_bounds
 from bench.net.scenario_file import (
     DEFAULT_QUEUE_PACKETS,
     LINK_KEYS,
+    MACHINE_RATES_MBIT,
     MAX_COMPETING_FLOWS,
     MAX_HOSTS,
-    Bounds,
-    DelayMs,
-    HostIndex,
-    LossPct,
-    QueueBytes,
-    QueuePackets,
-    RateMbit,
-    Replicas,
     ScenarioFile,
-    Stages,
 )
-from bench.net.schedule import LinkSchedule, Phase, schedule_from_entry
+from bench.net.schedule import schedule_from_entry
 from bench.net.straggler import Straggler
 from specfile import SpecError, raising, read_file, validate
 
@@ -66,140 +60,6 @@ SCENARIO_DIR = REPO_ROOT / "scenarios"
 T = TypeVar("T")
 
 
-class ScenarioError(SpecError):
-    """A scenario file or value that does not describe a valid network."""
-
-
-def check_bounds(obj: Any) -> None:
-    """Check each field of dataclass `obj` whose type declares `Bounds` (scenario_file):
-    its type and range, a ScenarioError naming the field (None passes where the type
-    allows it; files are type-checked before they get here, this is also for values
-    given in code, e.g. with_link)."""
-    for name, hint in get_type_hints(type(obj), include_extras=True).items():
-        bounds = _bounds(hint)
-        value = getattr(obj, name)
-        if bounds is None or (value is None and get_origin(hint) is not Annotated):
-            continue
-        b, integer = bounds, bounds.kind == "integer"
-        # bool is an int subclass in Python: refuse it
-        if isinstance(value, bool) or not isinstance(value, int if integer else int | float):
-            raise ScenarioError.at(name, f"an integer ({b.what})" if integer
-                                   else f"a number in {b.what}", value)
-        low_ok = value > b.lo if b.lo_open else value >= b.lo
-        if not (math.isfinite(value) and low_ok and value <= b.hi):
-            why = f" ({b.why_lo})" if b.why_lo else ""
-            raise ScenarioError.at(name, f"an integer in [{b.lo}, {b.hi}] ({b.what})" if integer
-                                   else f"a number >= {b.lo:g}{why} and <= {b.hi:g} "
-                                        f"({b.what})", value)
-
-
-def _bounds(hint: Any) -> Bounds | None:
-    """The Bounds of `hint` (inside `X | None` too), None where it declares none."""
-    options = [hint, *get_args(hint)] if get_origin(hint) is not Annotated else [hint]
-    for option in options:
-        if get_origin(option) is Annotated:
-            found = [m for m in option.__metadata__ if isinstance(m, Bounds)]
-            if found:
-                return found[0]
-    return None
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    """One direction of one host-to-host link. rate_mbit None = unshaped. `schedule`: how
-    the link changes during a run (bench.net.schedule; None: it holds these values)."""
-
-    rate_mbit: RateMbit | None
-    delay_ms: DelayMs = 0.0
-    jitter_ms: DelayMs = 0.0
-    loss_pct: LossPct = 0.0
-    queue_packets: QueuePackets | None = DEFAULT_QUEUE_PACKETS
-    queue_bytes: QueueBytes | None = None
-    schedule: LinkSchedule | None = None
-
-    def __post_init__(self) -> None:
-        check_bounds(self)
-        if self.jitter_ms > self.delay_ms:
-            raise ScenarioError.at("jitter_ms", f"at most delay_ms ({self.delay_ms:g} ms)",
-                                   self.jitter_ms)
-        if (self.queue_packets is None) == (self.queue_bytes is None):
-            raise ScenarioError.at("queue_packets", "exactly one of queue_packets and queue_bytes",
-                                   (self.queue_packets, self.queue_bytes))
-        # store numbers as float whatever the caller gave (100 and 100.0 are the same link)
-        for name in ("delay_ms", "jitter_ms", "loss_pct"):
-            object.__setattr__(self, name, float(getattr(self, name)))
-        if self.rate_mbit is not None:
-            object.__setattr__(self, "rate_mbit", float(self.rate_mbit))
-        if self.schedule is not None:
-            self._check_schedule()
-
-    def _check_schedule(self) -> None:
-        if not isinstance(self.schedule, LinkSchedule):
-            raise ScenarioError.at("schedule", "a bench.net.schedule.LinkSchedule",
-                                   self.schedule)
-        if self.rate_mbit is None:
-            raise ScenarioError.at("rate_mbit", "a rate on a link with a schedule (the rate "
-                                   "before the run and wherever a phase names none)", None)
-        for k, phase in enumerate(self.schedule.phases):
-            where = f"phases[{k}]" if self.schedule.source == "phases" else \
-                f"trace {self.schedule.source} phase {k}"
-            try:
-                self.in_phase(phase)
-            except ScenarioError as e:
-                raise e.within(f"schedule.{where}") from None
-
-    def in_phase(self, phase: Phase) -> LinkSpec:
-        """This link as it is during `phase` (no schedule; a down phase keeps the rate,
-        the shaping drops its packets)."""
-        return replace(self, schedule=None, **phase.changes())
-
-    @property
-    def shaped(self) -> bool:
-        return self.rate_mbit is not None or self.delay_ms > 0 or self.jitter_ms > 0 \
-            or self.loss_pct > 0
-
-    def to_dict(self) -> dict:
-        """The link's values; `schedule` only where it has one."""
-        out = {"rate_mbit": self.rate_mbit, "delay_ms": self.delay_ms,
-               "jitter_ms": self.jitter_ms, "loss_pct": self.loss_pct,
-               "queue_packets": self.queue_packets, "queue_bytes": self.queue_bytes}
-        if self.schedule is not None:
-            out["schedule"] = self.schedule.to_dict()
-        return out
-
-
-@dataclass(frozen=True)
-class LinkOverride:
-    """The spec of the directed link src -> dst (host indices)."""
-
-    src: int
-    dst: int
-    spec: LinkSpec
-
-
-@dataclass(frozen=True)
-class HostCaps:
-    """Aggregate caps on everything host `host` sends (uplink) or receives (downlink)."""
-
-    host: HostIndex
-    uplink_mbit: RateMbit | None = None
-    downlink_mbit: RateMbit | None = None
-
-    def __post_init__(self) -> None:
-        check_bounds(self)
-
-
-@dataclass(frozen=True)
-class Layout:
-    stages: Stages
-    replicas: Replicas = 1
-
-    def __post_init__(self) -> None:
-        check_bounds(self)
-
-    @property
-    def n_hosts(self) -> int:
-        return self.stages * self.replicas
 
 
 @dataclass(frozen=True)
@@ -212,6 +72,9 @@ class NetworkScenario:
     host_caps: tuple[HostCaps, ...] = ()
     competing: tuple[CompetingFlow, ...] = ()
     stragglers: tuple[Straggler, ...] = ()
+    # the links inside a machine (layout.ranks_per_machine > 1), and the name of its rate
+    machine_link: LinkSpec = LinkSpec(None)
+    machine_rate: str | None = None
 
     def __post_init__(self) -> None:
         if not self.description.strip():
@@ -224,6 +87,16 @@ class NetworkScenario:
                 if not 0 <= getattr(o, end) < n:
                     raise ScenarioError.at(f"links.{end}", f"a host index in [0, {n})",
                                            getattr(o, end))
+            if self.same_machine(o.src, o.dst):
+                raise ScenarioError.at("links", f"a link between two machines (hosts {o.src} "
+                                       f"and {o.dst} share machine {self.machine_of(o.src)}: "
+                                       f"machine_link sets the links inside a machine)",
+                                       [o.src, o.dst])
+        if self.layout.ranks_per_machine > 1 and self.host_caps:
+            raise ScenarioError.at("hosts", "no per-host caps with several ranks per machine "
+                                   "(a machine's ranks share its network card, which caps on "
+                                   "each rank's own address cannot model)",
+                                   [c.host for c in self.host_caps])
         self._check_competing(n)
         self._check_stragglers(n)
 
@@ -257,8 +130,19 @@ class NetworkScenario:
     def n_hosts(self) -> int:
         return self.layout.n_hosts
 
+    def machine_of(self, host: int) -> int:
+        """The machine host `host` is on (hosts 0..k-1 are machine 0, with k ranks per
+        machine)."""
+        return host // self.layout.ranks_per_machine
+
+    def same_machine(self, a: int, b: int) -> bool:
+        return self.machine_of(a) == self.machine_of(b)
+
     def link_spec(self, src: int, dst: int) -> LinkSpec:
-        """The spec of the directed link src -> dst (the last matching override wins)."""
+        """The spec of the directed link src -> dst: machine_link inside a machine, else
+        the last matching override or the default link."""
+        if self.same_machine(src, dst):
+            return self.machine_link
         spec = self.link
         for o in self.overrides:
             if (o.src, o.dst) == (src, dst):
@@ -306,16 +190,45 @@ class NetworkScenario:
         return max((s.schedule.longest_outage_s for _, _, s in self.scheduled_links(n_hosts)),
                    default=0.0)
 
+    def between_machines(self) -> NetworkScenario:
+        """The links between machines as a scenario of one host per machine (what a
+        launcher shaping each machine's one interface renders; the links inside a machine
+        are not in it); itself with one rank per machine. A ScenarioError where two
+        machines' ranks have different links between them, or competing flows or
+        stragglers name a rank."""
+        k, m = self.layout.ranks_per_machine, self.layout.machines
+        if k == 1:
+            return self
+        if self.competing or self.stragglers:
+            raise ScenarioError.at("competing", "no competing flows or stragglers on "
+                                   "machines of several ranks", self.name)
+        overrides = []
+        for a in range(m):
+            for b in (b for b in range(m) if b != a):
+                spec = self.link_spec(a * k, b * k)
+                for x in range(a * k, a * k + k):
+                    for y in range(b * k, b * k + k):
+                        if self.link_spec(x, y) != spec:
+                            raise ScenarioError.at("links", f"the same link between every "
+                                                   f"rank of machine {a} and of machine {b}",
+                                                   f"{x} -> {y} differs from {a * k} -> {b * k}")
+                if spec != self.link:
+                    overrides.append(LinkOverride(a, b, spec))
+        return replace(self, layout=Layout(m), overrides=tuple(overrides),
+                       machine_link=LinkSpec(None), machine_rate=None)
+
     def to_dict(self) -> dict:
         """The scenario's values; `competing` and `stragglers` only where it has them."""
         out = {
             "name": self.name, "description": self.description,
-            "layout": {"stages": self.layout.stages, "replicas": self.layout.replicas},
+            "layout": self.layout.to_dict(),
             "link": self.link.to_dict(),
             "links": [{"src": o.src, "dst": o.dst, **o.spec.to_dict()} for o in self.overrides],
             "hosts": [{"host": c.host, "uplink_mbit": c.uplink_mbit,
                        "downlink_mbit": c.downlink_mbit} for c in self.host_caps],
         }
+        if self.layout.ranks_per_machine > 1:
+            out["machine_link"] = {**self.machine_link.to_dict(), "rate": self.machine_rate}
         if self.competing:
             out["competing"] = [f.to_dict() for f in self.competing]
         if self.stragglers:
@@ -354,8 +267,10 @@ def _link(base: dict, changes: dict, directory: Path) -> LinkSpec:
 
 def _scenario(file: ScenarioFile, name: str, directory: Path) -> NetworkScenario:
     """The network a checked file describes; the values' own checks run here."""
-    layout = _within("layout", Layout, file.layout.stages, file.layout.replicas)
+    layout = _within("layout", Layout, file.layout.stages, file.layout.replicas,
+                     file.layout.ranks_per_machine, file.layout.within_machine)
     n = layout.n_hosts
+    machine_link, machine_rate = _machine_link(file, layout)
     default = _within("link", _link, {}, {k: getattr(file.link, k) for k in LINK_KEYS},
                       directory)
 
@@ -385,7 +300,22 @@ def _scenario(file: ScenarioFile, name: str, directory: Path) -> NetworkScenario
                                e.duration_s) for k, e in enumerate(file.stragglers))
     return NetworkScenario(name=name, description=file.description.strip(), layout=layout,
                            link=default, overrides=tuple(overrides), host_caps=tuple(caps),
-                           competing=flows, stragglers=stragglers)
+                           competing=flows, stragglers=stragglers,
+                           machine_link=machine_link, machine_rate=machine_rate)
+
+
+def _machine_link(file: ScenarioFile, layout: Layout) -> tuple[LinkSpec, str | None]:
+    """The links inside a machine and the name of their rate (unshaped when the file
+    gives none); a machine_link needs several ranks per machine."""
+    entry = file.machine_link
+    if entry is None:
+        return LinkSpec(None), None
+    if layout.ranks_per_machine == 1:
+        raise ScenarioError.at("machine_link", "layout.ranks_per_machine > 1 (with one rank "
+                               "per machine no link lies inside a machine)", "given")
+    named = entry.rate_mbit if isinstance(entry.rate_mbit, str) else None
+    rate = MACHINE_RATES_MBIT[named] if named else entry.rate_mbit
+    return _within("machine_link", LinkSpec, rate, entry.delay_ms), named
 
 
 def parse_scenario(raw: Any, name: str, source: str | None = None,

@@ -28,7 +28,10 @@ __all__ = [
     "LayoutEntry",
     "LinkEntry",
     "LinkOverrideEntry",
+    "MACHINE_RATES_MBIT",
+    "MachineLinkEntry",
     "PhaseEntry",
+    "RanksPerMachine",
     "ScenarioFile",
     "ScheduleEntry",
     "StragglerEntry",
@@ -64,6 +67,13 @@ MAX_QUEUE_BYTES = 1 << 30
 MAX_STAGES = 64
 MAX_REPLICAS = 64
 MAX_HOSTS = 200  # addresses are 198.18.0.1 .. 198.18.0.200 (one /24)
+# Named rates of the link between two ranks of one machine, per direction, in Mbit/s:
+# PCIe 3.0 x16 and 4.0 x16 (8 and 16 GT/s x 16 lanes, 128b/130b coding), one NVLink 2/3
+# link (25 GB/s). A whole NVLink bundle (300-900 GB/s) lies beyond MAX_RATE_MBIT, what tc
+# is asked to emulate: give it as null (unshaped). docs/network.md, "Several ranks per
+# machine".
+MACHINE_RATES_MBIT = {"pcie3-x16": 126_031.0, "pcie4-x16": 252_062.0, "nvlink-link": 200_000.0}
+MachineRateName = Literal[tuple(MACHINE_RATES_MBIT)]
 DEFAULT_QUEUE_PACKETS = 1000
 # A link's schedule (bench.net.schedule): a phase lasts at most a day, a schedule has at
 # most MAX_PHASES phases (a trace's rows), an outage lasts at most MAX_OUTAGE_S: TCP
@@ -115,6 +125,7 @@ QueueBytes = Annotated[int, Unit("bytes"), Bounds("integer", MIN_QUEUE_BYTES, MA
 HostIndex = Annotated[int, Bounds("integer", 0, MAX_HOSTS - 1, "host index")]
 Stages = Annotated[int, Bounds("integer", 1, MAX_STAGES, "pipeline stages")]
 Replicas = Annotated[int, Bounds("integer", 1, MAX_REPLICAS, "data-parallel replicas")]
+RanksPerMachine = Annotated[int, Bounds("integer", 1, MAX_HOSTS, "ranks per machine")]
 PhaseS = Annotated[float, Unit("s"), Bounds("number", 0, MAX_PHASE_S, "s", lo_open=True)]
 StartS = Annotated[float, Unit("s"), Bounds("number", 0, MAX_PHASE_S, "s")]
 
@@ -162,6 +173,13 @@ class LayoutEntry:
     """Pipeline stages."""
     replicas: Replicas = 1
     """Data-parallel copies of the pipeline; hosts = stages * replicas, host i = rank i."""
+    ranks_per_machine: RanksPerMachine = 1
+    """Hosts (ranks, each with its own address) per machine: hosts 0..k-1 are machine 0,
+    k..2k-1 machine 1, ...; the links inside a machine are machine_link's."""
+    within_machine: Literal["replicas", "stages"] = "replicas"
+    """With several ranks per machine: what a machine's ranks hold, the same stage of
+    several replicas (data parallelism inside a machine, the pipeline across machines) or
+    consecutive stages of one replica."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,6 +200,17 @@ class LinkEntry:
     """Queue length in bytes, instead of queue_packets."""
     schedule: ScheduleEntry | None = None
     """How every link changes during the run (bench.net.schedule); none: it holds."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineLinkEntry:
+    """Every directed link between two ranks of one machine (layout.ranks_per_machine
+    > 1); the links between machines are `link` and `links`."""
+
+    rate_mbit: RateMbit | MachineRateName | None = None
+    """Payload rate in Mbit/s, or a named one (MACHINE_RATES_MBIT); null = unshaped."""
+    delay_ms: DelayMs = 0.0
+    """One-way delay in ms."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,6 +312,9 @@ class ScenarioFile:
     """What the scenario stands for, in a sentence or two."""
     layout: LayoutEntry
     link: LinkEntry
+    machine_link: MachineLinkEntry | None = None
+    """The links inside a machine (only with layout.ranks_per_machine > 1; none given:
+    unshaped)."""
     links: tuple[LinkOverrideEntry, ...] = ()
     """Links that differ from the default; later entries win."""
     hosts: tuple[HostEntry, ...] = ()

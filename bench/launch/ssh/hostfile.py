@@ -1,6 +1,6 @@
 """The SSH launcher's hostfile: which real machines a run uses, and how to reach them.
 
-    hosts = load_hostfile("hosts.txt").hosts      # tuple[HostEntry]; host i runs rank i
+    hosts = load_hostfile("hosts.txt").hosts      # tuple[HostEntry], one per machine
 
 The DeepSpeed / pdsh convention, one host a line (`#` starts a comment), its options as
 `key=value` after the name, or YAML (a *.yaml / *.yml file: `hosts: [{host: ..., ...}]`):
@@ -8,7 +8,8 @@ The DeepSpeed / pdsh convention, one host a line (`#` starts a comment), its opt
     gpu-a slots=1 interface=eth0 user=root identity=~/.ssh/bench
     gpu-b slots=1 interface=eth0 user=root port=2222 identity=~/.ssh/bench
 
-Keys (only `host` required): slots, user, port, interface, identity, known_hosts, python,
+Keys (only `host` required): slots (the ranks the machine runs: the scenario's
+layout.ranks_per_machine), user, port, interface, identity, known_hosts, python,
 suite; their defaults: docs/multihost.md. Both forms are validated by specfile
 (`HostfileEntry`): an error names the file, the field (`hosts[1].port`) and the value; a
 text line that is not `key=value` is named by its line number.

@@ -10,8 +10,11 @@ agent per host, result files copied back.
 Its transport (bench.launch.hosts): a command runs over the host's SSH connection
 (bench/launch/ssh/remote.py), a process through a local relay (relay.py) and `hostside
 tied` there, so stopping the relay stops its tree on the host. Bring-up checks every host
-first (checks.py), then writes the state file, then shapes. Workers: rank i on host i
-under torchrun's c10d rendezvous, with the worker's own store (Note [own store] in
+first (checks.py), then writes the state file, then shapes. Host i is a rank's place (as
+a namespace is on netns): machine i // k of the hostfile, whose `slots` must equal the
+scenario's k ranks per machine; the machines' interfaces are shaped with the links
+between machines, a machine's ranks talk over its loopback. Workers: one torchrun agent
+per rank in c10d rendezvous, with the worker's own store (Note [own store] in
 docs/multihost.md). Why each step: docs/multihost.md.
 """
 
@@ -42,7 +45,7 @@ from bench.launch.ssh.relay import relay_argv
 from bench.launch.ssh.remote import Remote
 from bench.launch.ssh.state import host_record, teardown_hosts, write_state
 from bench.net.probe import ProbeRecord
-from bench.net.scenario import NetworkScenario
+from bench.net.scenario import LinkSpec, NetworkScenario
 from bench.net.shaping import Interface, ShapingPlan, shaping_plan
 from bench.net.tc import (
     ETHERNET_HEADER_BYTES,
@@ -52,7 +55,7 @@ from bench.net.tc import (
     payload_factor,
 )
 
-__all__ = ["SshLauncher", "real_links"]
+__all__ = ["SshLauncher", "machines_for", "real_links"]
 
 MECHANISMS = {"htb": "htb qdisc (kernel, on each host's interface)",
               "netem": "netem qdisc (kernel, on each host's interface)"}
@@ -63,11 +66,31 @@ def real_links(scenario: NetworkScenario) -> NetworkScenario:
     link unshaped, no caps, no delay)."""
     link = dataclasses.replace(scenario.link, rate_mbit=None, delay_ms=0.0, jitter_ms=0.0,
                                loss_pct=0.0)
-    return dataclasses.replace(scenario, link=link, overrides=(), host_caps=())
+    return dataclasses.replace(scenario, link=link, overrides=(), host_caps=(),
+                               machine_link=LinkSpec(None))
+
+
+def machines_for(listed: tuple[HostEntry, ...], n_hosts: int, per_machine: int,
+                 hostfile: Path, scenario: str) -> tuple[HostEntry, ...]:
+    """The hostfile's first machines that hold n_hosts ranks, per_machine on each: a
+    ValueError where the hostfile lists too few, or a machine's `slots` is not
+    per_machine (the scenario's ranks per machine), naming both."""
+    need = -(-n_hosts // per_machine)
+    if need > len(listed):
+        raise ValueError(f"{hostfile}: the run needs {need} machine(s) of {per_machine} "
+                         f"rank(s) each, the hostfile lists {len(listed)}")
+    for h in listed[:need]:
+        if h.slots != per_machine:
+            raise ValueError(f"{hostfile}: host {h.name} has slots={h.slots}; scenario "
+                             f"{scenario} places {per_machine} rank(s) on each machine "
+                             f"(layout.ranks_per_machine): give slots={per_machine}, or a "
+                             f"scenario with {h.slots} ranks per machine")
+    return listed[:need]
 
 
 class SshLauncher(ShapedHosts):
-    """Context manager over the first `n_hosts` hosts of a hostfile (see module doc).
+    """Context manager over `n_hosts` ranks' places on the first machines of a hostfile
+    (see module doc).
 
     `hostfile`: its path (None: the class's, set by `bind`). `shaping`: shape the
     interfaces (None: the class's `shaped`). `results_dir`: the folder mirrored on the
@@ -105,7 +128,9 @@ class SshLauncher(ShapedHosts):
             Path(state_dir).resolve().parent if state_dir else None)
         self.gpus = gpus
         self.python = python
-        self.hosts: tuple[HostEntry, ...] = ()
+        self.hosts: tuple[HostEntry, ...] = ()  # one per machine
+        self.per_machine = scenario.layout.ranks_per_machine
+        self.machines = scenario.between_machines()  # what each machine's interface carries
         self.remote: Remote | None = None
         self.facts: list[HostFacts] = []
         self.use_gpus = False
@@ -115,31 +140,36 @@ class SshLauncher(ShapedHosts):
         self._job: Rendezvous | None = None
 
     # -- names and addresses -------------------------------------------------------
-    def record_dir(self, i: int) -> str:
-        """Host i's own record of the run (bench/launch/ssh/hostside.py); named by host
-        too, so that hosts sharing a filesystem keep one each."""
-        return str(HOST_RECORD_ROOT / f"{self.prefix}-h{i}")
+    def machine(self, i: int) -> int:
+        """The machine (hostfile line) host i is on."""
+        self._check_host(i)
+        return i // self.per_machine
+
+    def record_dir(self, m: int) -> str:
+        """Machine m's own record of the run (bench/launch/ssh/hostside.py); named by
+        machine too, so that machines sharing a filesystem keep one each."""
+        return str(HOST_RECORD_ROOT / f"{self.prefix}-h{m}")
 
     def addr(self, i: int) -> str:
-        self._check_host(i)
-        return self.facts[i].addr
+        return self.facts[self.machine(i)].addr
 
     def label(self, i: int) -> str:
         """How log lines name host i: `hI HOST`."""
-        return f"h{i} {self.hosts[i].host}"
+        return f"h{i} {self.hosts[self.machine(i)].host}"
 
     def worker_env(self, i: int) -> dict[str, str]:
-        self._check_host(i)
-        dev = self.hosts[i].interface
+        # the machine's interface: its ranks reach each other over loopback regardless
+        dev = self.hosts[self.machine(i)].interface
         return {"GLOO_SOCKET_IFNAME": dev, "NCCL_SOCKET_IFNAME": dev, "TP_SOCKET_IFNAME": dev}
 
     # -- lifecycle -----------------------------------------------------------------
     def _prepare(self) -> None:
-        listed = load_hostfile(self.hostfile_path).hosts
-        if self.n_hosts > len(listed):
-            raise ValueError(f"{self.hostfile_path}: the run needs {self.n_hosts} hosts, the "
-                             f"hostfile lists {len(listed)}")
-        self.hosts = listed[:self.n_hosts]
+        self.hosts = machines_for(load_hostfile(self.hostfile_path).hosts, self.n_hosts,
+                                  self.per_machine, self.hostfile_path, self.scenario.name)
+        if self.per_machine > 1 and self.shaping and self.scenario.machine_link.shaped:
+            raise ShapingError(f"scenario {self.scenario.name}: the SSH launcher cannot shape "
+                               f"the links inside a machine (its ranks talk over loopback); "
+                               f"give machine_link no rate, or use the netns launcher")
         specs = [self.scenario.link_spec(a, b) for a in range(self.n_hosts)
                  for b in range(self.n_hosts) if a != b]
         impaired = self.shaping and any(s.delay_ms or s.jitter_ms or s.loss_pct for s in specs)
@@ -157,6 +187,9 @@ class SshLauncher(ShapedHosts):
     def _check_schedule_fits(self) -> None:
         """A link schedule needs links this launcher shapes: refused with --no-shaping;
         otherwise the core's check (bench.launch.schedules.ScheduledLinks)."""
+        if self.per_machine > 1 and self.scenario.scheduled_links(self.n_hosts):
+            raise ShapingError(f"scenario {self.scenario.name}: link schedules on machines "
+                               f"of several ranks are not supported by the SSH launcher")
         if self.shaping:
             self.check_schedule()
         elif self.scenario.scheduled_links(self.n_hosts):
@@ -199,7 +232,7 @@ class SshLauncher(ShapedHosts):
         netem = "netem" in self.mechanisms.values()
         addrs = tuple(f.addr for f in self.facts)
         self._framing_factor = payload_factor(mtu, ETHERNET_HEADER_BYTES)
-        self.plan = shaping_plan(self.scenario, self.n_hosts, factor=factor, netem=netem)
+        self.plan = shaping_plan(self.machines, len(self.hosts), factor=factor, netem=netem)
         self.interfaces = tuple(
             Interface(h.interface, addrs,
                       ifb=f"{self.prefix}i" if self.plan.hosts[i].downlink else None)
@@ -214,8 +247,8 @@ class SshLauncher(ShapedHosts):
             self.remote.run(i, hostside_argv(h, "record", "--dir", self.record_dir(i),
                                              "--state", json.dumps(self._records[i])))
         if shaped:
-            for i in range(self.n_hosts):
-                self.remote.run_all(i, self.plan.setup_argvs(i, self.interfaces[i]))
+            for m in range(len(self.hosts)):
+                self.remote.run_all(m, self.plan.setup_argvs(m, self.interfaces[m]))
 
     def _remove(self) -> None:
         stop_all(self._procs, TEARDOWN_GRACE_S)
@@ -240,7 +273,8 @@ class SshLauncher(ShapedHosts):
     # -- processes -----------------------------------------------------------------
     def remote_argv(self, i: int, argv: list[str], env: dict[str, str] | None) -> list[str]:
         """argv as host i runs it (bench.launch.ssh.commands.remote_argv)."""
-        return remote_argv(self.hosts[i], self.record_dir(i), argv, env, self.worker_env(i))
+        m = self.machine(i)
+        return remote_argv(self.hosts[m], self.record_dir(m), argv, env, self.worker_env(i))
 
     def _torchrun(self, i: int, argv: list[str], world_size: int) -> list[str]:
         """argv under one torchrun agent of host i, in the rendezvous of the current job
@@ -252,7 +286,8 @@ class SshLauncher(ShapedHosts):
             job = self._job = Rendezvous(f"{self.prefix}-{secrets.token_hex(3)}", port,
                                          world_size)
         job.hosts.add(i)
-        return torchrun_argv(self.hosts[i], i, argv, job, self.addr(0), self.addr(i))
+        return torchrun_argv(self.hosts[self.machine(i)], i, argv, job, self.addr(0),
+                             self.addr(i))
 
     def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
               log_path: Path | str | None = None) -> subprocess.Popen:
@@ -266,8 +301,8 @@ class SshLauncher(ShapedHosts):
                              f"{world!r}")
         put, get = mirrored(self.results_dir, argv)
         command = self.remote_argv(i, self._torchrun(i, argv, int(world)), env)
-        proc = spawn_group(relay_argv(self.python, self.hosts[i], self.label(i), command,
-                                      put=put, get=get), env_with_repo(), log_path)
+        proc = spawn_group(relay_argv(self.python, self.hosts[self.machine(i)], self.label(i),
+                                      command, put=put, get=get), env_with_repo(), log_path)
         self._procs.append(proc)
         self._started_process(proc)
         return proc
@@ -287,8 +322,15 @@ class SshLauncher(ShapedHosts):
 
     def helper_argv(self, i: int, argv: list[str]) -> list[str]:
         """argv on host i through a relay, its output unprefixed (raw)."""
-        return relay_argv(self.python, self.hosts[i], self.label(i),
+        return relay_argv(self.python, self.hosts[self.machine(i)], self.label(i),
                           self.remote_argv(i, argv, None), raw=True)
+
+    def _lift_limits(self, src: int, dst: int, lifted: bool) -> None:
+        """On the machines of src and dst (nothing inside one machine: unshaped)."""
+        a, b = self.machine(src), self.machine(dst)
+        if a != b:
+            for m, argv in self.plan.rate_limit_argvs(a, b, lifted, self.interfaces):
+                self._run_on_host(m, argv)
 
     def _framing(self) -> float:
         return self._framing_factor
@@ -305,10 +347,12 @@ class SshLauncher(ShapedHosts):
             "data_plane": "each host's own interface (real network)",
             "payload_correction_factor": None if self.plan is None else self.plan.factor,
             "uses_gpus": self.use_gpus,
+            "ranks_per_machine": self.per_machine,
             "hosts": [{"host": i, "name": h.name, "addr": f.addr, "device": h.interface,
                        "mtu": f.mtu, "hostname": f.facts["hostname"],
                        "python": f.facts["python"], "gpus": f.facts["gpus"],
                        "netem": f.facts["netem"], "suite_commit": f.commit,
-                       "record_dir": self.record_dir(i)}
+                       "record_dir": self.record_dir(i),
+                       "ranks": list(range(i * self.per_machine, (i + 1) * self.per_machine))}
                       for i, (h, f) in enumerate(zip(self.hosts, self.facts, strict=True))],
         }
