@@ -1,15 +1,12 @@
 """The registries of compression, filled from one module per compressor:
-`ACTIVATION_MODES` (every `MODE` of aqsgd/compress/modes/: the values of
-`CompressionConfig.mode`), `COMPARISONS` (every `COMPARISONS` entry there: the modes a
-sweep, a cell and a table name; `SPEEDUP_REFERENCES` those the reports divide by) and
-`GRAD_CODECS` (every `CODEC` of aqsgd/compress/codecs/: `GradCompressionConfig.mode`),
-then the same of every plug-in (aqsgd.compress.plugins; docs/plugins.md): those of
-installed packages when this module is imported, those of a file or module on
-`load_plugins(["my_mode.py"])`.
+`ACTIVATION_MODES` (every `MODE` of aqsgd/compress/modes/: `CompressionConfig.mode`),
+`COMPARISONS` (every `COMPARISONS` entry there: the modes a sweep, a cell and a table
+name; `SPEEDUP_REFERENCES` those the reports divide by), `GRAD_CODECS` (every `CODEC` of
+aqsgd/compress/codecs/), then the same of every plug-in (docs/plugins.md): installed
+packages' when this module is imported, a file's or module's on `load_plugins`.
 
     ACTIVATION_MODES["aqsgd"].uses_cache        # True
-    COMPARISONS["aqsgd+gc"].backward            # 'directq'
-    plugins_of("randproj")                      # the Plugin identities a comparison needs
+    load_plugins(["my_mode.py"]); plugins_of("my_mode")   # its Plugin identities
 
 Each is ordered by rank, read-only and live (a plug-in loaded later appears in it, and in
 every `Names`/`View` derived from it). A conflict (one name twice, a comparison over an

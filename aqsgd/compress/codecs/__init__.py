@@ -8,8 +8,9 @@ counts) and the coding work the performance model's profile times (`round_trip`)
 that declares no `CODEC` is a helper and is not registered.
 
 Adding a codec is one module here, its tests, and its per-element cost in every shipped
-profile (profiles/*.yaml, `grad_s_per_element`: a profile without one entry per
-registered codec is refused): `GradCompressionConfig.mode`, the harness's `aqsgd+gc/GRAD`
+profile (profiles/*.yaml, `grad_s_per_element`: a profile without one entry per built-in
+codec is refused): `GradCompressionConfig.mode`, the harness's `aqsgd+gc/GRAD`
 choices, the performance model's profile keys and its step simulation follow from it
-(docs/ARCHITECTURE.md, "Where a new thing goes").
+(docs/ARCHITECTURE.md, "Where a new thing goes"). A codec outside the suite is a
+plug-in (docs/plugins.md).
 """

@@ -6,7 +6,8 @@ point-to-point exchange that counts every byte, and the sharded average (the not
     loss.backward(); dp.synchronize(); clip_grad_norm_(...); dp.optimizer.step()
 
 `cfg` is the run's aqsgd.compress.gradient.GradCompressionConfig (not imported here:
-that module validates codec names against the registry, which imports this one).
+that module validates codec names against the registry, which imports this one). A
+plug-in's codec subclasses DataParallel the same way (docs/plugins.md).
 Imports aqsgd.compress.wire and torch only.
 """
 

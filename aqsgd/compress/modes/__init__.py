@@ -9,8 +9,8 @@ name is a helper and is not registered.
 
 Adding a mode is one module here, its tests, and its per-element cost in every shipped
 profile (profiles/*.yaml, `encode_s_per_element` and `decode_s_per_element`: a profile
-without one entry per registered mode is refused): the registry, `CompressionConfig.mode`,
+without one entry per built-in mode is refused): the registry, `CompressionConfig.mode`,
 the harness's mode names, the reports' reading order, the performance model's profile
 keys and the micro-benchmark's cases all follow from it (docs/ARCHITECTURE.md, "Where a
-new thing goes").
+new thing goes"). A mode outside the suite is a plug-in (docs/plugins.md).
 """

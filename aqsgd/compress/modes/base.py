@@ -10,8 +10,8 @@ comparison, the module's `COMPARISONS`).
 An instance codes the rows of one compressor (aqsgd.compress.activation builds it from
 its `CompressionConfig`, here `cfg`, not imported: that module validates mode names
 against the registry, which imports this one); the compressor keeps the framing every
-mode shares (header, raw rows, the cache). Imports aqsgd.quant, aqsgd.compress.wire and
-torch only.
+mode shares (header, raw rows, the cache). A plug-in subclasses them the same way
+(docs/plugins.md). Imports aqsgd.quant, aqsgd.compress.wire and torch only.
 """
 
 from __future__ import annotations
