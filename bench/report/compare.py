@@ -9,11 +9,10 @@ and one metric's ratio B / A per cell with each side's spread over its repeats.
 Cells match when meta.json's identity agrees in all but the machine and the commit
 (`comparison_key`; a field only one side's cells have is left out and named), so two
 runs of one grid on two commits pair up; a cell's repeats are one number (their median,
-min..max beside it). Exit codes: 0 no cell regressed
-past the threshold, 1 one did (lower samples/s, higher loss or bytes), 2 bad input (a
-folder without cells, no cell in common). Cells on one side only are listed, never
-dropped silently. The figure goes beside --out, else into B/figures.
-docs/api.md, "Comparing two runs", has the columns and the rules.
+min..max beside it). Exit codes: 0 no cell regressed past the threshold, 1 one did
+(lower samples/s, higher loss or bytes), 2 bad input (a folder without cells, no cell in
+common). Cells of one side only are listed, never dropped silently. The figure goes
+beside --out, else into B/figures. docs/api.md, "Comparing two runs": columns and rules.
 """
 
 from __future__ import annotations
@@ -188,6 +187,7 @@ class Comparison:
 
     @property
     def regressed(self) -> pd.DataFrame:
+        """The rows whose verdict is 'regressed' (empty: the gate passes)."""
         return self.rows[self.rows["verdict"] == "regressed"]
 
 
@@ -288,7 +288,7 @@ def plot_comparison(result: Comparison, out_dir: Path, stem: str) -> list[Path]:
     ax.set_xlabel(f"{m.header}: B / A (1 = unchanged; {'higher' if m.higher_is_better else 'lower'}"
                   f" is better)")
     ax.set_title(f"B = {result.b} over A = {result.a}", fontsize=9)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the bars
     return plots.save(fig, out_dir, stem)
 
 
