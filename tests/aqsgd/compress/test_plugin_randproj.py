@@ -28,32 +28,35 @@ def randproj():
     unload_plugins(plugins)
 
 
+# (epoch, sample ids) of three messages: a warm-up visit (raw), then samples 4 and 5 seen
+# for the first time (raw rows beside coded ones), then a steady message (all coded)
+VISITS = ((0, (0, 1, 2, 3)), (1, (2, 3, 4, 5)), (1, (0, 1, 2, 3)))
+
+
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_randproj_round_trips_with_the_bytes_its_rule_says(randproj, bits):
     cfg = CompressionConfig(mode="randproj", quant=QuantConfig(bits=bits), warmup_epochs=1)
-    send = make_compressor(cfg, "send", SHAPE, 8, seed=0)
-    recv = make_compressor(cfg, "recv", SHAPE, 8, seed=1)
-    gen = torch.Generator().manual_seed(0)
-    base = torch.randn(8, *SHAPE, generator=gen)
-    for epoch, ids in ((0, [0, 1, 2, 3]), (1, [2, 3, 4, 5]), (1, [0, 1, 2, 3])):
-        send.set_epoch(epoch)
-        recv.set_epoch(epoch)
-        ids = torch.tensor(ids)
-        x = base[ids] + 0.05 * torch.randn(len(ids), *SHAPE, generator=gen)
-        msg = send.encode(x, ids)
-        assert [(tuple(t.shape), t.dtype) for t in msg] == [
-            (tuple(s), d) for s, d in recv.wire_spec(tuple(x.shape), ids)]
-        n_raw = int(msg[0][2])
-        y = recv.decode(msg, ids)
-        assert message_nbytes(msg) == spec_nbytes(message_spec(cfg, x.shape, n_raw))
-        assert torch.equal(send.cache.gather(ids), recv.cache.gather(ids))
+    pair = [make_compressor(cfg, role, SHAPE, 8, seed=0) for role in ("send", "recv")]
+    drift = torch.Generator().manual_seed(0)
+    samples = torch.randn(8, *SHAPE, generator=drift)  # (N, L, D)
+    for epoch, visit in VISITS:
+        for c in pair:
+            c.set_epoch(epoch)
+        ids = torch.tensor(visit)
+        x = samples[ids] + 0.05 * torch.randn(len(visit), *SHAPE, generator=drift)
+        msg = pair[0].encode(x, ids)
+        spec = pair[1].wire_spec(tuple(x.shape), ids)
+        assert [(tuple(t.shape), t.dtype) for t in msg] == [(tuple(s), d) for s, d in spec]
+        out = pair[1].decode(msg, ids)
+        assert message_nbytes(msg) == spec_nbytes(message_spec(cfg, x.shape, int(msg[0][2])))
+        assert torch.equal(pair[0].cache.gather(ids), pair[1].cache.gather(ids))
         # the change outside span(Q) is lost: at most the drift, 0.05 x N(0, 1) a value
-        assert float((y - x).abs().max()) < 0.5
-    assert n_raw == steady_raw_rows(cfg, len(ids)) == 0
+        assert float((out - x).abs().max()) < 0.5
+    assert int(msg[0][2]) == steady_raw_rows(cfg, 4) == 0
     k = math.ceil(SHAPE[1] * bits / 16)
     assert message_nbytes(msg[1:]) == 4 * SHAPE[0] * k * 2  # (n, L, k) fp16
-    send.close()
-    recv.close()
+    for c in pair:
+        c.close()
 
 
 def test_a_change_inside_the_basis_arrives_exactly_and_the_basis_is_orthonormal(randproj):
