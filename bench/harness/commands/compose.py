@@ -85,13 +85,15 @@ def run_compose(args: argparse.Namespace) -> int:
     config, config_path = _compose_config(args, scenario, args.out)
     stages, replicas = config.pipeline.stages, config.pipeline.replicas
     try:
-        place(scenario, stages, replicas)
+        placement = place(scenario, stages, replicas)
     except PlacementError as err:
         raise ValueError(f"--config {args.config}: {err}") from None
     n_hosts = stages * replicas
+    rank_on = {p.host: p.rank for p in placement.ranks}
     path = write_compose(args.out, scenario, n_hosts=n_hosts, config=config_path,
                          gpus=args.gpus, gpu_count=n_hosts, image=args.image,
-                         delay_mechanism=args.delay_mechanism)
+                         delay_mechanism=args.delay_mechanism,
+                         ranks=tuple(rank_on[h] for h in range(n_hosts)))
     print(f"wrote {path}: {n_hosts} services ({stages} stages x {replicas} replica(s) on "
           f"{scenario.name}'s {scenario.n_hosts} hosts), run config {config_path}; check it "
           f"with `docker-compose -f {path} config`")

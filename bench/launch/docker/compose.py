@@ -35,15 +35,20 @@ def compose_dict(scenario: NetworkScenario, n_hosts: int | None = None, *,
                  config: str | Path = "examples/tiny-2stage.yaml",
                  checkout: Path = REPO_ROOT, gpus: bool = False,
                  gpu_count: int = 0, image: str | None = None,
-                 subnet_index: int = 1, delay_mechanism: str = "netem") -> dict:
+                 subnet_index: int = 1, delay_mechanism: str = "netem",
+                 ranks: tuple[int, ...] | None = None) -> dict:
     """The compose file as a dict: one service per rank running the worker with the run
     config `config` (a host path; a relative one is under `checkout`), world size
     n_hosts (default: the scenario's hosts); delay, jitter and loss by
-    `delay_mechanism` (one of DELAY_MECHANISMS, see module doc). Volumes are absolute."""
+    `delay_mechanism` (one of DELAY_MECHANISMS, see module doc); `ranks`: the rank each
+    host runs (bench.net.placement; default host i runs rank i). Volumes are absolute."""
     if delay_mechanism not in DELAY_MECHANISMS:
         raise ValueError(f"delay_mechanism: expected one of {', '.join(DELAY_MECHANISMS)}, "
                          f"got {delay_mechanism!r}")
     n = scenario.n_hosts if n_hosts is None else n_hosts
+    ranks = tuple(range(n)) if ranks is None else ranks
+    if sorted(ranks) != list(range(n)):
+        raise ValueError(f"ranks: expected each of ranks 0..{n - 1} once, got {ranks}")
     checkout = Path(checkout).resolve()
     config_path = (checkout / config).resolve()  # an absolute `config` stays itself
     kw = {"image": image} if image else {}
@@ -72,8 +77,9 @@ def compose_dict(scenario: NetworkScenario, n_hosts: int | None = None, *,
                         f"{config_path}:{CONFIG_IN_CONTAINER}:ro"],
             "working_dir": WORKSPACE,
             "command": ["python3", "-m", "aqsgd.train.worker", "--config", CONFIG_IN_CONTAINER,
-                        "--rank", str(i), "--world-size", str(n),
-                        "--master-addr", spec.addr(0), "--master-port", str(WORKER_PORT)],
+                        "--rank", str(ranks[i]), "--world-size", str(n),
+                        "--master-addr", spec.addr(ranks.index(0)),
+                        "--master-port", str(WORKER_PORT)],
         }
         if delay_line:
             service["devices"] = [f"{TUN_DEVICE}:{TUN_DEVICE}"]
