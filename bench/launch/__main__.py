@@ -2,17 +2,18 @@
 
     python -m bench.launch probe 100mbps --hosts 2     # bring up, print the link table, tear down
     python -m bench.launch probe dynamic-halving --timeline 80   # each phase's rate, live
-    python -m bench.launch up wan --hosts 4            # bring up and hold until Ctrl-C
+    python -m bench.launch up dynamic-halving          # bring up, play its schedule until Ctrl-C
+    python -m bench.launch up dynamic-halving --hold-first-phase   # ... or hold phase 0
     python -m bench.launch cleanup --all-recorded      # remove what killed runs left behind
     python -m bench.launch cleanup --state /run/aqsgd-bench/state/aq1b2c3.json
     python -m bench.launch calibrate --repeats 3      # accuracy table of this machine's emulation
 
 `probe --timeline SECONDS` runs the scenario's schedules after the static probe, streams
 over one scheduled link (`--link SRC DST`) and prints each phase's rate against the
-schedule's; exit 1 when one is off by more than `--tolerance`. probe, up and calibrate
-use the netns launcher (found by name: this core module imports none). Cleanup removes
-only the names killed runs wrote in state files, never by pattern; a live run is left
-alone (bench/launch/state.py).
+schedule's; exit 1 when one is off by more than `--tolerance`. `up` plays the scenario
+and prints each change until Ctrl-C (bench/launch/up.py). probe, up and calibrate use
+the netns launcher (found by name: this core module imports none). Cleanup removes only
+the names killed runs wrote in state files, never by pattern (bench/launch/state.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text
@@ -35,6 +35,7 @@ from bench.launch.state import (
     recorded_state_files,
     run_is_live,
 )
+from bench.launch.up import first_phase_held, hold_or_play
 from bench.net.placement import place
 from bench.net.probe import LinkProbeError, check_links, format_table, host_limited_warning
 from bench.net.probe.timeline import PhaseRateError, check_phases, phase_rates
@@ -43,17 +44,21 @@ from bench.net.scenario import LinkSpec, NetworkScenario, load_scenario, with_li
 __all__ = ["calibrate", "main"]
 
 
-def _launcher(args) -> tuple[Launcher, TimelineLink | None]:
-    """The netns launcher (not brought up) and, for `probe --timeline`, the link to
-    follow; ValueError (ScenarioError, PlacementError) on bad input."""
+def _launcher(args) -> tuple[Launcher, NetworkScenario, TimelineLink | None]:
+    """The netns launcher (not brought up), the scenario as written and, for `probe
+    --timeline`, the link to follow; ValueError (ScenarioError, PlacementError) on bad
+    input. `up --hold-first-phase`'s launcher has every link at its first phase."""
     scenario = load_scenario(args.scenario)
     n_hosts = scenario.n_hosts if args.hosts is None else args.hosts
     place(scenario, n_hosts)  # PlacementError before anything exists: too many hosts
     link = _timeline_link(args, scenario, n_hosts) if args.cmd == "probe" and args.timeline \
         else None
-    return launcher_factory("netns")(scenario, n_hosts, state_dir=args.state_dir,
+    held = first_phase_held(scenario) if args.cmd == "up" and args.hold_first_phase \
+        else scenario
+    return launcher_factory("netns")(held, n_hosts, state_dir=args.state_dir,
                                      allow_drop=args.allow_drop,
-                                     payload_correction=not args.no_payload_correction), link
+                                     payload_correction=not args.no_payload_correction), \
+        scenario, link
 
 
 TimelineLink = tuple[int, int, LinkSpec]  # src, dst and the link's spec, its schedule
@@ -137,20 +142,6 @@ def _probe(args, launcher: Launcher, link: TimelineLink | None) -> int:
         print(e, file=sys.stderr)
         return 1
     return 1 if off else 0
-
-
-def _up(args, launcher: Launcher) -> int:
-    with launcher as hosts:
-        for h in hosts.record()["hosts"]:
-            print(f"host {h['host']}: ip netns exec {h['netns']} ...  ({h['device']}, "
-                  f"{h['addr']})")
-        print(f"state file {hosts.state_path}; Ctrl-C to tear down", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
-    return 0
 
 
 def calibrate(repeats: int, state_dir: Path, rates_mbit=(10, 100, 1000),
@@ -267,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--no-payload-correction", action="store_true",
                        help="configure tc with the scenario's rate literally")
         p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    sub.choices["up"].add_argument(
+        "--hold-first-phase", action="store_true",
+        help="hold each scheduled link at its first phase, no competing flows or stragglers "
+             "(default: play the scenario, printing each change, until Ctrl-C)")
     probe = sub.choices["probe"]
     probe.add_argument("--tolerance", type=float, default=0.10,
                        help="largest accepted relative error of a link (default 0.10)")
@@ -295,11 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd in ("probe", "up"):
         try:  # the scenario, the placement and the link, checked before bring-up
-            launcher, link = _launcher(args)
+            launcher, scenario, link = _launcher(args)
         except (ValueError, OSError) as err:  # ScenarioError, PlacementError; a bad path
             print(f"error: {err}", file=sys.stderr)
             return 2
-        return _probe(args, launcher, link) if args.cmd == "probe" else _up(args, launcher)
+        if args.cmd == "up":
+            return hold_or_play(launcher, scenario, hold=args.hold_first_phase)
+        return _probe(args, launcher, link)
     commands = {"cleanup": _cleanup, "calibrate": _calibrate}
     return commands[args.cmd](args)
 

@@ -133,13 +133,16 @@ def merged_events(scenario: NetworkScenario, n_hosts: int) -> Iterator[Event]:
 
 class ScheduleRunner:
     """A thread applying `changes` (in time order) at their times: `apply(change)`
-    returns the commands it ran (as text). `clock` gives seconds (monotonic)."""
+    returns the commands it ran (as text). `clock` gives seconds (monotonic);
+    `on_applied(entry)`, if given, gets each change's record entry once it is applied."""
 
     def __init__(self, changes: Iterable[Event], apply: Callable[[Event], list[str]],
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 on_applied: Callable[[dict], None] | None = None):
         self._changes = iter(changes)
         self._apply = apply
         self._clock = clock
+        self._on_applied = on_applied
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.t0 = 0.0
@@ -179,6 +182,8 @@ class ScheduleRunner:
                 self.last[(change.src, change.dst)] = change
         entry["done_s"] = round(self.elapsed_s(), 4)
         self.applied.append(entry)
+        if self._on_applied is not None:
+            self._on_applied(entry)
 
     def stop(self) -> None:
         """Stop applying changes (the thread ends; what it applied stays)."""
@@ -284,9 +289,10 @@ class ScheduledLinks:
     def _flow_remaining_s(self, k: int) -> float:
         return self.scenario.competing[k].end_s - self._schedule.elapsed_s()
 
-    def start_schedule(self) -> None:
+    def start_schedule(self, on_change: Callable[[dict], None] | None = None) -> None:
         """Start every link's schedule, competing flow and straggler now (nothing when
-        the scenario has none); the flows' receivers listen before t = 0."""
+        the scenario has none); the flows' receivers listen before t = 0. `on_change`
+        gets each change's record entry as it is applied (`bench.launch up` prints it)."""
         if self._schedule is not None:
             raise RuntimeError("start_schedule: a schedule runs already; stop_schedule first")
         if not self.scenario.changes_during_run(self.n_hosts):
@@ -302,7 +308,7 @@ class ScheduledLinks:
             self._flows = FlowProcesses(self, flows, self._flow_log_dir())
             self._flows.start_receivers()
         self._schedule = ScheduleRunner(merged_events(self.scenario, self.n_hosts),
-                                        self._apply_change)
+                                        self._apply_change, on_applied=on_change)
         self._schedule.start()
 
     def stop_schedule(self) -> dict | None:
