@@ -61,3 +61,12 @@ def test_a_variant_of_precision_alone_needs_no_name(tmp_path):
     names = [c.name for c in load_sweep(path).cells()]
     assert names == ["loopback__fp32__s1", "loopback__fp32__bf16-compute__s1",
                      "loopback__fp32__masks+fp16-compute__s1"]
+
+
+def test_the_precision_sweep_runs_each_precision_at_three_seeds():
+    from bench import REPO_ROOT
+
+    cells = load_sweep(REPO_ROOT / "scenarios" / "sweeps" / "precision.yaml").cells()
+    assert sorted((c.workload.precision, c.workload.seed) for c in cells) == sorted(
+        (p, s) for p in ("fp32", "bf16", "fp16") for s in (1, 2, 3))
+    assert {c.mode.name for c in cells} == {"fp32"}  # fp32 on the wire in all three
