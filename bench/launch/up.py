@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import replace
+from typing import TextIO
 
 from bench.launch.base import Launcher
 from bench.launch.schedules import ScheduleFailed, merged_events
@@ -83,11 +84,10 @@ def plan_lines(scenario: NetworkScenario, n_hosts: int, hold: bool = False) -> l
     if not scenario.changes_during_run(n_hosts):
         return ["no schedule, competing flow or straggler: the links hold still"]
     if hold:
-        firsts = [(a, b, s.schedule.phases[0]) for a, b, s in links]
+        held = [(a, b, s.in_phase(s.schedule.phases[0])) for a, b, s in links]
         return [f"holding link {a} -> {b} at its schedule's first phase: "
-                f"{_values(s.rate_mbit, s.delay_ms, s.jitter_ms, s.loss_pct)}"
-                for a, b, s in ((a, b, scenario.link_spec(a, b).in_phase(p))
-                                for a, b, p in firsts)] + \
+                f"{_values(h.rate_mbit, h.delay_ms, h.jitter_ms, h.loss_pct)}"
+                for a, b, h in held] + \
             [f"held, not played: the schedules, {flows} competing flow(s), {stragglers} "
              f"straggler(s) (without --hold-first-phase, up plays them)"]
     looping = [s.schedule.duration_s for _, _, s in links if s.schedule.loop]
@@ -102,10 +102,11 @@ def plan_lines(scenario: NetworkScenario, n_hosts: int, hold: bool = False) -> l
 
 
 def hold_or_play(launcher: Launcher, scenario: NetworkScenario, hold: bool = False,
-                 out=sys.stdout) -> int:
+                 out: TextIO | None = None) -> int:
     """Bring the launcher's hosts up, print them and `plan_lines`, play the scenario
     (unless `hold`: the launcher was built from `first_phase_held(scenario)`) until
     Ctrl-C or SIGTERM, stop it, tear down. 0, or 1 when a change failed."""
+    out = sys.stdout if out is None else out
     failed, printing = threading.Event(), threading.Lock()
 
     def say(*lines: str) -> None:  # whole lines: the runner's thread prints too
