@@ -120,3 +120,35 @@ def test_bad_input_exits_2_naming_the_folder(before, tmp_path, capsys):
     assert main(["compare", str(before), str(before), "--threshold", "-1"]) == 2
     assert "--threshold: expected a percentage >= 0, got -1" in capsys.readouterr().err
     assert main(["compare", str(before), str(before), "--out", str(tmp_path / "x.txt")]) == 2
+
+
+def test_cells_the_harness_wrote_match_across_commits_and_pool_their_repeats(tmp_path):
+    """meta.json as the harness writes it (bench.harness.meta): the spec's repeat and the
+    commit are no part of the match; its steps are."""
+    from harness_helpers import write_cell
+
+    from bench.harness.sweep import CellSpec, Workload, parse_mode
+
+    def cell(steps: int = 2, repeat: int = 0) -> CellSpec:
+        return CellSpec("100mbps", parse_mode("aqsgd:2/4"), Workload(steps=steps),
+                        repeat=repeat)
+
+    write_cell(tmp_path / "a", cell(), rate_mbit=100.0, act_bytes=1000, step_time_s=0.2)
+    for repeat, step_s in enumerate((0.25, 0.3)):
+        write_cell(tmp_path / "b", cell(repeat=repeat), rate_mbit=100.0, act_bytes=1000,
+                   step_time_s=step_s)
+    # the same name, 3 steps: another cell (in a folder of its own: the name is taken)
+    write_cell(tmp_path / "b" / "longer", cell(steps=3), rate_mbit=100.0, act_bytes=1000,
+               step_time_s=0.2)
+    meta_path = tmp_path / "a" / cell().name / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["identity"]["git_commit"] = "another"
+    meta_path.write_text(json.dumps(meta))
+    result = compare_results(tmp_path / "a", tmp_path / "b")
+    row = result.rows.set_index("cell").loc[cell().name]
+    assert (row["a_repeats"], row["b_repeats"]) == (1, 2)
+    assert row["cells_b"] == f"{cell().name}, {cell(repeat=1).name}"
+    # the median of the two repeats' samples/s over A's
+    assert row["ratio"] == pytest.approx((1 / 0.25 + 1 / 0.3) / 2 * 0.2)
+    only, = result.only_b
+    assert only.startswith(f"{cell().name} (") and "spec.workload.steps 2 -> 3" in only
