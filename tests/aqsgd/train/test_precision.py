@@ -4,7 +4,8 @@ and loss, fp16 with dynamic loss scaling (aqsgd.train.loss_scale).
 fp32 is no context at all (the pipeline tests' bit-for-bit comparisons with the
 unpipelined model hold unchanged); bf16 on CPU computes the matrix products in bfloat16
 while weights, gradients and the activations between stages stay fp32; the loss scaler
-unscales exactly, skips and halves on an overflow, grows after clean steps; a 2-stage
+unscales exactly, skips and halves on an overflow, grows after clean steps, and an
+overflow on one of three ranks (or a NaN one sends) makes all three skip; a 2-stage
 run of real worker processes trains in bf16 and in fp16: finite losses that fall, a
 finite held-out loss, and in fp16 the same loss scale and skipped steps on both ranks.
 """
@@ -12,15 +13,20 @@ finite held-out loss, and in fp16 the same loss scale and skipped steps on both 
 import json
 import math
 from contextlib import nullcontext
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import yaml
 from harness_helpers import run_ranks
 
 from aqsgd.model.gpt2 import compute_precision, init_stage, lm_loss
 from aqsgd.train.config import ConfigError, config_from_dict
 from aqsgd.train.loss_scale import LossScaler
+from bench.launch.process import free_port
 
 CPU = torch.device("cpu")
 SMALL_MODEL = {"n_layer": 4, "n_embd": 64, "n_head": 2, "vocab_size": 128, "seq_len": 16,
@@ -82,6 +88,30 @@ def test_loss_scaler_unscales_exactly_skips_on_overflow_and_grows_after_clean_st
     scaler.unscale_boundary(torch.tensor([math.nan]))  # a non-finite gradient on the wire
     assert not scaler.unscale_and_agree([_param([1.0])]) and scaler.scale == 4.0
     assert scaler.unscale_and_agree([_param([1.0])])  # the flag lasts one step
+
+
+def _agree(rank: int, port: int, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=3, timeout=timedelta(seconds=60))  # fmt: skip
+    try:
+        scaler, taken = LossScaler(init_scale=4.0), []
+        for step in range(3):  # an overflow on rank 1 at step 1; rank 2 sends a NaN at step 2
+            grad = [1.0, math.inf if (rank, step) == (1, 1) else 2.0]
+            if (rank, step) == (2, 2):
+                scaler.unscale_boundary(torch.tensor([math.nan]))
+            taken.append((scaler.unscale_and_agree([_param(grad)]), scaler.scale))
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(taken))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.workers
+@pytest.mark.timeout(60)
+def test_every_rank_skips_the_step_any_rank_overflows_in(tmp_path):
+    mp.start_processes(_agree, args=(free_port(), str(tmp_path)), nprocs=3, join=True,
+                       start_method="fork")
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(3)]
+    assert runs[0] == runs[1] == runs[2] == [[True, 4.0], [False, 2.0], [False, 1.0]], runs
 
 
 @pytest.mark.slow
