@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES
+from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES, View
 from aqsgd.filecache import atomic_write_text
 from bench.report.linkbound import cell_bound
 from bench.report.timeline import links_change, scheduled_rates
@@ -163,8 +163,8 @@ def _add_speedups(table: pd.DataFrame) -> pd.DataFrame:
 
 
 # reading order of modes: each registered mode's rank (aqsgd.compress.registry); a mode
-# no longer registered (an old result file) reads last
-MODE_RANK = {name: c.rank for name, c in COMPARISONS.items()}
+# no longer registered (an old result file) reads last; live: a plug-in's mode has its own
+MODE_RANK = View(COMPARISONS, lambda c: c.rank)
 UNKNOWN_RANK = np.inf
 
 
