@@ -17,6 +17,7 @@ from bench.__main__ import main
 from bench.harness.cells import run_config
 from bench.harness.modes import parse_mode
 from bench.harness.sweep import CellSpec, SweepSpec, load_sweep
+from bench.perfmodel.measure import time_compressors
 from bench.perfmodel.profile import CompressProfile, load_profile
 from specfile import SpecError
 
@@ -127,3 +128,11 @@ def test_a_profile_without_a_plugins_entry_loads_and_bench_model_marks_its_row(
     assert with_entry.unprofiled(("randproj",)) == ()
     with pytest.raises(SpecError, match="one entry per built-in mode"):
         CompressProfile(encode_s_per_element={"randproj": 1e-9})
+
+
+def test_bench_profile_times_a_loaded_plugins_mode_like_the_builtins(unload):
+    load_plugins([str(EXAMPLE)])
+    enc, dec = time_compressors((2, 8, 64), repeats=1)
+    assert enc["randproj"] > 0 and dec["randproj"] > 0 and set(enc) >= {"aqsgd", "directq"}
+    with_it = CompressProfile(enc, dec, load_profile("cpu-2core").compress.grad_s_per_element)
+    assert with_it.unprofiled(("randproj", "aqsgd")) == ()
