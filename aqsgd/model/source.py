@@ -3,7 +3,7 @@
     from aqsgd.model.source import resolve_model, run_tokenizer
     m = resolve_model("my-gpt2/", preset="tiny")    # a save_pretrained folder
     m.config, m.weights, m.tokenizer                 # ModelConfig, its path, tokenizer file
-    tok = run_tokenizer(m.tokenizer, m.config.vocab_size, checkpoint=True)
+    tok = run_tokenizer(m.tokenizer, m.config.vocab_size, checkpoint=m.weights)
 
 A model is a preset (no checkpoint: aqsgd.model.config.PRESETS), a `save_pretrained`
 folder or a model id in the local Hugging Face cache (shape from its config.json), or a
@@ -145,11 +145,14 @@ def resolve_model(model: str | None, preset: str, tokenizer: str | None = None,
     return ModelChoice(config, weights, _tokenizer_file(tokenizer, checkpoint))
 
 
-def run_tokenizer(tokenizer: str | None, vocab_size: int, *, checkpoint: bool,
+def run_tokenizer(tokenizer: str | None, vocab_size: int, *, checkpoint: str | None,
                   cache_dir: str | Path | None = None) -> Tokenizer:
-    """The tokenizer of a run: the file `tokenizer` names, else the suite's BPE for
-    `vocab_size` (tokenizer_for). Its vocabulary must fit the model's, and equal it for a
-    `checkpoint` (its embeddings learned that tokenizer's ids)."""
+    """The tokenizer of a run whose weights come from `checkpoint` (None: a preset's): the
+    file `tokenizer` names, else a checkpoint folder's own (refused if it has none), else
+    the suite's BPE for `vocab_size` (tokenizer_for). Its vocabulary must fit the
+    model's, and equal it for a checkpoint (its embeddings learned that tokenizer's ids)."""
+    if tokenizer is None and checkpoint is not None and Path(checkpoint).is_dir():
+        tokenizer = _tokenizer_file(None, Path(checkpoint))
     if tokenizer is None:
         try:
             return tokenizer_for(vocab_size, cache_dir or default_cache_dir())

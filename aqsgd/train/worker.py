@@ -86,7 +86,8 @@ def _tokenizer(cfg: RunConfig):
     checked against the model's (equal for a checkpoint: aqsgd.model.source)."""
     from aqsgd.model.source import run_tokenizer
 
-    checkpoint = cfg.train.init_from not in (None, "pretrained")
+    init = cfg.train.init_from
+    checkpoint = None if init in (None, "pretrained") else init
     return run_tokenizer(cfg.data.tokenizer, cfg.model.vocab_size, checkpoint=checkpoint)
 
 

@@ -125,7 +125,7 @@ class DataProblem:
 
 
 @functools.lru_cache(maxsize=8)
-def _tokenizer(path: str | None, vocab_size: int, checkpoint: bool):
+def _tokenizer(path: str | None, vocab_size: int, checkpoint: str | None):
     return run_tokenizer(path, vocab_size, checkpoint=checkpoint)
 
 
@@ -141,7 +141,8 @@ def data_problem(config: RunConfig) -> DataProblem | None:
     d, model = config.data, config.model
     if d.name == "synthetic":
         return None
-    checkpoint = config.train.init_from not in (None, "pretrained")
+    init = config.train.init_from
+    checkpoint = None if init in (None, "pretrained") else init
     try:
         tok = _tokenizer(d.tokenizer, model.vocab_size, checkpoint)
     except ModelSourceError as err:

@@ -34,7 +34,7 @@ def test_a_folder_gives_its_shape_weights_and_tokenizer(folder):
     assert resolve_model(str(folder), "tiny", seq_len=16).config.seq_len == 16
     with pytest.raises(ModelSourceError, match="seq_len 64 exceeds the 40 positions"):
         resolve_model(str(folder), "tiny", seq_len=64)
-    tok = run_tokenizer(choice.tokenizer, 290, checkpoint=True)
+    tok = run_tokenizer(choice.tokenizer, 290, checkpoint=choice.weights)
     assert tok.vocab_size == 290
 
 
@@ -71,12 +71,19 @@ def test_another_vocabulary_is_refused_naming_both_sizes(folder, tmp_path):
     choice = resolve_model(str(folder), "tiny", tokenizer=str(other))
     with pytest.raises(ModelSourceError, match="has 300 tokens, the checkpoint's vocabulary "
                                                "290: they must match") as err:
-        run_tokenizer(choice.tokenizer, choice.config.vocab_size, checkpoint=True)
+        run_tokenizer(choice.tokenizer, choice.config.vocab_size, checkpoint=choice.weights)
     assert err.value.setting == "tokenizer"
     # a preset trained from random weights takes any tokenizer whose ids fit its embeddings
-    assert run_tokenizer(str(other), 384, checkpoint=False).vocab_size == 300
+    assert run_tokenizer(str(other), 384, checkpoint=None).vocab_size == 300
     with pytest.raises(ModelSourceError, match="has 300 tokens, the model's vocabulary 290"):
-        run_tokenizer(str(other), 290, checkpoint=False)
+        run_tokenizer(str(other), 290, checkpoint=None)
+
+
+def test_a_run_config_naming_a_folder_takes_its_tokenizer_or_is_refused(folder, tmp_path):
+    # a run config's train.init_from folder with no data.tokenizer: the folder's own
+    assert run_tokenizer(None, 290, checkpoint=str(folder)).vocab_size == 290
+    with pytest.raises(ModelSourceError, match="has no tokenizer: looked for"):
+        run_tokenizer(None, 290, checkpoint=str(tmp_path))
 
 
 def test_a_preset_keeps_the_suites_tokenizer():
