@@ -318,7 +318,9 @@ def _carried(metas: list[dict], scenario: str) -> dict[tuple[int, int], list[str
             continue
         for link in meta["placement"]["links"]:
             traffic = carried.setdefault((link["src"], link["dst"]), [])
-            traffic.extend(t for t in link["traffic"] if t not in traffic)
+            kind = {"machine": ["inside a machine"], "network": ["between machines"]}.get(
+                link.get("kind"), [])  # a kind only with several ranks per machine
+            traffic.extend(t for t in [*kind, *link["traffic"]] if t not in traffic)
     return carried
 
 
@@ -331,10 +333,15 @@ def _placement_lines(metas: list[dict]) -> list[str]:
         if key in seen:
             continue
         seen.add(key)
+        machines = p.get("ranks_per_machine", 1) > 1
+        rule = (f"{p['ranks_per_machine']} ranks per machine, a machine holding "
+                f"{p['within_machine']}" if machines else "rank = replica * stages + stage")
         lines += [f"{p['stages']} stages x {p['replicas']} replica(s) on {p['scenario']} "
-                  f"({p['n_hosts']} hosts; rank = replica * stages + stage):", "",
-                  markdown_table(["host", "rank", "stage", "replica"],
-                                 [[r["host"], r["rank"], r["stage"], r["replica"]]
+                  f"({p['n_hosts']} hosts; {rule}):", "",
+                  markdown_table(["host", "rank", "stage", "replica",
+                                  *(["machine"] if machines else [])],
+                                 [[r["host"], r["rank"], r["stage"], r["replica"],
+                                   *([r["machine"]] if machines else [])]
                                   for r in p["ranks"]]), ""]
     return ["## Placement", "", *lines] if lines else []
 

@@ -101,3 +101,18 @@ def test_compose_runs_each_rank_on_its_placed_host(tmp_path):
     assert command[command.index("--rank") + 1] == "1"
     with pytest.raises(ValueError, match="each of ranks 0..3 once"):
         compose_dict(s, config=tmp_path / "c.yaml", ranks=(0, 0, 1, 2))
+
+
+def test_the_reports_placement_and_probe_sections_name_machines_and_link_kinds():
+    from bench.report.tables import _carried, _placement_lines
+
+    p = place(parse_scenario(machines(), "m"), 2, 2).to_dict()
+    meta = {"placement": p, "cell": {"scenario": "m"}}
+    lines = _placement_lines([meta])
+    assert "2 ranks per machine, a machine holding replicas" in lines[2]
+    assert "machine" in lines[4].split("|")[5]
+    carried = _carried([meta], "m")
+    assert carried[(0, 1)] == ["inside a machine", "dp stage 0"]
+    assert carried[(0, 2)][0] == "between machines"
+    one = place(load_scenario("100mbps"), 2, 2).to_dict()
+    assert "rank = replica * stages + stage" in _placement_lines([{"placement": one}])[2]
