@@ -257,7 +257,12 @@ def load_plugins(sources: Iterable[str], base: Path | None = None) -> tuple[Plug
     out = []
     for source in sources:
         module, resolved = import_source(source, base)
-        out.append(_register(module, identify(module, resolved)))
+        try:
+            out.append(_register(module, identify(module, resolved)))
+        except RegistryError:
+            if resolved.endswith(".py"):  # refused: a corrected file may load later
+                sys.modules.pop(module.__name__, None)
+            raise
     return tuple(out)
 
 
