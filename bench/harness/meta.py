@@ -40,7 +40,6 @@ import hashlib
 import json
 import platform
 
-from aqsgd.model.config import PRESETS
 from bench.harness.cells import model_choice
 from bench.harness.sweep import CellSpec
 from bench.launch.choice import LauncherChoice
@@ -109,8 +108,8 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
     What was trained: `seed`, `variant` (Workload.label: "" for the sweep's default
     workload, a compute precision other than fp32 added), `precision`, `repeat`
     (0 for a cell's first measurement, k for its (k+1)-th), `dropout`
-    (the model's, resolved from the preset), `dropout_masks`, `epochs` (passes over the
-    training split, warm-up included; fractional for a bench cell's fixed step count),
+    (the model's, from the preset or checkpoint), `dropout_masks`, `epochs` (passes over
+    the training split, warm-up included; fractional for a bench cell's fixed step count),
     `steps_per_epoch`, `warmup_epochs`, `eval_windows` (held-out windows per evaluation)."""
     m, w = cell.mode, cell.workload
     rate_mbit = None if scenario is None else scenario.link.rate_mbit
@@ -130,7 +129,7 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
         "host_limited": any(r.host_limited for r in shaped_links),
         "rate_mbit_achieved": min((r.rate_mbit_achieved for r in shaped_links), default=None),
         "seed": w.seed, "variant": w.label, "precision": w.precision, "repeat": cell.repeat,
-        "dropout": float(PRESETS[w.preset].dropout if w.dropout is None else w.dropout),
+        "dropout": float(model_choice(w).config.dropout if w.dropout is None else w.dropout),
         "dropout_masks": w.dropout_masks, "epochs": w.total_steps / w.steps_per_epoch,
         "steps_per_epoch": w.steps_per_epoch, "warmup_epochs": w.warmup_epochs,
         "eval_windows": w.eval_windows,

@@ -122,3 +122,19 @@ def test_a_cell_runs_from_a_save_pretrained_folder_on_wikitext(files, tmp_path):
     records = [json.loads(line) for line in (cell / "metrics" / "rank1.jsonl").open()]
     losses = [r["eval_loss"] for r in records if r.get("kind") == "eval"]
     assert losses and 0 < losses[-1] < 7  # ln(320) = 5.8 for a random GPT-2
+
+
+def test_the_settings_at_their_defaults_leave_a_recorded_cells_key_as_it_was():
+    from bench import REPO_ROOT
+    from bench.harness.sweep import CellSpec
+
+    meta = json.loads((REPO_ROOT / "results" / "regress" / "100mbps__fp32" / "meta.json")
+                      .read_text())
+    workload = Workload(**meta["spec"]["workload"])
+    cell = CellSpec(meta["spec"]["scenario"], parse_mode("fp32"), workload)
+    assert cell.key == meta["spec_key"]
+    for change in ({"data": "stdlib"}, {"seq_len": 32}, {"model": "x"}, {"tokenizer": "y"},
+                   {"data_path": "z"}):
+        other = CellSpec(cell.scenario, cell.mode, Workload(**{**meta["spec"]["workload"],
+                                                               **change}))
+        assert other.key != cell.key, change
