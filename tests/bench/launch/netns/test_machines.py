@@ -51,7 +51,7 @@ def test_two_machines_of_two_ranks_match_four_machines_of_one(tmp_path):
     for (src, dst), kind in kinds.items():
         achieved = probed[(src, dst)]["rate_mbit_achieved"]
         if kind == "network":
-            assert abs(achieved - 100.0) <= 5.0, probed[(src, dst)]
+            assert abs(achieved - 100.0) <= 10.0, probed[(src, dst)]  # the probe's tolerance
         else:  # unshaped: as fast as the namespaces' veths go, far above the network
             assert achieved > 300.0, probed[(src, dst)]
     assert "kind" not in hosts_meta["placement"]["links"][0]

@@ -74,6 +74,6 @@ def test_two_machines_of_two_ranks_over_ssh_match_four_netns_hosts(sshd_hosts, t
     assert set(probed) == set(kinds)
     for link, kind in kinds.items():
         if kind == "network":
-            assert abs(probed[link] - 100.0) <= 5.0, (link, probed[link])
+            assert abs(probed[link] - 100.0) <= 10.0, (link, probed[link])  # the probe's tolerance
         else:  # a machine's ranks over its loopback, unshaped
             assert probed[link] > 300.0, (link, probed[link])
