@@ -27,7 +27,7 @@ from aqsgd.model.config import PRESETS
 from aqsgd.model.source import ModelSourceError, run_tokenizer
 from aqsgd.train.config import RunConfig
 from bench import REPO_ROOT
-from bench.harness.cells import run_config
+from bench.harness.cells import model_choice, run_config
 from bench.harness.sweep import CellSpec, SweepSpec, Workload, load_sweep
 from bench.net.placement import Placement, PlacementError, place
 from bench.net.scenario import NetworkScenario, load_scenario
@@ -167,7 +167,14 @@ def _check_cell(spec: SweepSpec, cell: CellSpec, scenario: NetworkScenario) -> P
         placement = place_cells([cell], {cell.scenario: scenario})[cell.name]
     except PlacementError as err:
         raise UnplacedCellError(str(err), stages_field) from None
-    blocks = PRESETS[w.preset].n_layer
+    try:
+        blocks = model_choice(w).config.n_layer
+    except ModelSourceError as err:  # the model or tokenizer: the field that names it
+        raise SpecError(f"cell {cell.name}: {err}", _field(spec, cell, err.setting)) from None
+    if w.model is not None and w.stages > blocks:
+        raise SpecError(f"cell {cell.name}: model {w.model} has {blocks} blocks, fewer than "
+                        f"its {w.stages} stages (a stage needs at least one): run at most "
+                        f"{blocks} stages", stages_field)
     if w.stages > blocks:
         raise SpecError(f"cell {cell.name}: preset {w.preset!r} has {blocks} blocks, fewer "
                         f"than its {w.stages} stages (a stage needs at least one): run at "
@@ -184,8 +191,6 @@ def _check_cell(spec: SweepSpec, cell: CellSpec, scenario: NetworkScenario) -> P
                         f"existing state-dict file", _field(spec, cell, "init_from"))
     try:
         config = run_config(cell, Path("results") / cell.name)
-    except ModelSourceError as err:  # the model or tokenizer: the field that names it
-        raise SpecError(f"cell {cell.name}: {err}", _field(spec, cell, err.setting)) from None
     except (ValueError, TypeError) as err:  # e.g. a bad Workload.overrides key
         where = _field(spec, cell, "overrides") if w.overrides else _source(spec, cell)[0]
         raise SpecError(f"cell {cell.name}: {err}", where) from None

@@ -91,6 +91,13 @@ def test_data_too_short_for_the_windows_is_refused_saying_what_fits(files, tmp_p
     assert main(_bench_run(files, tmp_path, "--model", str(files["model"]))) == 0  # fits
 
 
+def test_a_model_with_fewer_blocks_than_stages_is_refused(files, tmp_path, capsys):
+    argv = _bench_run(files, tmp_path, "--model", str(files["model"]), "--stages", "4")
+    assert main(argv) == 2
+    assert (f"--stages: cell 100mbps__fp32: model {files['model']} has 2 blocks, fewer than "
+            f"its 4 stages") in capsys.readouterr().err
+
+
 def test_a_gpt2_preset_without_gpt2s_tokenizer_is_refused_before_anything_starts(
         tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
