@@ -124,31 +124,41 @@ class DataProblem:
     setting: str
 
 
+def _stamp(path: str | None) -> tuple:
+    """(name, size, mtime) of the files at `path`: a cache key that changes with them."""
+    if path is None or not Path(path).exists():
+        return ()
+    files = [Path(path)] if Path(path).is_file() else sorted(Path(path).rglob("*"))
+    return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
+
+
 @functools.lru_cache(maxsize=8)
-def _tokenizer(path: str | None, vocab_size: int, checkpoint: str | None):
+def _tokenizer(path: str | None, vocab_size: int, checkpoint: str | None, stamp: tuple):
     return run_tokenizer(path, vocab_size, checkpoint=checkpoint)
 
 
 @functools.lru_cache(maxsize=8)
-def _token_counts(name: str, path: str | None, text_field: str, tokenizer) -> TokenCounts:
+def _token_counts(name: str, path: str | None, text_field: str, tokenizer,
+                  stamp: tuple) -> TokenCounts:
     return count_tokens(name, tokenizer, path, text_field, default_cache_dir())
 
 
 def data_problem(config: RunConfig) -> DataProblem | None:
     """None when the run's data gives its train and held-out windows (tokenized as the
-    worker will, counts cached per process), else what falls short and what would fit
-    (aqsgd.data.fit); a tokenizer refused (aqsgd.model.source) or data not found too."""
+    worker will; cached per process until the files change), else what falls short and
+    what would fit (aqsgd.data.fit); a tokenizer refused (aqsgd.model.source) or data not
+    found too."""
     d, model = config.data, config.model
     if d.name == "synthetic":
         return None
     init = config.train.init_from
     checkpoint = None if init in (None, "pretrained") else init
     try:
-        tok = _tokenizer(d.tokenizer, model.vocab_size, checkpoint)
+        tok = _tokenizer(d.tokenizer, model.vocab_size, checkpoint, _stamp(d.tokenizer))
     except ModelSourceError as err:
         return DataProblem(str(err), err.setting)
     try:
-        counts = _token_counts(d.name, d.path, d.text_field, tok)
+        counts = _token_counts(d.name, d.path, d.text_field, tok, _stamp(d.path))
     except (OSError, ValueError) as err:
         return DataProblem(str(err), "data_path")
     held_out = d.eval_samples if config.train.eval_batches else 0
