@@ -45,9 +45,11 @@ $(STAMP): pyproject.toml
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The inner loop: no root, no Docker, no worker processes (the marks in pyproject.toml),
-# spread over every core (pytest-xdist; TEST_FAST_JOBS=1 runs it in one process).
+# pytest-xdist processes of `make test-fast` (1: one process)
 TEST_FAST_JOBS ?= auto
+
+# The inner loop: no root, no Docker, no worker processes (the marks in pyproject.toml),
+# spread over every core (pytest-xdist).
 test-fast: setup
 	$(PY) -m pytest -n $(TEST_FAST_JOBS) \
 		-m "not slow and not netns and not docker_daemon and not workers" $(PYTEST_ARGS)
