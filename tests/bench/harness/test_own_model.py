@@ -108,6 +108,30 @@ def test_a_gpt2_preset_without_gpt2s_tokenizer_is_refused_before_anything_starts
             "openai-community/gpt2 in the local Hugging Face cache") in capsys.readouterr().err
 
 
+def test_the_settings_reach_config_yaml_and_the_tokenizer_the_identity(files, tmp_path):
+    from bench.harness.cells import run_config
+    from bench.harness.meta import expected_identity
+    from bench.harness.sweep import CellSpec
+    from bench.launch.choice import LauncherChoice
+    from bench.launch.local import LocalLauncher
+
+    local = LauncherChoice("local", "test", factory=LocalLauncher)
+    own = Workload(model=str(files["model"]), data="wikitext", data_path=str(files["wiki"]),
+                   seq_len=16)
+    cell = CellSpec("100mbps", parse_mode("fp32"), own)
+    config = run_config(cell, tmp_path)
+    assert (config.model.n_layer, config.model.vocab_size, config.model.seq_len) == (2, VOCAB,
+                                                                                      16)
+    assert config.train.init_from == str(files["model"])
+    assert (config.data.name, config.data.path) == ("wikitext", str(files["wiki"]))
+    assert config.data.tokenizer == str(files["model"] / "tokenizer.json")
+    identity = expected_identity(cell, None, local, "abc")
+    assert identity["tokenizer"] == files_digest([files["model"] / "tokenizer.json"])
+    default = CellSpec("100mbps", parse_mode("fp32"), Workload())
+    assert "tokenizer" not in expected_identity(default, None, local, "abc")
+    assert run_config(default, tmp_path).data.tokenizer is None
+
+
 @pytest.mark.workers
 @pytest.mark.slow
 @pytest.mark.timeout(300)
