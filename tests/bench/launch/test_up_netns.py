@@ -1,8 +1,9 @@
 """`python -m bench.launch up`, for real on network namespaces: the hosts it brings up
 carry each phase of the schedule it plays (the suite's time-resolved probe, run in the
 namespaces it names, between its own hosts only), the rate changes within a phase's
-time of the schedule's, and Ctrl-C puts the links back and removes the namespaces; with
---hold-first-phase the link holds its first phase, and SIGTERM tears down too.
+time of the schedule's, and Ctrl-C puts the links back and removes the namespaces; a
+competing flow and a straggler start and stop, each printed; with --hold-first-phase the
+link holds its first phase, and SIGTERM tears down too.
 
 Needs root and `ip netns` (the `netns` mark; CI runs them as root, tests/conftest.py).
 """
@@ -46,18 +47,18 @@ class UpProcess:
             self._queue.put(line.rstrip("\n"))
         self._queue.put(None)
 
-    def until(self, prefix: str, timeout_s: float = 90.0) -> str:
-        """Read lines until one starts with `prefix`; that line."""
+    def until(self, text: str, timeout_s: float = 90.0) -> str:
+        """Read lines until one holds `text`; that line."""
         deadline = time.monotonic() + timeout_s
         while True:
             line = self._queue.get(timeout=max(0.1, deadline - time.monotonic()))
             if line is None:
-                raise AssertionError(f"up exited before {prefix!r}: " + "\n".join(self.lines))
+                raise AssertionError(f"up exited before {text!r}: " + "\n".join(self.lines))
             self.lines.append(line)
             print(line)
             if line.startswith("host "):  # host 0: ip netns exec NS ...  (DEV, ADDR)
                 self.hosts.append((line.split()[5], line.rsplit(", ", 1)[1].rstrip(")")))
-            if line.startswith(prefix):
+            if text in line:
                 return line
 
     def rest(self, timeout_s: float = 90.0) -> list[str]:
@@ -155,3 +156,26 @@ def test_hold_first_phase_holds_it_and_sigterm_tears_down(tmp_path):
     rates = phase_rates(reply, reply["t0_unix"], [PhaseWindow(0, 0.0, 6.0, 20.0)])
     _phase_table(rates)
     check_phases(rates, tolerance=0.05)
+
+
+@pytest.mark.timeout(180)
+def test_up_plays_competing_flows_and_stragglers_printing_each(tmp_path):
+    path = tmp_path / "mixed.yaml"
+    path.write_text("description: a flow and a straggler\nlayout: {stages: 2}\n"
+                    "link: {rate_mbit: 20}\n"
+                    "competing: [{src: 0, dst: 1, start_s: 1, duration_s: 2}]\n"
+                    "stragglers: [{host: 1, factor: 2, start_s: 1.5, duration_s: 1}]\n")
+    up = UpProcess(str(path), "--state-dir", str(tmp_path / "state"))
+    try:
+        up.until("competing flow 0 (0 -> 1) stops", timeout_s=120)
+    finally:
+        up.stop()
+    lines = up.rest()
+    changes = [line.split(" s  ", 1)[1] for line in lines if line.startswith("t = ")
+               and " s  " in line]
+    assert changes == ["competing flow 0 (0 -> 1) starts",
+                       "straggler 0: host 1 computes 2x slower",
+                       "straggler 0: host 1 at full speed again",
+                       "competing flow 0 (0 -> 1) stops"], lines
+    assert up.proc.returncode == 0 and "tearing down" in lines
+    assert not any(ns in _namespaces() for ns, _ in up.hosts)
