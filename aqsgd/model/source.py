@@ -88,7 +88,12 @@ def _hub_folder(model_id: str) -> Path | None:
     from aqsgd.model.weights import _resolve_hub_repo_dir
 
     repo = hf_cache_dirs()[0] / ("models--" + model_id.replace("/", "--"))
-    return Path(_resolve_hub_repo_dir(str(repo))) if repo.is_dir() else None
+    if not repo.is_dir():
+        return None
+    try:
+        return Path(_resolve_hub_repo_dir(str(repo)))
+    except FileNotFoundError as err:  # several snapshots and no refs/main
+        raise ModelSourceError(str(err), "model") from None
 
 
 def _local(spec: str, setting: str) -> Path:
