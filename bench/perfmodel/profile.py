@@ -24,7 +24,6 @@ import yaml
 from aqsgd.compress import registry
 from aqsgd.filecache import atomic_write_text
 from aqsgd.train.config import Precision
-from aqsgd.train.config import Precision
 from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
 __all__ = ["ProfileError", "StageCost", "ComputeProfile", "CompressProfile", "CommProfile",
