@@ -83,8 +83,13 @@ class UpProcess:
             self.proc.wait(timeout=120)
 
 
-def _namespaces() -> str:
-    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+def _assert_torn_down(up: UpProcess, returncode: int = 0) -> None:
+    """`up` exited with `returncode` and none of its namespaces is left (at Ctrl-C it
+    said it was tearing down)."""
+    assert up.proc.returncode == returncode, up.lines
+    assert returncode != 0 or "tearing down" in up.lines
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(ns in listed for ns, _ in up.hosts), listed
 
 
 def _phase_table(rates) -> None:
@@ -107,9 +112,7 @@ def measure_up(scenario: str, stream_s: float, tmp_path: Path,
     finally:
         up.stop()
     lines = up.rest()
-    assert up.proc.returncode == 0, lines
-    assert "tearing down" in lines
-    assert not any(ns in _namespaces() for ns, _ in up.hosts)
+    _assert_torn_down(up)
     until_s = reply["t0_unix"] - started_unix + len(reply["bytes"]) * reply["bin_s"]
     rates = phase_rates(reply, started_unix, schedule_windows(spec, until_s), settle_s)
     _phase_table(rates)
@@ -126,7 +129,9 @@ def test_up_plays_the_schedule_each_phase_at_its_rate(tmp_path):
     rates, lines = measure_up(str(path), 12.0, tmp_path)
     whole = [r for r in rates if r.measured_s >= 2.0]
     assert {r.index for r in whole} == {0, 1}, rates
-    check_phases(whole, tolerance=0.05)
+    # `probe --timeline`'s default tolerance: 0.99-1.00 of each rate on a quiet machine,
+    # 0.94 once at a load average of 7 on 2 cores
+    check_phases(whole, tolerance=0.10)
     # each change within a phase's time of the schedule's (in fact well under a second)
     changes = [line for line in lines if "link 0 -> 1: phase" in line]
     assert "phase 0: 50 Mbit/s" in changes[0] and "phase 1: 20 Mbit/s" in changes[1]
@@ -151,8 +156,7 @@ def test_hold_first_phase_holds_it_and_sigterm_tears_down(tmp_path):
         up.stop()
     assert "holding link 0 -> 1 at its schedule's first phase: 20 Mbit/s" in lines
     assert not any(line.startswith("t = ") for line in lines)
-    assert up.proc.returncode == 128 + signal.SIGTERM
-    assert not any(ns in _namespaces() for ns, _ in up.hosts)
+    _assert_torn_down(up, 128 + signal.SIGTERM)
     rates = phase_rates(reply, reply["t0_unix"], [PhaseWindow(0, 0.0, 6.0, 20.0)])
     _phase_table(rates)
     check_phases(rates, tolerance=0.05)
@@ -177,5 +181,4 @@ def test_up_plays_competing_flows_and_stragglers_printing_each(tmp_path):
                        "straggler 0: host 1 computes 2x slower",
                        "straggler 0: host 1 at full speed again",
                        "competing flow 0 (0 -> 1) stops"], lines
-    assert up.proc.returncode == 0 and "tearing down" in lines
-    assert not any(ns in _namespaces() for ns, _ in up.hosts)
+    _assert_torn_down(up)
