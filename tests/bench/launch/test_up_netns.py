@@ -159,7 +159,7 @@ def test_hold_first_phase_holds_it_and_sigterm_tears_down(tmp_path):
     _assert_torn_down(up, 128 + signal.SIGTERM)
     rates = phase_rates(reply, reply["t0_unix"], [PhaseWindow(0, 0.0, 6.0, 20.0)])
     _phase_table(rates)
-    check_phases(rates, tolerance=0.05)
+    check_phases(rates, tolerance=0.10)
 
 
 @pytest.mark.timeout(180)
