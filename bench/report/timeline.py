@@ -417,7 +417,7 @@ def timeline_section(metas: list[dict], out_dir: str | Path,
                  _fmt(float(measured["wall_s"].median()), ".3f") if len(measured) else "-",
                  _fmt(overall, ".1f")]
         if has_schedule(meta):
-            rows = [[str(r.phase), "down" if r.down else _fmt(r.rate_mbit, ".0f"),
+            rows = [[str(r.phase), "down" if r.down else _fmt(r.rate_mbit, "g"),
                      _fmt(r.time_s, ".1f"), str(r.steps), _fmt(r.step_time_s, ".3f"),
                      _fmt(r.samples_s, ".1f")] for r in table.itertuples()]
             rows.append(total)
