@@ -1,25 +1,13 @@
 """Point-to-point messages between pipeline stages over torch.distributed.
 
-A message is the list of tensors a compressor's `encode` returns (aqsgd.compress.activation:
-its own int64 header [format, epoch, n_raw, sample ids...] first, then the payload).
-Both ends derive every micro-batch's sample ids from the sampler and compute
-`wire_spec` identically, so the receiver posts `irecv`s of exactly the right sizes
-before the data arrives; the compressor's `decode` then checks the header against
-the ids the receiver derived. On one (src, dst) link, the n-th message sent is
-matched with the n-th receive posted, for gloo and NCCL alike: the schedule
-validator guarantees the orders agree.
+    p2p = P2P(meter, device, timeout_s)
+    p2p.send(peer, "activation", tensors)             # returns at once
+    pending = p2p.post_recv(peer, "activation", label, spec)
+    tensors = p2p.wait_recv(pending); p2p.wait_sends()
 
-Sends return at once and complete in the background (`wait_sends` at the end of
-the step); receives are posted early and waited for only when the data is needed.
-Every wait has a timeout, so a dead peer turns into an exception, not a hang.
-
-Send timing (`time_sends`, for adaptive widths: aqsgd.compress.adaptive, Note [rate
-estimate]): a watcher thread waits on each send's works in posting order and notes when
-it completed; a send is busy from its post, or the completion of the one before it to the
-same peer, to its own completion. `take_send_times(peer)` returns the bytes and busy
-seconds to that peer since the last call. A gloo send may be waited on only once (a second
-wait never returns), so with the timer the thread is the one waiter and `wait_sends`
-waits for the thread's word instead.
+How messages match (the receiver posts irecvs of the sizes `wire_spec` gives), when
+sends and receives complete, and the send timing adaptive widths read: docs/pipeline.md,
+"Messages between stages".
 """
 
 from __future__ import annotations

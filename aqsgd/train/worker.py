@@ -5,24 +5,9 @@
         --master-port P
     torchrun --nproc-per-node 2 -m aqsgd.train.worker --config RUN.yaml  # torchrun env
 
-Rank layout: rank = replica * stages + stage. `--local N` runs the job on this machine
-under torchrun (`torch.distributed.run --standalone --nproc-per-node N`): it starts
-the N ranks, and when one fails it stops the others and exits non-zero; then the
-summary of the run is printed. Each rank writes OUTPUT_DIR/metrics/rank{R}.jsonl
-(aqsgd.train.metrics); rank 0 also writes OUTPUT_DIR/run_config.json (the resolved
-configuration), and with `output.tensorboard` the last stage of replica 0 writes
-TensorBoard events under OUTPUT_DIR/tensorboard/ (aqsgd.train.tensorboard). With
-`train.eval_at_start` an evaluation runs before the first step (an eval record at
-step 0); with `train.dropout_masks: per_sample` each stage's dropout masks are seeded
-by sample id (aqsgd.model.dropout).
-
-Note [failure handling]: any exception in a worker prints one line
-"aqsgd.train.worker: rank R (stage S, replica P) failed: ..." and the traceback to
-stderr, then the process exits with status 1 at once (os._exit, without a
-collective shutdown that could block on a dead peer). Its sockets close, so peers
-blocked on it fail their pending receives; every wait also has the configured
-timeout (`dist.timeout_s`), so no rank hangs longer than that. GLOO_SOCKET_IFNAME
-and NCCL_* variables are read by torch.distributed from the environment as given.
+Rank layout (rank = replica * stages + stage), the files a rank writes, `--local` and
+Note [failure handling] (one line, then os._exit(1); every wait has `dist.timeout_s`):
+docs/pipeline.md, "The worker process".
 """
 
 from __future__ import annotations

@@ -8,30 +8,9 @@ with, whatever became of the cell.
 
 The schema is docs/results-schema.md ("meta.json").
 
-Note [cell identity]: what a cell measures depends on more than its spec (the sweep's
-scenario name, mode and workload: `spec_key`). Its identity (IDENTITY_KEYS of
-bench.results.files) is also the scenario file's content (`scenario_key`: editing a
-rate is another cell), the launcher with its options (`launcher`: netns, docker, local,
-ssh, shaped or not), the machine (`machine`: hostname and kernel release) and the
-suite's commit (`git_commit`); a cell that names tokenizer files also has their hash
-(`tokenizer`, absent for the suite's own BPE, so older cells keep theirs). A finished
-cell is reused only by a run whose identity equals it in every key
-(bench.results.files.reuse_refusal).
-
-The mechanisms that deliver each link property (htb or tbf for rates, netem or the
-userspace delay line for delay, jitter and loss, none when unshaped) are known only once
-the hosts are up (a launcher probes what the kernel offers), so they are recorded in
-`identity.mechanisms` and the `cell` block's `shaping`, and not compared: they are a
-function of the scenario, the launcher and the machine's kernel, all compared already,
-so a run that matches every key would have chosen the same mechanisms.
-
-Cells of different launchers never share a directory: a cell's directory (and its
-`cell.name`) is the spec's name plus the launcher's tag (`cell_dir_name`;
-bench.launch.choice.LauncherChoice.tag: none for netns, the reference launcher, so its
-names and results/baseline stay as they were; `__docker`, `__local`, `__ssh`,
-`__ssh-unshaped` otherwise). So a Docker run after a netns run of the same sweep measures
-its own cells, keeps the netns ones, and the sweep's report shows both, each row naming
-its launcher and mechanisms. `cell.spec_name` is the name without the tag.
+What makes up a cell's identity (Note [cell identity]), why the shaping mechanisms are
+recorded and not compared, and how launchers keep their own directories: the
+"Cell identity" section of docs/results-schema.md.
 """
 
 from __future__ import annotations
