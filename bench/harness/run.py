@@ -5,30 +5,10 @@ the workers' JSONL into result files.
     python -m bench sweep scenarios/sweeps/paper.yaml
     python -m bench sweep scenarios/sweeps/paper.yaml --dry-run   # cells, placement, time
 
-Hosts are brought up once per scenario (all cells of that scenario share them; the
-probe runs once), then each cell writes its RunConfig (bench.harness.cells), starts
-`python -m aqsgd.train.worker` on host i for rank i, waits with a timeout and
-collects. A cell whose workers fail is recorded as failed (with the failing rank's
-log tail) and the sweep goes on; the caller turns failures into a non-zero exit code.
-The launcher is whichever `--launcher` names (bench.launch.choice.LAUNCHERS). Every
-cell is checked before anything is brought up (bench.harness.preflight.check_sweep);
-`dry_run` prints the cells, their placements and the time estimate, and does nothing.
-
-A scenario whose links have schedules (bench.net.schedule) has them started with each
-cell's workers and stopped, every link back to its own values, when they have exited
-(the launcher's start_schedule / stop_schedule): meta.json's launcher block keeps each
-change and when it was applied, its `schedule` block the outages, the process-group
-timeout that survives them and the time lost (bench.harness.outages).
-
-A link that the probe finds host-limited (bench.net.probe.rate_verdict: the machine
-carries less than twice the scenario's rate even unshaped) does not stop the scenario; a loud
-warning is printed and every cell of it records `host_limited` and the lowest
-achieved rate in meta.json's `cell` block, which the table, the report and the
-figures label.
-
-(Longer than most: one cell's life, bring-up to meta.json, reads top to bottom here;
-its parts with rules of their own already live beside it: cells, meta, outages,
-preflight, lock.)
+One cell's life, bring-up to meta.json: `run_cell`; a sweep's, scenario by scenario under
+its lock: `run_sweep`; what would run and how long it would take: `dry_run`,
+`pending_cells`, `estimate_line`. How hosts, schedules and host-limited links are handled
+while cells run: docs/ARCHITECTURE.md, "Running cells".
 """
 
 from __future__ import annotations
