@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import io
+import signal
 import threading
 
 import pytest
@@ -58,6 +59,15 @@ class FakeHosts(ScheduledLinks):
         if self.fail_on and self.fail_on in argv:
             raise CommandError(argv, 2, "RTNETLINK answers: No such device")
         self.ran.append((i, argv))
+
+
+@pytest.fixture(autouse=True)
+def python_sigint():
+    """Ctrl-C as Python's KeyboardInterrupt: interrupt_main does nothing where SIGINT is
+    ignored, as it is in a pytest-xdist worker."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
 
 
 def _ctrl_c_after(seconds: float) -> threading.Timer:
