@@ -11,7 +11,10 @@ import subprocess
 from pathlib import Path
 
 from bench.launch.docker.spec import DockerRunSpec
+from bench.launch.schedules import ScheduledLinks
+from bench.net.executor import CommandError
 from bench.net.scenario import load_scenario, parse_scenario
+from bench.net.shaping import Interface, shaping_plan
 
 
 def alive(pid: int) -> bool:
@@ -73,3 +76,24 @@ def docker_spec(scenario="100mbps", n=2, **kw) -> DockerRunSpec:
 def delay_scenario(delay_ms=10.0, **link):
     return parse_scenario({"description": "delay", "layout": {"stages": 2},
                            "link": {"rate_mbit": 100, "delay_ms": delay_ms, **link}}, "delay")
+
+
+class FakeLauncher(ScheduledLinks):
+    """A launcher giving only its plan and executor (no delay line)."""
+
+    name = "fake"
+
+    def __init__(self, scenario, fail_on: str | None = None):
+        self.scenario, self.n_hosts = scenario, 2
+        self.mechanisms = {"rate": "htb", "delay": "none", "jitter": "none", "loss": "none"}
+        self.ran: list[tuple[int, tuple]] = []
+        self.fail_on = fail_on
+
+    def _schedule_plan(self):
+        ifaces = tuple(Interface(f"eth{i}", ("10.0.0.1", "10.0.0.2")) for i in range(2))
+        return shaping_plan(self.scenario, 2, factor=1.0, netem=False), ifaces
+
+    def _run_on_host(self, i, argv):
+        if self.fail_on and self.fail_on in argv:
+            raise CommandError(argv, 2, "RTNETLINK answers: No such device")
+        self.ran.append((i, argv))

@@ -6,17 +6,15 @@ per-phase reading."""
 import time
 
 import pytest
+from launch_helpers import FakeLauncher
 
 from bench.launch.schedules import (
-    ScheduledLinks,
     ScheduleFailed,
     link_changes,
     schedule_windows,
 )
-from bench.net.executor import CommandError
 from bench.net.probe import PhaseRateError, check_phases, phase_rates, resume_s
 from bench.net.scenario import parse_scenario
-from bench.net.shaping import Interface, shaping_plan
 from bench.net.tc import ShapingError
 
 
@@ -38,27 +36,6 @@ def test_changes_of_every_link_come_in_time_order_knowing_outages():
     assert changes == [(0, 0, 1, 0, False, False), (0, 1, 0, 0, False, False),
                        (1, 0, 1, 1, True, False), (1.5, 1, 0, 0, False, False),
                        (3, 0, 1, 2, False, True), (3, 1, 0, 0, False, False)]
-
-
-class FakeLauncher(ScheduledLinks):
-    """A launcher giving only its plan and executor (no delay line)."""
-
-    name = "fake"
-
-    def __init__(self, scenario, fail_on: str | None = None):
-        self.scenario, self.n_hosts = scenario, 2
-        self.mechanisms = {"rate": "htb", "delay": "none", "jitter": "none", "loss": "none"}
-        self.ran: list[tuple[int, tuple]] = []
-        self.fail_on = fail_on
-
-    def _schedule_plan(self):
-        ifaces = tuple(Interface(f"eth{i}", ("10.0.0.1", "10.0.0.2")) for i in range(2))
-        return shaping_plan(self.scenario, 2, factor=1.0, netem=False), ifaces
-
-    def _run_on_host(self, i, argv):
-        if self.fail_on and self.fail_on in argv:
-            raise CommandError(argv, 2, "RTNETLINK answers: No such device")
-        self.ran.append((i, argv))
 
 
 def test_a_launcher_gives_its_executor_and_the_runner_records_each_change():

@@ -11,13 +11,11 @@ import signal
 import threading
 
 import pytest
+from launch_helpers import FakeLauncher
 
 from bench.launch import __main__ as launch_main
-from bench.launch.schedules import ScheduledLinks
 from bench.launch.up import change_line, first_phase_held, hold_or_play, plan_lines
-from bench.net.executor import CommandError
 from bench.net.scenario import load_scenario, parse_scenario
-from bench.net.shaping import Interface, shaping_plan
 
 
 def _scenario(phases, loop=False, **extra):
@@ -27,15 +25,11 @@ def _scenario(phases, loop=False, **extra):
                            **extra}, "x")
 
 
-class FakeHosts(ScheduledLinks):
-    """A launcher whose hosts are a record: the schedule runs on a recording executor."""
-
-    name = "fake"
+class FakeHosts(FakeLauncher):
+    """FakeLauncher as `up` holds it: a context manager with a state file and a record."""
 
     def __init__(self, scenario, fail_on: str | None = None):
-        self.scenario, self.n_hosts, self.fail_on = scenario, 2, fail_on
-        self.mechanisms = {"rate": "htb", "delay": "none", "jitter": "none", "loss": "none"}
-        self.ran: list[tuple[int, tuple]] = []
+        super().__init__(scenario, fail_on)
         self.state_path = "/state/fake.json"
         self.up = False
 
@@ -50,15 +44,6 @@ class FakeHosts(ScheduledLinks):
         return {"hosts": [{"host": i, "netns": f"ns{i}", "device": "eth0",
                            "addr": f"10.0.0.{i + 1}"} for i in range(2)],
                 "schedule": self.schedule_record()}
-
-    def _schedule_plan(self):
-        ifaces = tuple(Interface(f"eth{i}", ("10.0.0.1", "10.0.0.2")) for i in range(2))
-        return shaping_plan(self.scenario, 2, factor=1.0, netem=False), ifaces
-
-    def _run_on_host(self, i, argv):
-        if self.fail_on and self.fail_on in argv:
-            raise CommandError(argv, 2, "RTNETLINK answers: No such device")
-        self.ran.append((i, argv))
 
 
 @pytest.fixture(autouse=True)
