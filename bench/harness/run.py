@@ -47,6 +47,7 @@ from bench.net.scenario import NetworkScenario, load_scenario
 from bench.report.tables import text_table
 from bench.results.files import (
     ResultFileError,
+    file_digests,
     log_tail,
     metrics_frame,
     provenance,
@@ -125,6 +126,8 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
         failure = {"rank": None, "returncode": None, "reason": schedule_failed}
     if failure is None:
         failure = collect_metrics(cell, cell_dir)
+    if failure is None:  # meta.json vouches for them: a cut file is never counted done
+        meta["files"] = file_digests(cell_dir)
     if failure is not None and config is not None:
         failure["reason"] += outage_note(outages_applied(schedule_run), config.dist.timeout_s)
     if failure is not None and failure["rank"] is not None:

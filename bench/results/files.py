@@ -15,6 +15,7 @@ docs/results-schema.md has the schema and the writing rules.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
@@ -41,6 +42,9 @@ __all__ = [
     "read_metrics",
     "reuse_refusal",
     "is_finished",
+    "RECORDED_FILES",
+    "file_digests",
+    "check_digests",
     "provenance",
     "read_rank_jsonl",
     "metrics_frame",
@@ -126,6 +130,42 @@ def read_metrics(cell_dir: str | Path) -> pd.DataFrame:
     return frame
 
 
+# The files meta.json vouches for (its `files` block): a cut or edited one that still
+# parses is caught by its size and hash, never counted as finished or read as data.
+RECORDED_FILES = ("metrics.csv", "peers.csv")
+
+
+def file_digests(cell_dir: str | Path, names: Iterable[str] = RECORDED_FILES) -> dict:
+    """meta.json's `files` block: {name: {"bytes": size, "sha256": hex digest}} of the
+    cell's files `names`, read as they are now (the harness calls it after writing them)."""
+    out = {}
+    for name in names:
+        data = (Path(cell_dir) / name).read_bytes()
+        out[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return out
+
+
+def check_digests(cell_dir: str | Path, meta: dict) -> None:
+    """ResultFileError naming the file whose size or hash differs from meta.json's
+    `files` block (truncated, replaced) or that is gone. A meta.json without that block
+    (written before the harness recorded it) is not checked."""
+    if "files" not in meta:
+        return
+    for name, recorded in meta["files"].items():
+        path = Path(cell_dir) / name
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ResultFileError(f"{path}: missing (meta.json records {recorded['bytes']} "
+                                  f"bytes)") from None
+        if len(data) != recorded["bytes"]:
+            raise ResultFileError(f"{path}: {len(data)} bytes, meta.json records "
+                                  f"{recorded['bytes']}; truncated or replaced")
+        if hashlib.sha256(data).hexdigest() != recorded["sha256"]:
+            raise ResultFileError(f"{path}: its sha256 differs from meta.json's "
+                                  f"({recorded['sha256'][:12]}...); edited or corrupt")
+
+
 def reuse_refusal(cell_dir: str | Path, identity: dict | None = None) -> str:
     """'' when the cell in `cell_dir` may be reused by a run of `identity` (the keys of
     IDENTITY_KEYS it gives; None: any), else why not: never finished, failed, another
@@ -145,6 +185,7 @@ def reuse_refusal(cell_dir: str | Path, identity: dict | None = None) -> str:
         for key, value in (identity or {}).items():
             if recorded.get(key) != value:
                 return f"{key} {recorded.get(key)!r} recorded, this run's {value!r}"
+        check_digests(cell_dir, meta)
         read_metrics(cell_dir)
     except ResultFileError as err:
         return f"unreadable: {err}"
@@ -348,6 +389,7 @@ def load_results(paths: Iterable[str | Path], include_failed: bool = False) -> p
         if not metrics_path.is_file() and meta["status"] != "ok":
             continue  # a failed cell need not have metrics
         try:
+            check_digests(meta["cell_dir"], meta)
             frame = read_metrics(meta["cell_dir"])
         except ResultFileError as err:
             _skipped(err)

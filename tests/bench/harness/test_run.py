@@ -84,3 +84,24 @@ def test_failing_cell_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     assert finish_sweep(out) == 1
     report = (out / "report.md").read_text()
     assert "## Failed cells" in report and "injected failure" in report
+
+
+@pytest.mark.slow
+@pytest.mark.workers
+def test_a_metrics_csv_cut_between_runs_is_measured_again_not_counted_done(tmp_path):
+    worker = fake_worker_cmd(tmp_path)
+    out = tmp_path / "results"
+    spec = _spec(modes=("fp32", "aqsgd:2/4"))
+    run_sweep(spec, out, launcher="local", quiet=True, worker_cmd=worker, echo=lambda s: None)
+    cut = out / "100mbps__fp32__local" / "metrics.csv"
+    recorded = json.loads((cut.parent / "meta.json").read_text())["files"]["metrics.csv"]
+    assert recorded["bytes"] == cut.stat().st_size
+    cut.write_bytes(cut.read_bytes()[:recorded["bytes"] // 2])  # header intact: still parses
+    lines = []
+    second = run_sweep(spec, out, launcher="local", quiet=True, worker_cmd=worker,
+                       echo=lines.append)
+    assert {o.name: o.status for o in second} == {"100mbps__fp32__local": "ok",
+                                                  "100mbps__aqsgd-fw2-bw4__local": "skipped"}
+    assert any(line.startswith(f"measure 100mbps__fp32__local again: unreadable: {cut}: ")
+               and "truncated" in line for line in lines), lines
+    assert cut.stat().st_size == recorded["bytes"]

@@ -20,6 +20,7 @@ from bench.results.files import (
     ResultFileError,
     ResultFileWarning,
     SchemaError,
+    file_digests,
     find_cells,
     is_finished,
     load_metas,
@@ -145,6 +146,34 @@ def test_a_corrupt_metrics_csv_is_named_its_cell_measured_again_and_the_others_r
         table = summarize([tmp_path]).set_index("cell")
     assert table.loc[broken.name, "status"] == "unreadable"
     assert table.loc[good.name, "status"] == "ok" and table.loc[good.name, "measured_steps"] > 0
+
+
+@pytest.mark.parametrize(("name", "cut", "what"), [
+    ("metrics.csv", lambda b: b[:len(b) // 2], "truncated or replaced"),  # still parses
+    ("peers.csv", lambda b: b[:-1], "truncated or replaced"),
+    ("metrics.csv", lambda b: b.replace(b"5.0", b"5.1", 1), "sha256 differs"),
+    ("metrics.csv", None, "missing")])
+def test_a_recorded_file_cut_or_edited_after_meta_json_is_never_counted_finished(
+        tmp_path, name, cut, what):
+    broken = write_fixture_cell(tmp_path, spec_key="k1")
+    good = write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, spec_key="k1")
+    for cell_dir in (broken, good):
+        _rewrite_meta(cell_dir, lambda m, d=cell_dir: m.update(files=file_digests(d)))
+    assert reuse_refusal(broken, _identity()) == ""
+    path = broken / name
+    if cut is None:
+        path.unlink()
+    else:
+        before = path.read_bytes()
+        path.write_bytes(cut(before))
+        assert path.read_bytes() != before
+    why = reuse_refusal(broken, _identity())
+    assert why.startswith(f"unreadable: {path}: ") and what in why, why
+    assert reuse_refusal(good, _identity()) == ""
+    if name == "metrics.csv":  # the loaders skip it, naming it, and read the others
+        with pytest.warns(ResultFileWarning, match=re.escape(str(path))):
+            frame = load_results([tmp_path])
+        assert set(frame["cell_dir"]) == {str(good)}
 
 
 def test_a_corrupt_sweep_json_is_named_and_every_cell_under_it_read(tmp_path):
