@@ -6,26 +6,33 @@ identified here; aqsgd.compress.registry registers them.
     import_source("mypkg.sketch")                    # a module on sys.path
     entry_point_modules()                            # installed packages' ENTRY_POINT_GROUP
     identify(module, source)                         # Plugin: name, version, source hash
+    python -m aqsgd.compress.plugins SOURCE...       # this host's copies, as JSON
+    copy_problems(wanted, copies)                    # why a host cannot run them
 
 A `Plugin` is a plug-in's identity: a cell's spec and its run config carry it, so an
 edit of the plug-in re-measures only its cells and a worker whose copy differs (or
-lacks it) refuses to run. The contract and both ways to load: docs/plugins.md.
-Imports the standard library only.
+lacks it) refuses to run. The launchers that start workers elsewhere (SSH hosts, Docker
+containers) ask each host for its copies (`host_copies`, through the command line above)
+and refuse one that lacks a plug-in or has another copy, before anything is changed.
+The contract and both ways to load: docs/plugins.md. Imports the standard library only.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import json
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["ENTRY_POINT_GROUP", "Plugin", "PluginError", "entry_point_modules", "identify",
-           "import_source", "is_file_source"]
+__all__ = ["ENTRY_POINT_GROUP", "Plugin", "PluginError", "copy_problems",
+           "entry_point_modules", "host_copies", "identify", "import_source", "is_file_source"]
 
 # the entry-point group an installed package lists its plug-in modules under
 # (pyproject.toml: [project.entry-points."aqsgd.compressors"] NAME = "pkg.module")
@@ -137,3 +144,47 @@ def identify(module: ModuleType, source: str, dist_version: str = "") -> Plugin:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     version = str(getattr(module, "__version__", "") or dist_version)
     return Plugin(module.__name__, source, version, digest.hexdigest()[:16])
+
+
+# --- a host's copies, for the launchers' host checks -----------------------------------------
+def host_copies(sources: Iterable[str]) -> dict[str, dict[str, str]]:
+    """This host's copy of each plug-in source, imported as a worker imports it:
+    {source: {"sha256", "version"}}, or {source: {"error": why}} when it cannot be loaded."""
+    out = {}
+    for source in sources:
+        try:
+            found = identify(*import_source(source))
+        except PluginError as err:
+            out[source] = {"error": str(err)}
+        else:
+            out[source] = {"sha256": found.sha256, "version": found.version}
+    return out
+
+
+def copy_problems(wanted: Iterable[Plugin], copies: Mapping[str, Mapping[str, str]]
+                  ) -> list[str]:
+    """Why a host whose host_copies are `copies` cannot run the plug-ins `wanted`: one
+    line per plug-in it lacks or has another copy of, naming the plug-in; [] when none."""
+    out = []
+    for p in wanted:
+        found = copies.get(p.source, {"error": f"{p.source} was not looked for"})
+        if "error" in found:
+            out.append(f"plug-in {p.module}: {found['error']}")
+        elif found["sha256"] != p.sha256:
+            out.append(f"plug-in {p.module}: another copy of {p.source} (sha256 "
+                       f"{found['sha256']}, here {p.sha256}); give every host the same source")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aqsgd.compress.plugins",
+                                     description="Print this host's copy of each plug-in "
+                                     "(sha256 and version, or why it cannot be loaded) as JSON.")
+    parser.add_argument("sources", nargs="+", metavar="SOURCE",
+                        help="a plug-in's .py file (absolute path) or module name")
+    print(json.dumps(host_copies(parser.parse_args(argv).sources)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -359,7 +359,8 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     the holder)."""
     plan = check_sweep(spec)
     cells, scenarios, placements = list(plan.cells), plan.scenarios, plan.placements
-    choice = choose_launcher(launcher, **(launcher_options or {}))
+    plugins = tuple(dict.fromkeys(p for c in cells for p in c.mode.plugins))
+    choice = choose_launcher(launcher, plugins, **(launcher_options or {}))
     refuse_unsupported(spec, plan, choice.name)
     tone = "" if choice.shaped else "WARNING: "
     echo(f"{tone}launcher {choice.name}: {choice.reason}")

@@ -139,17 +139,20 @@ def docker_usable() -> tuple[bool, str]:
     return _resolve(DOCKER_CHECK)()
 
 
-def choose_launcher(choice: str = "auto", **options: Any) -> LauncherChoice:
+def choose_launcher(choice: str = "auto", plugins: tuple = (), **options: Any
+                    ) -> LauncherChoice:
     """auto: netns when root and `ip netns` works, else local (unshaped); docker only
     when asked for (it needs a daemon and the worker image); ssh only when asked for,
     with its options (`hostfile`, the hosts; `shaping`, False to measure the real links
     unshaped), which the factory gets bound (its `bind`), so that the harness builds it
     with the protocol's arguments like any other. Options for a launcher that takes
-    none are refused, naming them."""
+    none are refused, naming them. `plugins`: the plug-ins (aqsgd.compress.plugins.
+    Plugin) the cells run, bound to a launcher whose workers run elsewhere (docker,
+    ssh), which refuses a container or host without the same copy (docs/plugins.md)."""
     if choice not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {choice!r}")
     if choice == "ssh":
-        return _ssh_choice(**options)
+        return _ssh_choice(plugins=plugins, **options)
     if options:
         raise ValueError(f"launcher {choice} takes no options, got {', '.join(options)} "
                          f"(--hostfile and --no-shaping are the ssh launcher's)")
@@ -157,7 +160,7 @@ def choose_launcher(choice: str = "auto", **options: Any) -> LauncherChoice:
         ok, why = docker_usable()
         if not ok:
             raise ValueError(f"launcher docker requested but unusable: {why}")
-        return LauncherChoice("docker", why, launcher_factory("docker"))
+        return LauncherChoice("docker", why, launcher_factory("docker").bind(plugins))
     if choice in ("auto", "netns"):
         ok, why = netns_usable()
         if ok:
@@ -172,7 +175,8 @@ def choose_launcher(choice: str = "auto", **options: Any) -> LauncherChoice:
     return LauncherChoice("local", reason, launcher_factory("local"))
 
 
-def _ssh_choice(hostfile: Path | str | None = None, shaping: bool = True) -> LauncherChoice:
+def _ssh_choice(hostfile: Path | str | None = None, shaping: bool = True, plugins: tuple = ()
+                ) -> LauncherChoice:
     if hostfile is None:
         raise ValueError("launcher ssh needs --hostfile FILE (the hosts, one a line: "
                          "`HOST slots=N interface=DEV ...`, or YAML)")
@@ -180,5 +184,5 @@ def _ssh_choice(hostfile: Path | str | None = None, shaping: bool = True) -> Lau
         raise ValueError(f"launcher ssh: hostfile {hostfile} not found")
     reason = (f"hosts of {hostfile} over SSH, " + ("their interfaces shaped" if shaping else
               "NOT shaped (--no-shaping): the real links, measured"))
-    return LauncherChoice("ssh", reason, launcher_factory("ssh").bind(hostfile, shaping),
+    return LauncherChoice("ssh", reason, launcher_factory("ssh").bind(hostfile, shaping, plugins),
                           {"hostfile": str(Path(hostfile).resolve()), "shaping": shaping})

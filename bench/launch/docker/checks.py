@@ -3,18 +3,21 @@ its client and the host's GPUs, and whether the launcher can run here at all
 (`daemon_and_image`, bench.launch.choice.docker_usable); the executor that runs a command
 in a container as root; the netem test in a scratch container, the wait for each
 container's delay line and its liveness check, the check that the host's interpreter
-runs in the image.
+runs in the image, and that the workers' interpreter loads the same copy of every
+plug-in the cells run (`python -m aqsgd.compress.plugins` in a container, docs/plugins.md).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from aqsgd.compress.plugins import Plugin, copy_problems
 from bench.launch.docker.spec import (
     DELAY_LINE_LOG_FILE,
     DELAY_LINE_PID_FILE,
@@ -27,7 +30,8 @@ from bench.net.executor import Argv, CommandError, Executor
 from bench.net.scenario import NetworkScenario
 from bench.net.tc import Capabilities, mechanisms_for
 
-__all__ = ["ContainerExecutor", "check_delay_lines", "check_host_python", "daemon_and_image",
+__all__ = ["ContainerExecutor", "check_delay_lines", "check_host_python", "check_plugins",
+           "daemon_and_image",
            "docker_client", "gpu_count", "probe_capabilities", "wait_for_delay_line"]
 
 DELAY_LINE_TIMEOUT_S = 70.0  # the entrypoint gives its delay line 60 s (docker/entrypoint.py)
@@ -167,3 +171,22 @@ def check_host_python(container, python: str, image: str) -> None:
             f"this host's Python ({python}) does not run in image {image} as "
             f"{WORKER_USER!r} (exit {code}): {out.decode(errors='replace')[-1000:]}; "
             f"rebuild the image (`make docker-image`) or pass python='image'")
+
+
+def check_plugins(container, python: str, plugins: Sequence[Plugin], image: str) -> None:
+    """`python` in the container, as the worker user, must load the same copy of each
+    plug-in as this host (aqsgd.compress.plugins.host_copies); a RuntimeError naming
+    every plug-in it lacks or has another copy of."""
+    if not plugins:
+        return
+    argv = [python, "-m", "aqsgd.compress.plugins", *(p.source for p in plugins)]
+    code, (out, err) = container.exec_run(argv, user=WORKER_USER, demux=True)
+    out, err = (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
+    if code != 0:
+        raise RuntimeError(f"image {image}: {python} could not look for the plug-ins "
+                           f"{', '.join(p.module for p in plugins)} (exit {code}): "
+                           f"{err.strip()[-1000:] or out.strip()[-1000:]}")
+    problems = copy_problems(plugins, json.loads(out))
+    if problems:
+        raise RuntimeError(f"image {image} with {python} cannot run these cells' plug-ins "
+                           f"(docs/plugins.md):\n  " + "\n  ".join(problems))

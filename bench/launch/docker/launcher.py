@@ -21,13 +21,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
+from aqsgd.compress.plugins import Plugin, is_file_source
 from aqsgd.filecache import default_cache_dir
 from bench import REPO_ROOT
 from bench.launch.docker.checks import (
     ContainerExecutor,
     check_delay_lines,
     check_host_python,
+    check_plugins,
     docker_client,
     gpu_count,
     probe_capabilities,
@@ -71,17 +74,29 @@ class DockerLauncher(ShapedHosts):
     there are fewer), False = none, None = GPUs when the host has any. `results_dir`:
     mounted read-write at its own path (default: the parent of state_dir).
     `python`: "host" or "image", the workers' interpreter (see module doc; None: "image"
-    with GPUs or a system interpreter (under /usr), else "host"). `allow_drop`,
-    `payload_correction`: as on NetnsLauncher."""
+    with GPUs or a system interpreter (under /usr), else "host"). `plugins`: the plug-ins
+    the cells run (None: the class's, set by `bind`): a file outside the checkout is
+    mounted read-only at its own path, and the workers' interpreter must load the same
+    copy of each (checks.check_plugins). `allow_drop`, `payload_correction`: as on
+    NetnsLauncher."""
 
     name = "docker"
     shaped = True
+    plugins: ClassVar[tuple[Plugin, ...]] = ()
+
+    @classmethod
+    def bind(cls, plugins: tuple[Plugin, ...] = ()) -> type[DockerLauncher]:
+        """This launcher with the cells' plug-ins fixed: the factory the harness calls
+        with the protocol's arguments only (bench.launch.choice)."""
+        return type(cls.__name__, (cls,), {"plugins": tuple(plugins),
+                                           "__module__": cls.__module__})
 
     def __init__(self, scenario: NetworkScenario, n_hosts: int | None = None, *,
                  run_id: str | None = None, state_dir: Path | str | None = None,
                  image: str | None = None, gpus: bool | None = None,
                  results_dir: Path | str | None = None, allow_drop: bool = False,
-                 payload_correction: bool = True, python: str | None = None, client=None):
+                 payload_correction: bool = True, python: str | None = None, client=None,
+                 plugins: tuple[Plugin, ...] | None = None):
         super().__init__(scenario, n_hosts, run_id=run_id, state_dir=state_dir,
                          allow_drop=allow_drop, payload_correction=payload_correction)
         n_gpus = gpu_count()
@@ -102,6 +117,8 @@ class DockerLauncher(ShapedHosts):
         self.results_dir = Path(results_dir) if results_dir else (
             Path(state_dir).resolve().parent if state_dir else None)
         self._client = client
+        if plugins is not None:
+            self.plugins = tuple(plugins)
         self.capabilities: Capabilities | None = None
         self.history: list[Argv] = []
         self._containers: dict[int, object] = {}
@@ -131,6 +148,9 @@ class DockerLauncher(ShapedHosts):
             for prefix in {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}:
                 if not prefix.is_relative_to(REPO_ROOT):
                     binds[str(prefix)] = {"bind": str(prefix), "mode": "ro"}
+        for p in self.plugins:  # a file of the checkout is there; a module, in its environment
+            if is_file_source(p.source) and not Path(p.source).is_relative_to(REPO_ROOT):
+                binds[p.source] = {"bind": p.source, "mode": "ro"}
         return binds
 
     @staticmethod
@@ -201,6 +221,8 @@ class DockerLauncher(ShapedHosts):
         seed.run(("chown", "-R", f"{WORKER_USER}:{WORKER_USER}", cache))
         if self.python == "host":
             check_host_python(self._containers[0], sys.executable, sp.image)
+        check_plugins(self._containers[0], sys.executable if self.python == "host"
+                      else "python3", self.plugins, sp.image)
         if sp.delay_line:
             self.delay_line_scheduling = [wait_for_delay_line(c)
                                           for c in self._containers.values()]
@@ -297,6 +319,7 @@ class DockerLauncher(ShapedHosts):
         proc = spawn_group(self.exec_argv(i, argv, env, tied=True), dict(os.environ), log_path,
                            stdin_pipe=True)
         self._procs.append(proc)
+        self._note_log(log_path)
         self._write_state()
         return proc
 

@@ -1,13 +1,15 @@
 """The SSH launcher's checks, before anything on any host is changed.
 
-    facts = gather_facts(remote, needs_netem=False)   # one HostFacts per host
-    check_hosts(remote.hosts, facts, shaping=True, gpus=None)   # HostCheckError or None
+    facts = gather_facts(remote, needs_netem=False, plugins=plugins)   # one per host
+    check_hosts(remote.hosts, facts, shaping=True, gpus=None, plugins=plugins)
 
 Each host must answer (SSH, key auth), run the suite's checkout where the hostfile says
 (`hostside facts` there), have the interface (with an IPv4 address, and no root qdisc of
 someone else's on it when it is to be shaped), the same Python version and the same
 versions of the suite's pinned packages as this machine, the same commit of the suite,
-root and tc when it is to be shaped, and GPUs for its ranks when the run uses GPUs; and,
+root and tc when it is to be shaped, GPUs for its ranks when the run uses GPUs, and the
+same copy of every plug-in the cells run (`python -m aqsgd.compress.plugins` there: the
+file at the same absolute path, or the module installed, with the same source hash); and,
 once the killed runs recorded in the state dir are removed (just before shaping), no
 root qdisc on the interface but the kernel's default (`check_interfaces_free`).
 Check and refuse, not install: a benchmark compares like with like, so a host that
@@ -22,15 +24,19 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tomllib
 
 from bench import REPO_ROOT
 from bench.launch.ssh.hostfile import HostEntry
 from bench.launch.ssh.remote import HostUnreachable, Remote
+
+if TYPE_CHECKING:
+    from aqsgd.compress.plugins import Plugin
 
 __all__ = ["HostCheckError", "HostFacts", "check_hosts", "check_interfaces_free",
            "gather_facts", "host_env",
@@ -51,6 +57,8 @@ class HostFacts:
     facts: dict[str, Any] | None
     commit: str | None
     error: str | None = None
+    # its copy of each plug-in, by source (aqsgd.compress.plugins.host_copies)
+    plugins: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def addr(self) -> str:
@@ -61,7 +69,8 @@ class HostFacts:
         return self.facts["interface"]["mtu"]
 
     def to_dict(self) -> dict:
-        return {"facts": self.facts, "commit": self.commit, "error": self.error}
+        return {"facts": self.facts, "commit": self.commit, "error": self.error,
+                "plugins": self.plugins}
 
 
 def pinned_packages() -> list[str]:
@@ -96,8 +105,10 @@ def hostside_argv(h: HostEntry, *args: str) -> list[str]:
     return [*host_env(h), h.python, "-m", "bench.launch.ssh.hostside", *args]
 
 
-def gather_facts(remote: Remote, needs_netem: bool) -> list[HostFacts]:
-    """HostFacts of every host of `remote`, one after the other."""
+def gather_facts(remote: Remote, needs_netem: bool, plugins: Sequence[Plugin] = ()
+                 ) -> list[HostFacts]:
+    """HostFacts of every host of `remote`, one after the other; with `plugins`, each
+    host's copy of them too."""
     out = []
     for i, h in enumerate(remote.hosts):
         try:
@@ -114,12 +125,28 @@ def gather_facts(remote: Remote, needs_netem: bool) -> list[HostFacts]:
                                  f"{done.stderr.strip()[-500:] or done.stdout.strip()[-500:]}"))
             continue
         commit = remote.run(i, ["git", "-C", h.suite, "rev-parse", "HEAD"], check=False)
-        out.append(HostFacts(json.loads(done.stdout), commit.stdout.strip() or None))
+        out.append(HostFacts(json.loads(done.stdout), commit.stdout.strip() or None,
+                             plugins=_plugin_copies(remote, i, h, plugins)))
     return out
 
 
+def _plugin_copies(remote: Remote, i: int, h: HostEntry, plugins: Sequence[Plugin]
+                   ) -> dict[str, dict[str, str]]:
+    """Host i's copy of each plug-in, loaded by its checkout's Python as a worker would."""
+    if not plugins:
+        return {}
+    sources = [p.source for p in plugins]
+    done = remote.run(i, [*host_env(h), h.python, "-m", "aqsgd.compress.plugins", *sources],
+                      check=False)
+    if done.returncode != 0:
+        why = (f"loading them failed (exit {done.returncode}): "
+               f"{done.stderr.strip()[-500:] or done.stdout.strip()[-500:]}")
+        return {source: {"error": why} for source in sources}
+    return json.loads(done.stdout)
+
+
 def _reasons(h: HostEntry, f: HostFacts, here: dict[str, Any], *, shaping: bool,
-             use_gpus: bool) -> list[str]:
+             use_gpus: bool, plugins: Sequence[Plugin]) -> list[str]:
     if f.facts is None:
         return [f.error or "no facts"]
     d, why = f.facts, []
@@ -142,6 +169,10 @@ def _reasons(h: HostEntry, f: HostFacts, here: dict[str, Any], *, shaping: bool,
             why.append("no tc (iproute2)")
     if use_gpus and d["gpus"] < RANKS_PER_HOST:
         why.append(f"{d['gpus']} GPUs for {RANKS_PER_HOST} rank(s)")
+    if plugins:  # imported here: aqsgd imports torch, which state.py's teardown never needs
+        from aqsgd.compress.plugins import copy_problems
+
+        why += copy_problems(plugins, f.plugins)
     return why
 
 
@@ -166,10 +197,11 @@ def check_interfaces_free(remote: Remote) -> None:
 
 
 def check_hosts(hosts: tuple[HostEntry, ...], facts: list[HostFacts], *, shaping: bool,
-                gpus: bool | None) -> bool:
+                gpus: bool | None, plugins: Sequence[Plugin] = ()) -> bool:
     """Raise HostCheckError naming every host that cannot take part (see module doc).
     `gpus`: True: every host needs a GPU per rank; False: none are used; None: GPUs when
     every host has them (all or none: ranks on CPU and on GPU would mix gloo and NCCL).
+    `plugins`: the plug-ins the cells run (facts from gather_facts with the same).
     Returns whether the ranks use GPUs."""
     names = pinned_packages()
     here = {"python": _python_version(), "packages": _local_versions(names),
@@ -177,7 +209,8 @@ def check_hosts(hosts: tuple[HostEntry, ...], facts: list[HostFacts], *, shaping
     counts = [f.facts["gpus"] for f in facts if f.facts is not None]
     use_gpus = bool(gpus) if gpus is not None else bool(counts) and min(counts) > 0
     problems = [f"{h.name}: {'; '.join(why)}" for h, f in zip(hosts, facts, strict=True)
-                if (why := _reasons(h, f, here, shaping=shaping, use_gpus=use_gpus))]
+                if (why := _reasons(h, f, here, shaping=shaping, use_gpus=use_gpus,
+                                    plugins=plugins))]
     if gpus is None and counts and 0 < max(counts) and min(counts) == 0:
         problems.append(f"GPUs differ between hosts ({counts}): every rank must run on the "
                         f"same kind of device")

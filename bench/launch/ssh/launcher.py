@@ -27,7 +27,7 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from bench.launch.hosts import ShapedHosts
 from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, spawn_group, stop_all
@@ -54,6 +54,9 @@ from bench.net.tc import (
     mechanisms_for,
     payload_factor,
 )
+
+if TYPE_CHECKING:
+    from aqsgd.compress.plugins import Plugin
 
 __all__ = ["SshLauncher", "machines_for", "real_links"]
 
@@ -95,20 +98,25 @@ class SshLauncher(ShapedHosts):
     `hostfile`: its path (None: the class's, set by `bind`). `shaping`: shape the
     interfaces (None: the class's `shaped`). `results_dir`: the folder mirrored on the
     hosts (default: the parent of state_dir). `gpus`: as bench.launch.ssh.checks.
-    check_hosts. `allow_drop`, `payload_correction`: as on the netns launcher."""
+    check_hosts. `plugins`: the plug-ins the cells run, which every host must have the
+    same copy of (None: the class's, set by `bind`). `allow_drop`, `payload_correction`:
+    as on the netns launcher."""
 
     name = "ssh"
     shaped = True
     hostfile: ClassVar[Path | None] = None
+    plugins: ClassVar[tuple[Plugin, ...]] = ()
 
     @classmethod
-    def bind(cls, hostfile: Path | str, shaping: bool = True) -> type[SshLauncher]:
+    def bind(cls, hostfile: Path | str, shaping: bool = True, plugins: tuple[Plugin, ...] = ()
+             ) -> type[SshLauncher]:
         """This launcher with its hostfile (and shaping) fixed: the factory the harness
         calls with the protocol's arguments only (bench.launch.choice). The hostfile is
         read here, so that a mistake in it (HostfileError: file, field, value) stops the
         command before any cell, a dry run's included."""
         load_hostfile(hostfile)
         return type(cls.__name__, (cls,), {"hostfile": Path(hostfile), "shaped": shaping,
+                                           "plugins": tuple(plugins),
                                            "__module__": cls.__module__})
 
     def __init__(self, scenario: NetworkScenario, n_hosts: int | None = None, *,
@@ -116,7 +124,7 @@ class SshLauncher(ShapedHosts):
                  hostfile: Path | str | None = None, shaping: bool | None = None,
                  results_dir: Path | str | None = None, gpus: bool | None = None,
                  allow_drop: bool = False, payload_correction: bool = True,
-                 python: str = sys.executable):
+                 python: str = sys.executable, plugins: tuple[Plugin, ...] | None = None):
         super().__init__(scenario, n_hosts, run_id=run_id, state_dir=state_dir,
                          allow_drop=allow_drop, payload_correction=payload_correction)
         path = hostfile if hostfile is not None else type(self).hostfile
@@ -127,6 +135,8 @@ class SshLauncher(ShapedHosts):
         self.results_dir = Path(results_dir).resolve() if results_dir else (
             Path(state_dir).resolve().parent if state_dir else None)
         self.gpus = gpus
+        if plugins is not None:
+            self.plugins = tuple(plugins)
         self.python = python
         self.hosts: tuple[HostEntry, ...] = ()  # one per machine
         self.per_machine = scenario.layout.ranks_per_machine
@@ -175,9 +185,9 @@ class SshLauncher(ShapedHosts):
         impaired = self.shaping and any(s.delay_ms or s.jitter_ms or s.loss_pct for s in specs)
         self.remote = Remote(self.hosts)
         try:
-            self.facts = gather_facts(self.remote, needs_netem=impaired)
+            self.facts = gather_facts(self.remote, needs_netem=impaired, plugins=self.plugins)
             self.use_gpus = check_hosts(self.hosts, self.facts, shaping=self.shaping,
-                                        gpus=self.gpus)
+                                        gpus=self.gpus, plugins=self.plugins)
             self.mechanisms = self._mechanisms(impaired)
             self._check_schedule_fits()
         except BaseException:

@@ -1,0 +1,86 @@
+"""Plug-ins on the SSH launcher (docs/plugins.md), against sshd servers in namespaces
+(conftest.py): bring-up asks every host for its copy of each plug-in the cells run and
+refuses, before anything changes, a host that lacks one or has another copy, naming the
+plug-in; a plug-in cell over SSH runs with the copy every host has. Each host's results
+folder is a tmpfs of its own, so a plug-in file there is on this machine only."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from aqsgd.compress.plugins import identify, import_source
+from aqsgd.compress.registry import load_plugins, unload_plugins
+from bench import REPO_ROOT
+from bench.harness.run import run_sweep
+from bench.harness.sweep import SweepSpec, Workload, parse_mode
+from bench.launch.ssh.checks import HostCheckError
+from bench.launch.ssh.hostfile import load_hostfile
+from bench.launch.ssh.hostside import HOST_RECORD_ROOT
+from bench.launch.ssh.launcher import SshLauncher
+from bench.launch.ssh.remote import Remote
+from bench.net.scenario import load_scenario
+
+pytestmark = pytest.mark.netns
+
+EXAMPLE = REPO_ROOT / "examples" / "plugins" / "randproj.py"
+MODE = '''
+from aqsgd.compress.modes.base import ActivationMode
+
+class Plain(ActivationMode):
+    name, rank, wire_format = "plain_ssh_test", 7.9, 73
+    bench_cases, smoke_case = (("fp32", 1),), ("fp32", 1)
+
+MODE = Plain
+'''
+
+
+@pytest.mark.slow
+def test_a_host_without_the_plugin_or_with_another_copy_is_refused_naming_it(sshd_hosts):
+    path = sshd_hosts.results / "plug" / "sshtest_mode.py"  # here only (module doc)
+    path.parent.mkdir(parents=True)
+    path.write_text(MODE)
+    try:
+        plugin = identify(*import_source(str(path)))
+    finally:
+        sys.modules.pop("sshtest_mode", None)
+    with Remote(load_hostfile(sshd_hosts.hostfile).hosts) as remote:  # host 1: another copy
+        remote.run(1, ["sh", "-c", f"mkdir -p {path.parent} && printf '# v2\\n%s' "
+                   f"'{MODE}' > {path}"])
+    hosts = SshLauncher(load_scenario("100mbps"), 2, run_id="test",
+                        hostfile=sshd_hosts.hostfile, plugins=(plugin,),
+                        state_dir=sshd_hosts.results / ".launcher")
+    with pytest.raises(HostCheckError) as err:
+        hosts.__enter__()
+    text = str(err.value)
+    assert (f"root@{sshd_hosts.addr(0)}: plug-in sshtest_mode: plug-in file {path} does "
+            f"not exist on this host") in text
+    assert (f"root@{sshd_hosts.addr(1)}: plug-in sshtest_mode: another copy of {path} "
+            f"(sha256 ") in text and f"here {plugin.sha256})" in text
+    for i in range(sshd_hosts.n):  # nothing changed on any host
+        assert sshd_hosts.qdiscs(i) == []
+        assert sshd_hosts.run(i, ["ls", str(HOST_RECORD_ROOT)], check=False).stdout == ""
+
+
+@pytest.mark.slow
+@pytest.mark.workers
+@pytest.mark.timeout(900)
+def test_a_plugin_cell_runs_over_ssh_with_the_copy_every_host_has(sshd_hosts):
+    (plugin,) = load_plugins([str(EXAMPLE)])  # in the checkout: every host has it
+    try:
+        spec = SweepSpec("smoke", ("100mbps",), (parse_mode("randproj:4/8"),),
+                         Workload(steps=2, train_samples=64, timeout_s=240, dist_timeout_s=60,
+                                  init_from=None))
+        outcomes = run_sweep(spec, sshd_hosts.results, launcher="ssh", quiet=True,
+                             echo=lambda s: None,
+                             launcher_options={"hostfile": sshd_hosts.hostfile})
+    finally:
+        unload_plugins([plugin])
+    cell = sshd_hosts.results / "100mbps__randproj-fw4-bw8__ssh"
+    meta = json.loads((cell / "meta.json").read_text())
+    assert [o.status for o in outcomes] == ["ok"], meta.get("failure")
+    assert meta["spec"]["plugins"] == [{"module": "randproj", "version": plugin.version,
+                                        "sha256": plugin.sha256}]
+    assert meta["run_config"]["plugins"][0]["source"] == str(EXAMPLE)
