@@ -31,16 +31,19 @@ from bench.report.claims import CLAIMS_FILE, load_claims
 from bench.report.convergence_plots import (
     BAND,
     plot_dropout,
+    plot_gap_shape,
     plot_loss_epoch,
     plot_loss_time,
     plot_time_to_quality,
 )
+from bench.report.gaps import pair_rows, pair_table, shape_gaps, shape_rows
 from bench.report.markdown import markdown_table
 from bench.report.quality import (
     NOISE_SPREADS,
     TOLERANCE_PCT,
     Verdict,
     eval_curves,
+    interval_text,
     judge_claims,
     quality_table,
     seed_bands,
@@ -58,7 +61,7 @@ from bench.report.timetoquality import (
 from bench.results.files import find_cells, load_metas, load_results
 
 __all__ = ["DEFAULT_SCENARIO", "Convergence", "analyse", "quality_rows", "time_rows",
-           "schedule_rows", "source_rows", "dropout_rows", "verdict_rows",
+           "schedule_rows", "source_rows", "default_shape", "dropout_rows", "verdict_rows",
            "write_convergence_report"]
 
 DEFAULT_SCENARIO = "100mbps"  # the link of the loss-against-time figure
@@ -78,6 +81,9 @@ class Convergence:
     ttq: pd.DataFrame
     verdicts: tuple[Verdict, ...]
     schedule_ttq: pd.DataFrame  # time to quality on links that change (empty: none ran)
+    pairs: pd.DataFrame  # AQ-SGD against DirectQ and TAH-Quant at equal bits (gaps.pair_table)
+    depth: pd.DataFrame  # gaps.shape_gaps against stages (empty: one depth only)
+    size: pd.DataFrame  # gaps.shape_gaps against the model preset (empty: one preset only)
 
     def __post_init__(self):
         if not self.scenario:
@@ -104,10 +110,12 @@ def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
     bands, quality = seed_bands(curves), quality_table(curves)
     thr = load_results([throughput_dir]) if _has_cells(throughput_dir) else pd.DataFrame()
     times = step_times(thr) if not thr.empty else pd.DataFrame()
+    shapes = (pair_table(quality), shape_gaps(quality, "stages"),
+              shape_gaps(quality, "preset"))
     if quality.empty:
         empty = pd.DataFrame()
         return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, empty,
-                           empty, tuple(judge_claims(quality, claims)), empty)
+                           empty, tuple(judge_claims(quality, claims)), empty, *shapes)
     facts = series_facts(metrics, curves)
     # time axes for the default variant: a variant changes the model, not the link
     timed = timed_bands(bands[bands["variant"] == ""], facts, times, scenario)
@@ -116,7 +124,7 @@ def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
                if dynamic_dir is not None and _has_cells(dynamic_dir) else [])
     schedule_ttq = time_to_quality_under_schedule(quality, bands, facts, dynamic)
     return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, timed, ttq,
-                       tuple(judge_claims(quality, claims)), schedule_ttq)
+                       tuple(judge_claims(quality, claims)), schedule_ttq, *shapes)
 
 
 # ------------------------------------------------------------------------ tables
@@ -129,7 +137,8 @@ def _f(value: float, fmt: str, sign: bool = False) -> str:
 def quality_rows(quality: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """(d): per series, final held-out loss over seeds and the gap to fp32."""
     headers = ["mode", "seeds", "final held-out loss (mean)", "spread (sd)", "min..max",
-               "gap to fp32 (%)", "gap (seed spreads)", "fp32 reference"]
+               "gap to fp32 (%)", "gap (seed spreads)", "fp32 reference",
+               "gap: 95% interval over seeds"]
     rows = []
     for _, q in quality.iterrows():
         ref = ("fp32" + (f" dp{int(q['replicas'])}" if q["replicas"] > 1 else "")
@@ -141,7 +150,9 @@ def quality_rows(quality: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         rows.append([q["series"], str(q["n_seeds"]), _f(q["mean"], ".4f"), _f(q["sd"], ".4f"),
                      f"{q['lo']:.4f}..{q['hi']:.4f}" + (" (diverged)" if q["diverged"] else ""),
                      "-" if q["mode"] == "fp32" else _f(q["gap_pct"], ".2f", True),
-                     "-" if q["mode"] == "fp32" else _f(q["gap_spreads"], ".1f", True), ref])
+                     "-" if q["mode"] == "fp32" else _f(q["gap_spreads"], ".1f", True), ref,
+                     "-" if q["mode"] == "fp32" or math.isnan(q["fp32_mean"])
+                     else interval_text(q)])
     return headers, rows
 
 
@@ -193,10 +204,19 @@ def source_rows(timed: pd.DataFrame, order: list[str]) -> tuple[list[str], list[
     return headers, rows
 
 
+def default_shape(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `frame` (quality or bands) of a preset and stage count the default
+    variant has: the variants that change dropout, not those that change the shape (a
+    depth or size sweep's variants: their own tables)."""
+    shapes = set(zip(*(frame.loc[frame["variant"] == "", k] for k in ("preset", "stages")),
+                     strict=True))
+    return frame[[s in shapes for s in zip(frame["preset"], frame["stages"], strict=True)]]
+
+
 def dropout_rows(quality: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """(e): per mode label (one replica) that has variants: final held-out loss under each
-    variant, with its gap to fp32 of the same variant."""
-    single = quality[quality["replicas"] == 1]
+    """(e): per mode label (one replica) that has variants of the default's shape: final
+    held-out loss under each variant, with its gap to fp32 of the same variant."""
+    single = default_shape(quality[quality["replicas"] == 1])
     variants = list(dict.fromkeys(["", *sorted(single["variant"].unique())]))
     labels = single.loc[single["variant"] != "", "label"].unique()
     default = single[single["variant"] == ""].set_index("label")["series"]
@@ -229,8 +249,9 @@ def _variant_name(rows: pd.DataFrame) -> str:
 
 def verdict_rows(verdicts: tuple[Verdict, ...]) -> tuple[list[str], list[list[str]]]:
     """(f): each published quality claim, its verdict, the rule and the numbers."""
-    return (["published claim", "verdict", "rule", "numbers"],
-            [[v.text, v.label, v.rule, "; ".join(v.evidence)] for v in verdicts])
+    return (["published claim", "verdict", "at 95% confidence", "rule", "numbers"],
+            [[v.text, v.label, v.significance, v.rule, "; ".join(v.evidence)]
+             for v in verdicts])
 
 
 # ------------------------------------------------------------------------ output
@@ -247,7 +268,9 @@ def _setting(conv: Convergence) -> list[str]:
             f"({len(conv.times)} throughput cells)",
             f"- rules: same quality = within {TOLERANCE_PCT:g}% of fp32's final held-out "
             f"loss; seed noise = within {NOISE_SPREADS:g} pooled seed spreads (sample sd); "
-            f"figures: mean over seeds, {BAND}"]
+            f"95% intervals: Student's t on the per-seed differences (seeds paired), "
+            f"'within {TOLERANCE_PCT:g}%' when the upper end is at most "
+            f"+{TOLERANCE_PCT:g}%; figures: mean over seeds, {BAND}"]
 
 
 def _tables(conv: Convergence) -> list[tuple[str, str, tuple[list[str], list[list[str]]]]]:
@@ -271,6 +294,17 @@ def _tables(conv: Convergence) -> list[tuple[str, str, tuple[list[str], list[lis
         out.append((f"Step times behind the time axis ({conv.scenario})",
                     "Medians of the throughput cell's warm-up and measured steps.",
                     source_rows(conv.timed, conv.order)))
+    if not conv.pairs.empty:
+        out.append(("AQ-SGD against DirectQ and TAH-Quant at equal bits",
+                    "AQ-SGD's final held-out loss minus the other's, in % of the other's "
+                    "mean, paired on seeds; within 1%: the whole interval inside +-1%.",
+                    pair_rows(conv.pairs)))
+    for gaps, x, what in ((conv.depth, "stages", "pipeline depth"),
+                          (conv.size, "preset", "model size")):
+        if not gaps.empty:
+            out.append((f"Gap to fp32 against {what}",
+                        "Mean gap over seeds [95% interval] and its verdict, fp32 of the "
+                        "same shape.", shape_rows(gaps, x)))
     dropout = dropout_rows(conv.quality)
     if dropout[1]:
         out.append(("Dropout and the delta", "Final held-out loss +- seed sd per variant "
@@ -312,7 +346,9 @@ def write_convergence_report(conv_dir: Path, throughput_dir: Path, out_dir: Path
                    + plot_loss_time(conv.timed, conv.order, scenario, out_dir)
                    + [p for ref in SPEEDUP_REFERENCES
                       for p in plot_time_to_quality(conv.ttq, conv.order, out_dir, ref)]
-                   + plot_dropout(conv.bands, out_dir))
+                   + plot_dropout(default_shape(conv.bands), out_dir)
+                   + plot_gap_shape(conv.depth, "stages", out_dir)
+                   + plot_gap_shape(conv.size, "preset", out_dir))
         lines += [*_setting(conv), ""]
         if conv.times.empty:
             lines += [f"No throughput cells under `{throughput_dir}`: no time axis and no "

@@ -9,7 +9,10 @@ bench.report.timetoquality (result files only). Each is written as PNG and SVG.
   series x link, coloured by the ratio to fp32's time on that link;
   time_to_quality_vs_bf16: the same coloured by the ratio to bf16's (when the cells have
   a bf16 series: every SPEEDUP_REFERENCES mode);
-- convergence_dropout: per mode with variants, its curves under each variant.
+- convergence_dropout: per mode with variants, its curves under each variant;
+- convergence_gap_stages, convergence_gap_size: the gap to fp32 against pipeline depth
+  and against model size (bench.report.gaps.shape_gaps), one line per mode, the 95%
+  interval over seeds as error bars.
 `draw_epoch_curves` and `draw_relative_final` draw on a given axis (the paper figure
 uses them too).
 """
@@ -27,7 +30,7 @@ from bench.report.quality import TOLERANCE_PCT, relative_final
 from bench.report.timetoquality import format_seconds
 
 __all__ = ["BAND", "draw_epoch_curves", "draw_relative_final", "plot_loss_epoch",
-           "plot_loss_time", "plot_time_to_quality", "plot_dropout"]
+           "plot_loss_time", "plot_time_to_quality", "plot_dropout", "plot_gap_shape"]
 
 BAND = "band: min..max over seeds"
 
@@ -177,3 +180,47 @@ def plot_dropout(bands: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.legend(fontsize=7)
     fig.suptitle(f"Dropout and the delta: default, without dropout, per-sample masks ({BAND})")
     return save(fig, out_dir, "convergence_dropout")
+
+
+_SHAPE_STEM = {"stages": "convergence_gap_stages", "preset": "convergence_gap_size"}
+
+
+def plot_gap_shape(gaps: pd.DataFrame, x: str, out_dir: Path) -> list[Path]:
+    """Gap to fp32 (%) against stages or model size (`gaps`: bench.report.gaps.shape_gaps
+    with that x), one line per mode, error bars the 95% interval over seeds (none drawn
+    where there is no interval), the 1% line dashed. Nothing without two x values."""
+    if gaps.empty:
+        return []
+    xs = list(dict.fromkeys(gaps[x]))
+    modes = list(dict.fromkeys(gaps["mode"]))
+    colors = mode_colors(modes)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, mode in enumerate(modes):
+        rows = gaps[gaps["mode"] == mode].drop_duplicates(x)
+        pos = np.array([xs.index(v) for v in rows[x]], dtype=float)
+        pos += 0.06 * (i - (len(modes) - 1) / 2)  # side by side, so the bars do not hide
+        mid = rows["gap_pct"].to_numpy(dtype=float)
+        err = np.nan_to_num(np.vstack([mid - rows["gap_lo"].to_numpy(dtype=float),
+                                       rows["gap_hi"].to_numpy(dtype=float) - mid]))
+        seeds = int(rows["gap_n"].min())
+        ax.errorbar(pos, mid, yerr=err, marker="o", markersize=4, capsize=3,
+                    color=colors[mode], linestyle="-" if ":2/" in mode else "--",
+                    label=f"{mode} ({seeds} seeds)")
+    ax.axhline(TOLERANCE_PCT, color="black", linestyle=":", linewidth=1,
+               label=f"+{TOLERANCE_PCT:g}% (the quality line)")
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    if x == "stages":
+        ax.set_xticks(range(len(xs)), [f"{v}\n({int(v) - 1} compressed boundaries)"
+                                       for v in xs])
+        ax.set_xlabel("pipeline stages (the same model split over more stages)")
+    else:
+        size = dict(zip(gaps["preset"], gaps["params"], strict=False))
+        ax.set_xticks(range(len(xs)), [f"{v}\n({size[v] / 1e6:.2f} M params)"
+                                       if size.get(v) else str(v) for v in xs])
+        ax.set_xlabel("model preset (by parameter count)")
+    ax.set_ylabel("final held-out loss over fp32's (%, same shape)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    what = "pipeline depth" if x == "stages" else "model size"
+    ax.set_title(f"Gap to fp32 against {what} (mean over seeds, bars: 95% interval)")
+    return save(fig, out_dir, _SHAPE_STEM[x])

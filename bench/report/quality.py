@@ -9,9 +9,10 @@ Made from result files only (docs/results-schema.md).
 
 A series is one mode at one bit width, gradient compressor, layout and variant (its
 cells differ only by seed); the spread is the sample sd of the final held-out loss,
-bands min..max; the gap is to fp32 of the same layout and variant, in percent and in
-pooled seed spreads; verdicts follow `judge_width` and `RULES`. The definitions in
-full: docs/convergence.md, "How to read the report".
+bands min..max; the gap is to fp32 of the same preset, layout and variant, in percent,
+in pooled seed spreads and as a 95% interval over seeds (bench.report.significance) with
+its words; verdicts follow `judge_width` and `RULES`. The definitions in full:
+docs/convergence.md, "How to read the report" and "Verdicts with their significance".
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ import numpy as np
 import pandas as pd
 
 from bench.report.claims import find_claim
+from bench.report.significance import LEVEL, Interval, gap_interval, noninferior
 from bench.report.summary import MODE_RANK, UNKNOWN_RANK, series_text
 
-__all__ = ["TOLERANCE_PCT", "NOISE_SPREADS", "EDGE_PCT", "RULES", "Verdict", "series_name",
-           "eval_curves", "seed_bands", "quality_table", "relative_final", "judge_width",
-           "margin_pct", "at_edge", "judge_claims"]
+__all__ = ["TOLERANCE_PCT", "NOISE_SPREADS", "EDGE_PCT", "LAYOUT", "RULES", "Verdict",
+           "series_name", "eval_curves", "seed_bands", "quality_table", "with_intervals",
+           "relative_final", "judge_width", "margin_pct", "at_edge", "interval_text",
+           "significance_of", "judge_claims"]
 
 # Within 1% of fp32's final held-out loss is "the same quality" (also the target of
 # time-to-quality); a gap within 2 pooled seed spreads cannot be told from seed noise.
@@ -40,8 +43,10 @@ NOISE_SPREADS = 2.0
 # whose gap lies within EDGE_PCT of TOLERANCE_PCT could flip on another machine: it is
 # reported "at the edge", with its margin.
 EDGE_PCT = 0.1
+# what makes two cells' final losses comparable: a gap is to fp32 of the same of these
+LAYOUT = ("preset", "stages", "replicas", "variant")
 
-_IDENTITY = ("mode", "label", "grad_mode", "fw_bits", "bw_bits", "stages", "replicas",
+_IDENTITY = ("mode", "label", "grad_mode", "fw_bits", "bw_bits", "preset", "stages", "replicas",
              "variant", "dropout", "dropout_masks", "epochs", "steps_per_epoch",
              "warmup_epochs", "eval_windows")
 
@@ -95,13 +100,14 @@ def seed_bands(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def quality_table(curves: pd.DataFrame) -> pd.DataFrame:
-    """Per series: `n_seeds`, `seeds`, final held-out loss `mean`, `sd`, `lo`, `hi`,
-    `start_mean` (step 0, when evaluated), `diverged` (a seed ended non-finite or above
-    its own start), and against fp32 of the same stages, replicas and variant:
-    `fp32_mean`, `gap` (mean - fp32_mean), `gap_pct`, `gap_spreads` (gap over the pooled
-    spread; NaN with fewer than two seeds on either side or zero spread)."""
+    """Per series: `n_seeds`, `seeds`, `finals` ({seed: final held-out loss}), final
+    held-out loss `mean`, `sd`, `lo`, `hi`, `start_mean` (step 0, when evaluated),
+    `diverged` (a seed ended non-finite or above its own start), and against fp32 of the
+    same preset, stages, replicas and variant: `fp32_mean`, `gap` (mean - fp32_mean),
+    `gap_pct`, `gap_spreads` (gap over the pooled spread; NaN with fewer than two seeds on
+    either side or zero spread), and the gap's confidence interval (with_intervals)."""
     rows = []
-    for series, group in curves.groupby("series", sort=False):
+    for (series, _, _), group in curves.groupby(["series", "preset", "stages"], sort=False):
         by_seed = group.sort_values("step").groupby("seed")["eval_loss"]
         last = by_seed.agg(lambda v: v.iloc[-1])
         start = group[group["step"] == 0].set_index("seed")["eval_loss"]
@@ -109,6 +115,7 @@ def quality_table(curves: pd.DataFrame) -> pd.DataFrame:
         final = last.to_numpy(dtype=float)
         rows.append({"series": series, **_first(group), "n_seeds": len(final),
                      "seeds": sorted(int(s) for s in last.index),
+                     "finals": {int(s): float(v) for s, v in last.items()},
                      "mean": float(final.mean()),
                      "sd": float(final.std(ddof=1)) if len(final) > 1 else math.nan,
                      "lo": float(final.min()), "hi": float(final.max()),
@@ -117,14 +124,34 @@ def quality_table(curves: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    fp32 = table[table["mode"] == "fp32"].set_index(["stages", "replicas", "variant"])
-    ref = fp32.reindex(pd.MultiIndex.from_frame(table[["stages", "replicas", "variant"]]))
+    fp32 = table[table["mode"] == "fp32"].set_index(list(LAYOUT))
+    ref = fp32.reindex(pd.MultiIndex.from_frame(table[list(LAYOUT)]))
     table["fp32_mean"] = ref["mean"].to_numpy(dtype=float)
     table["gap"] = table["mean"] - table["fp32_mean"]
     table["gap_pct"] = 100.0 * table["gap"] / table["fp32_mean"]
     pooled = np.sqrt((table["sd"] ** 2 + ref["sd"].to_numpy(dtype=float) ** 2) / 2)
     table["gap_spreads"] = table["gap"] / pooled.where(pooled > 0)
-    return _ordered(table)
+    return _ordered(with_intervals(table, list(ref["finals"])))
+
+
+def with_intervals(table: pd.DataFrame, ref_finals: list) -> pd.DataFrame:
+    """`table` with each compressed series' gap to its fp32 reference (`ref_finals`, one
+    {seed: loss} or NaN per row) as a LEVEL confidence interval in percent of fp32's mean:
+    `gap_lo`, `gap_hi`, `gap_n`, `gap_method` (significance.gap_interval) and `verdict`
+    (significance.noninferior: 'within 1%', 'beyond 1%', 'cannot tell with N seeds';
+    'diverged' when a seed diverged; '' for fp32 and a series without reference)."""
+    out = table.copy()
+    cols = {k: [] for k in ("gap_lo", "gap_hi", "gap_n", "gap_method", "verdict")}
+    for (_, row), ref in zip(out.iterrows(), ref_finals, strict=True):
+        if row["mode"] == "fp32" or not isinstance(ref, dict):
+            iv, verdict = Interval(math.nan, math.nan, math.nan, 0, "none", math.nan), ""
+        else:
+            iv = gap_interval(row["finals"], ref, row["fp32_mean"])
+            verdict = "diverged" if row["diverged"] else noninferior(iv, TOLERANCE_PCT)
+        for key, value in (("gap_lo", iv.lo), ("gap_hi", iv.hi), ("gap_n", iv.n),
+                           ("gap_method", iv.method), ("verdict", verdict)):
+            cols[key].append(value)
+    return out.assign(**cols)
 
 
 def relative_final(quality: pd.DataFrame) -> pd.DataFrame:
@@ -216,6 +243,9 @@ class Verdict:
     # a judged width's gap lies within EDGE_PCT of the 1% line: the verdict could read
     # otherwise on another machine
     at_edge: bool = False
+    # the claim judged at the intervals' confidence (significance_of): matched | not
+    # matched | cannot tell with N seeds | not judged
+    significance: str = "not judged"
 
     def __post_init__(self):
         allowed = ("matched", "not matched", "partly matched", "inconclusive", "not judged")
@@ -278,7 +308,34 @@ def _evidence(row, judged: str, claim: str) -> str:
     if at_edge(row, claim):
         text += (f" (at the edge: within {EDGE_PCT:g} points, what another machine's run "
                  f"of the same cells moves a gap by)")
-    return text
+    return text + f"; {interval_text(row)}"
+
+
+def interval_text(row) -> str:
+    """'95% interval +0.33% [+0.10, +0.56] (paired, 3 seeds): within 1%'."""
+    iv = Interval(row["gap_pct"], row["gap_lo"], row["gap_hi"], int(row["gap_n"]),
+                  row["gap_method"], math.nan)
+    how = "no interval" if iv.method == "none" else f"{iv.method}, {iv.n} seeds"
+    return f"{LEVEL:.0%} interval {iv.text()} ({how}): {row['verdict']}"
+
+
+def significance_of(words: list[str], claim: str, combine: str) -> str:
+    """A claim judged at the intervals' confidence from each width's words (the quality
+    table's `verdict`, 'not judged' for a width without cells or reference): for
+    "no_loss" a width holds when 'within 1%' and fails when 'beyond 1%' or 'diverged';
+    for "worse" the other way round; widths combine as in RULES ('all': every width must
+    hold, one failing fails the claim; 'any': one holding is enough, all failing fails
+    it). Returns 'matched', 'not matched', 'cannot tell with N seeds' (N of the first
+    width that cannot tell) or 'not judged'."""
+    within = f"within {TOLERANCE_PCT:g}%"
+    worse = {f"beyond {TOLERANCE_PCT:g}%", "diverged"}
+    holds = [(w == within) if claim == "no_loss" else (w in worse) for w in words]
+    fails = [(w in worse) if claim == "no_loss" else (w == within) for w in words]
+    if words and (all if combine == "all" else any)(holds):
+        return "matched"
+    if words and (any if combine == "all" else all)(fails):
+        return "not matched"
+    return next((w for w in words if w.startswith("cannot tell")), "not judged")
 
 
 def judge_claims(table: pd.DataFrame, claims: list[dict]) -> list[Verdict]:
@@ -302,7 +359,9 @@ def judge_claims(table: pd.DataFrame, claims: list[dict]) -> list[Verdict]:
         if missing:  # a width without cells counts as not judged
             evidence += (f"no {mode} cells at forward {', '.join(map(str, missing))} bits",)
             judged += ["not judged"] * len(missing)
+        words = [r["verdict"] or "not judged" for _, r in rows.iterrows()]
+        significance = significance_of(words + ["not judged"] * len(missing), claim, combine)
         verdicts.append(Verdict(claim_id, published["text"], _combine(judged, combine),
                                 _rule_text(mode, widths, claim, combine), evidence,
-                                at_edge=edge))
+                                at_edge=edge, significance=significance))
     return verdicts

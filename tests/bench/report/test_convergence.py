@@ -20,6 +20,7 @@ from bench.report.quality import (
     margin_pct,
     quality_table,
     seed_bands,
+    significance_of,
 )
 from bench.report.timetoquality import elapsed_s
 from bench.results.files import load_results
@@ -284,3 +285,30 @@ def test_tah_quants_quality_claim_is_judged_at_3_and_4_bits_only(tmp_path):
     assert verdict.evidence[0].startswith("tahquant:3/6: 3.0160 vs fp32 3.0010 (+0.50%")
     assert "): matched" in verdict.evidence[0] and "): not matched" in verdict.evidence[1]
     assert "forward 3, 4 bits" in verdict.rule
+
+
+@pytest.mark.parametrize(("words", "claim", "combine", "expected"), [
+    (["within 1%", "within 1%"], "no_loss", "all", "matched"),
+    (["within 1%", "cannot tell with 3 seeds"], "no_loss", "all", "cannot tell with 3 seeds"),
+    (["cannot tell with 3 seeds", "beyond 1%"], "no_loss", "all", "not matched"),
+    (["within 1%", "diverged"], "no_loss", "all", "not matched"),
+    (["within 1%", "not judged"], "no_loss", "all", "not judged"),
+    (["beyond 1%", "not judged"], "worse", "any", "matched"),   # one aggressive width
+    (["within 1%", "within 1%"], "worse", "any", "not matched"),
+    (["within 1%", "cannot tell with 2 seeds"], "worse", "any", "cannot tell with 2 seeds"),
+])
+def test_a_claim_at_the_intervals_confidence(words, claim, combine, expected):
+    assert significance_of(words, claim, combine) == expected
+
+
+def test_claims_carry_their_significance_and_each_width_its_interval(dirs):
+    verdicts = {v.claim_id: v for v in judge_claims(_quality(dirs[0]).reset_index(),
+                                                    load_claims())}
+    # AQ-SGD differs from fp32 by the same 0.01 every seed: an exact +0.33% interval
+    quality = verdicts["quality_2_4_bits"]
+    assert quality.significance == "matched"
+    assert quality.evidence[0].endswith(
+        "; 95% interval +0.33% [+0.33, +0.33] (paired, 3 seeds): within 1%")
+    # DirectQ 2/4 +10% every seed: beyond 1%; 3/6 equal to fp32: within
+    assert verdicts["directq_worse"].significance == "matched"
+    assert verdicts["directq_worse"].evidence[1].endswith("(paired, 3 seeds): within 1%")
