@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import REPO_ROOT
+from bench import REPO_ROOT, SCENARIO_DIR
 from bench.harness.preflight import load_checked_sweep
 from bench.harness.run import CellOutcome, estimate_line, pending_cells, run_sweep
 from bench.harness.sweep import SweepSpec
@@ -30,7 +30,7 @@ from bench.results.files import find_cells
 __all__ = ["CONVERGENCE_LAUNCHER", "SIZES", "ConvergencePlan", "register", "plan",
            "run_convergence", "run_plan", "state_times", "sweep_file", "write_report"]
 
-SWEEPS_DIR = REPO_ROOT / "scenarios" / "sweeps"
+SWEEPS_DIR = SCENARIO_DIR / "sweeps"
 SIZES = ("default", "smoke")
 # unshaped, every rank on this machine: quality does not depend on the link
 CONVERGENCE_LAUNCHER = "local"

@@ -39,7 +39,7 @@ __all__ = ["register", "run_paper", "model_configs", "write_model_results"]
 
 # The performance model in the paper report: validated with this machine's profile,
 # projected with a published-figures GPU profile (profiles/).
-CPU_PROFILE = REPO_ROOT / "profiles" / "cpu-2core.yaml"
+CPU_PROFILE = PROFILE_DIR / "cpu-2core.yaml"
 GPU_PROFILE = PROFILE_DIR / f"{GPU_PROFILE_NAME}.yaml"  # bf16 compute, as GPUs fine-tune
 # GPT2-XL as the paper ran it, and a larger model of GPT-3 6.7B's shape
 PROJECTED_MODELS = {

@@ -26,7 +26,7 @@ from aqsgd.filecache import default_cache_dir
 from aqsgd.model.config import PRESETS
 from aqsgd.model.source import ModelSourceError, run_tokenizer
 from aqsgd.train.config import RunConfig
-from bench import REPO_ROOT
+from bench import SCENARIO_DIR
 from bench.harness.cells import model_choice, run_config
 from bench.harness.sweep import CellSpec, SweepSpec, Workload, load_sweep
 from bench.net.placement import Placement, PlacementError, place
@@ -37,7 +37,7 @@ __all__ = ["RUNS_DURING_RUN", "SWEEPS_DIR", "DataProblem", "SweepPlan", "Unplace
            "check_sweep", "data_problem", "load_checked_sweep", "place_cells",
            "refuse_unsupported"]
 
-SWEEPS_DIR = REPO_ROOT / "scenarios" / "sweeps"
+SWEEPS_DIR = SCENARIO_DIR / "sweeps"
 # which launcher runs which of a scenario's events beside link schedules (the launcher
 # classes' `during_run`, bench/launch/schedules.py; a test keeps the two equal)
 RUNS_DURING_RUN = {"netns": frozenset({"competing", "stragglers"})}

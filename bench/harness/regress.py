@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from aqsgd.filecache import atomic_write_text
-from bench import REPO_ROOT
+from bench import REPO_ROOT, SCENARIO_DIR
 from bench.launch.choice import LAUNCHERS
 from bench.report.summary import summarize
 from bench.report.tables import text_table
@@ -49,7 +49,7 @@ BYTE_COLUMNS = ("bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS))
 BASELINE_COLUMNS = ("cell", "scenario", "label", "replicas", "launcher", "shaped", "status",
                     *BYTE_COLUMNS, "final_loss", "throughput_samples_s", "speedup_vs_fp32")
 
-SWEEP_FILE = REPO_ROOT / "scenarios" / "sweeps" / "regress.yaml"
+SWEEP_FILE = SCENARIO_DIR / "sweeps" / "regress.yaml"
 BASELINE_DIR = REPO_ROOT / "results" / "baseline"
 
 

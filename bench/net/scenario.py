@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench import REPO_ROOT
+from bench import SCENARIO_DIR
 from bench.net.competing import CompetingFlow
 from bench.net.links import HostCaps, Layout, LinkOverride, LinkSpec, ScenarioError, check_bounds
 from bench.net.scenario_file import (
@@ -55,7 +55,6 @@ __all__ = [
     "with_link",
 ]
 
-SCENARIO_DIR = REPO_ROOT / "scenarios"
 
 T = TypeVar("T")
 

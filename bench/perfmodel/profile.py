@@ -24,12 +24,12 @@ import yaml
 from aqsgd.compress import registry
 from aqsgd.filecache import atomic_write_text
 from aqsgd.train.config import Precision
+from bench import PROFILE_DIR
 from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
 __all__ = ["ProfileError", "StageCost", "ComputeProfile", "CompressProfile", "CommProfile",
            "Profile", "load_profile", "write_profile", "PROFILE_DIR"]
 
-PROFILE_DIR = Path(__file__).resolve().parents[2] / "profiles"
 # the keys of the compress tables: every registered activation mode and gradient codec
 # (plug-ins included); a profile needs the built-ins' (registry.BUILT_IN_MODES, _CODECS)
 ACTIVATION_MODES = registry.Names(registry.ACTIVATION_MODES)
