@@ -22,7 +22,7 @@ WHEELHOUSE := docker/wheelhouse
 DEBIAN_SUITE ?= bookworm
 
 .PHONY: help setup test test-fast lint bench bench-kernels bench-compressors bench-coding regress \
-	paper convergence \
+	paper convergence convergence-depth convergence-size \
 	finetune pretrain probe net-cleanup gpu-check profile clean-venv docker-base docker-image \
 	docker-wheelhouse docker-daemon-start docker-daemon-stop
 
@@ -92,6 +92,18 @@ profile: setup
 # Both times are stated before the first cell. SIZE=smoke runs in seconds.
 convergence: setup
 	$(PY) -m bench convergence --size $(SIZE) --launcher $(LAUNCHER)
+
+# Model quality against pipeline depth: 2, 4, 8 stages of one 8-block model (SIZE=smoke).
+# fp32, DirectQ, TAH-Quant, AQ-SGD at 2/4 and 4/8, three seeds, local processes; its time
+# is stated before the first cell; resumable (results/convergence-depth). docs/convergence.md
+convergence-depth: setup
+	$(PY) -m bench convergence --size depth$(if $(filter smoke,$(SIZE)),-smoke)
+
+# Model quality against model size: three presets pre-trained once each (SIZE=smoke).
+# fp32, DirectQ 2/4, TAH-Quant 2/4, AQ-SGD 2/4 and 4/8, two seeds, 2 stages; the
+# pre-training and the cells' times are stated first; resumable (results/convergence-size).
+convergence-size: setup
+	$(PY) -m bench convergence --size size$(if $(filter smoke,$(SIZE)),-smoke)
 
 # A 2-stage fine-tune on loopback (no shaping) that writes metrics under runs/.
 finetune: setup

@@ -152,6 +152,16 @@ PRESETS: dict[str, ModelConfig] = {
         n_layer=8, n_embd=128, n_head=2, vocab_size=384, seq_len=64, activation="gelu",
         n_inner=128, dropout=0.0,
     ),
+    # The size ladder of the convergence sweeps (scenarios/sweeps/convergence-size.yaml):
+    # tiny's recipe (4x MLP, dropout 0.1, 64 channels a head, its tokenizer and task) at
+    # 4 and 8 blocks of width 256 (3.4M and 6.5M parameters), both pre-trained here like
+    # tiny (aqsgd.model.pretrain).
+    "w256-4": ModelConfig(
+        n_layer=4, n_embd=256, n_head=4, vocab_size=384, seq_len=64, activation="gelu"
+    ),
+    "w256-8": ModelConfig(
+        n_layer=8, n_embd=256, n_head=4, vocab_size=384, seq_len=64, activation="gelu"
+    ),
     "gpt2": ModelConfig(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, seq_len=1024),
     "gpt2-medium": ModelConfig(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, seq_len=1024),
     "gpt2-large": ModelConfig(n_layer=36, n_embd=1280, n_head=20, vocab_size=50257, seq_len=1024),

@@ -20,6 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from aqsgd.data.tokenizer import tokenizer_for
+from aqsgd.filecache import default_cache_dir
+from aqsgd.model.config import PRESETS
+from aqsgd.model.pretrain import MAX_PRETRAIN_PARAMS, PretrainConfig, checkpoint_path, estimate_s
 from bench import REPO_ROOT, SCENARIO_DIR
 from bench.harness.preflight import load_checked_sweep
 from bench.harness.run import CellOutcome, estimate_line, pending_cells, run_sweep
@@ -28,10 +32,13 @@ from bench.launch.choice import LAUNCHERS, choose_launcher
 from bench.results.files import find_cells
 
 __all__ = ["CONVERGENCE_LAUNCHER", "SIZES", "ConvergencePlan", "register", "plan",
-           "run_convergence", "run_plan", "state_times", "sweep_file", "write_report"]
+           "pretrain_lines", "run_convergence", "run_plan", "state_times", "sweep_file",
+           "write_report"]
 
 SWEEPS_DIR = SCENARIO_DIR / "sweeps"
-SIZES = ("default", "smoke")
+# default: every mode on tiny; depth: 2, 4, 8 stages of one 8-block model; size: the
+# ladder of model sizes (docs/convergence.md); each -smoke (and smoke) in seconds
+SIZES = ("default", "smoke", "depth", "depth-smoke", "size", "size-smoke")
 # unshaped, every rank on this machine: quality does not depend on the link
 CONVERGENCE_LAUNCHER = "local"
 
@@ -72,7 +79,9 @@ def register(sub) -> None:
         "convergence", help="model quality: every mode for many epochs and seeds, held-out "
                             "loss per epoch, then the convergence report")
     p.add_argument("--size", default="default", choices=SIZES,
-                   help="default: about 34 min on 2 cores; smoke: seconds")
+                   help="default: about 34 min on 2 cores; depth: pipeline depth; size: "
+                        "model size (each states its time before the first cell); smoke, "
+                        "depth-smoke, size-smoke: seconds")
     p.add_argument("--results", type=Path, help="convergence cells (default results/<sweep>)")
     p.add_argument("--throughput-results", type=Path,
                    help="throughput cells, shared with `make paper` (default results/paper)")
@@ -93,11 +102,29 @@ def register(sub) -> None:
     p.set_defaults(func=run_convergence)
 
 
-def state_times(p: ConvergencePlan, fresh: bool = False, launcher: str = "auto") -> list[str]:
-    """The lines said before anything runs: what each sweep still has to run (the
-    throughput cells on `launcher`, the convergence cells on CONVERGENCE_LAUNCHER), how
-    long."""
+def pretrain_lines(spec: SweepSpec) -> list[str]:
+    """One line per preset the sweep fine-tunes from a starting checkpoint that is not
+    cached yet: its size and about how long pre-training it takes (once, on one core)."""
     lines = []
+    presets = sorted({c.workload.preset for c in spec.cells()
+                      if c.workload.init_from == "pretrained" and c.workload.model is None})
+    for preset in presets:
+        cfg = PRESETS[preset]
+        if cfg.num_parameters() > MAX_PRETRAIN_PARAMS:
+            continue  # GPT-2's published weights, not pre-trained here
+        tokenizer = tokenizer_for(cfg.vocab_size, default_cache_dir())
+        if not checkpoint_path(cfg, default_cache_dir(), tokenizer, PretrainConfig()).is_file():
+            lines.append(f"pre-training preset {preset} ({cfg.num_parameters() / 1e6:.1f}M "
+                         f"parameters) once first, about {estimate_s(cfg) / 60:.1f} min on "
+                         f"an idle core; then cached in .cache/checkpoints")
+    return lines
+
+
+def state_times(p: ConvergencePlan, fresh: bool = False, launcher: str = "auto") -> list[str]:
+    """The lines said before anything runs: the starting checkpoints still to pre-train,
+    what each sweep still has to run (the throughput cells on `launcher`, the convergence
+    cells on CONVERGENCE_LAUNCHER), how long."""
+    lines = pretrain_lines(p.convergence)
     if p.throughput is not None:
         choice = choose_launcher(launcher)
         todo = pending_cells(p.throughput, p.throughput_results, choice, fresh=fresh)

@@ -32,6 +32,7 @@ from pydantic import Field
 
 from aqsgd.compress.plugins import PluginError
 from aqsgd.compress.registry import SPEEDUP_REFERENCES, load_plugins
+from aqsgd.model.config import PRESETS
 from aqsgd.train.config import Seed
 from bench.harness.modes import DEFAULT_BITS, ModeSpec, parse_mode
 from bench.harness.workload import Workload
@@ -62,11 +63,15 @@ class Timing:
     """Measured rates of the machine a sweep was sized on, for the time stated before
     its first cell: a cell takes about `start_s` (processes, data, checkpoint,
     rendezvous) + steps x ranks x `step_s_per_rank` (the ranks share the cores, so a step's
-    time grows with them) + evaluations x windows x `eval_s_per_window`."""
+    time grows with them) + evaluations x windows x `eval_s_per_window`. A preset named in
+    `preset_step_s_per_rank` (a sweep over model sizes) steps at its own measured rate;
+    `preset_eval_scale` scales the evaluation rate of the presets it names."""
 
     start_s: float
     step_s_per_rank: float
     eval_s_per_window: float = 0.0
+    preset_step_s_per_rank: dict[str, float] = field(default_factory=dict)
+    preset_eval_scale: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         for name in ("start_s", "step_s_per_rank", "eval_s_per_window"):
@@ -74,12 +79,19 @@ class Timing:
             if isinstance(value, bool) or not (isinstance(value, int | float) and value >= 0):
                 raise ValueError(f"Timing.{name} must be a number of seconds >= 0, "
                                  f"got {value!r}")
+        for name in ("preset_step_s_per_rank", "preset_eval_scale"):
+            for preset, value in getattr(self, name).items():
+                if preset not in PRESETS or not value >= 0:
+                    raise ValueError(f"Timing.{name} must map presets ({', '.join(PRESETS)}) "
+                                     f"to numbers >= 0, got {preset!r}: {value!r}")
 
     def cell_s(self, cell: CellSpec) -> float:
         """Estimated wall time of `cell`, in seconds."""
         w = cell.workload
-        return (self.start_s + w.total_steps * cell.world_size * self.step_s_per_rank
-                + w.evaluations * w.eval_windows * self.eval_s_per_window)
+        step_s = self.preset_step_s_per_rank.get(w.preset, self.step_s_per_rank)
+        eval_s = self.eval_s_per_window * self.preset_eval_scale.get(w.preset, 1.0)
+        return (self.start_s + w.total_steps * cell.world_size * step_s
+                + w.evaluations * w.eval_windows * eval_s)
 
 
 @dataclass(frozen=True)
