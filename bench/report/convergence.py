@@ -1,12 +1,14 @@
 """The convergence report: what each compression costs in model quality, over seeds, and
 what it buys in time to quality on every link of the paper sweep. Made from result files
 only: the convergence cells (held-out loss every epoch), the throughput cells of the
-paper sweep (measured step times) and, where it has run, the dynamic sweep's cells (the
-step times each phase of a changing link gave). docs/convergence.md explains how to read it.
+paper sweep (measured step times) and, where they have run, the dynamic sweep's cells (the
+step times each phase of a changing link gave) and cells with loss and wall clock of one
+shaped run (bench.report.inrun). docs/convergence.md explains how to read it.
 
     write_convergence_report(Path("results/convergence"), Path("results/paper"),
                              Path("results/convergence/report"),    # -> .../convergence.md
-                             dynamic_dir=Path("results/dynamic"))   # links that change
+                             dynamic_dir=Path("results/dynamic"),   # links that change
+                             inrun_dir=Path("results/convergence-inrun"))  # one run's clock
 
 writes convergence.md and the figures of bench.report.convergence_plots into the output
 folder and prints the same tables as rich tables on the terminal (unless quiet).
@@ -37,6 +39,7 @@ from bench.report.convergence_plots import (
     plot_time_to_quality,
 )
 from bench.report.gaps import pair_rows, pair_table, shape_gaps, shape_rows
+from bench.report.inrun import beside_joined, inrun_curves, inrun_rows, inrun_time_to_quality
 from bench.report.markdown import markdown_table
 from bench.report.quality import (
     NOISE_SPREADS,
@@ -84,6 +87,9 @@ class Convergence:
     pairs: pd.DataFrame  # AQ-SGD against DirectQ and TAH-Quant at equal bits (gaps.pair_table)
     depth: pd.DataFrame  # gaps.shape_gaps against stages (empty: one depth only)
     size: pd.DataFrame  # gaps.shape_gaps against the model preset (empty: one preset only)
+    # time to quality within one run beside the joined estimate (inrun.beside_joined;
+    # empty: no such cells)
+    inrun: pd.DataFrame
 
     def __post_init__(self):
         if not self.scenario:
@@ -103,7 +109,8 @@ def _has_cells(path: Path) -> bool:
 
 
 def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
-            scenario: str = DEFAULT_SCENARIO, dynamic_dir: Path | None = None) -> Convergence:
+            scenario: str = DEFAULT_SCENARIO, dynamic_dir: Path | None = None,
+            inrun_dir: Path | None = None) -> Convergence:
     """Read the result folders (any may be missing or empty) and compute."""
     metrics = load_results([conv_dir]) if _has_cells(conv_dir) else pd.DataFrame()
     curves = eval_curves(metrics)
@@ -115,7 +122,7 @@ def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
     if quality.empty:
         empty = pd.DataFrame()
         return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, empty,
-                           empty, tuple(judge_claims(quality, claims)), empty, *shapes)
+                           empty, tuple(judge_claims(quality, claims)), empty, *shapes, empty)
     facts = series_facts(metrics, curves)
     # time axes for the default variant: a variant changes the model, not the link
     timed = timed_bands(bands[bands["variant"] == ""], facts, times, scenario)
@@ -123,8 +130,11 @@ def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
     dynamic = (schedule_cells(load_metas([dynamic_dir]))
                if dynamic_dir is not None and _has_cells(dynamic_dir) else [])
     schedule_ttq = time_to_quality_under_schedule(quality, bands, facts, dynamic)
+    inrun = (inrun_time_to_quality(inrun_curves(load_results([inrun_dir])))
+             if inrun_dir is not None and _has_cells(inrun_dir) else pd.DataFrame())
     return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, timed, ttq,
-                       tuple(judge_claims(quality, claims)), schedule_ttq, *shapes)
+                       tuple(judge_claims(quality, claims)), schedule_ttq, *shapes,
+                       beside_joined(inrun, ttq, schedule_ttq) if not inrun.empty else inrun)
 
 
 # ------------------------------------------------------------------------ tables
@@ -290,6 +300,13 @@ def _tables(conv: Convergence) -> list[tuple[str, str, tuple[list[str], list[lis
                     "phase, warm-up steps at fp32's (they send its raw rows); in brackets "
                     "fp32's time there over the mode's. \"phase N not measured\": the walk "
                     "reaches a phase the cell ended before.", schedule_rows(conv.schedule_ttq)))
+    if not conv.inrun.empty:
+        out.append((f"Time to fp32's final held-out loss within {TOLERANCE_PCT:g}%, measured "
+                    "within one run", "Cells that ran on the link with the held-out loss "
+                    "after every epoch: their own loss curve and step times (target: fp32's "
+                    "final loss in those cells), beside the joined estimate above (the "
+                    "convergence cells' losses x the throughput cells' step times).",
+                    inrun_rows(conv.inrun)))
     if not conv.timed.empty:
         out.append((f"Step times behind the time axis ({conv.scenario})",
                     "Medians of the throughput cell's warm-up and measured steps.",
@@ -328,13 +345,17 @@ def _print(conv: Convergence, tables) -> None:
 def write_convergence_report(conv_dir: Path, throughput_dir: Path, out_dir: Path, *,
                              scenario: str = DEFAULT_SCENARIO,
                              claims_path: Path = CLAIMS_FILE, quiet: bool = False,
-                             dynamic_dir: Path | None = None) -> Path:
+                             dynamic_dir: Path | None = None,
+                             inrun_dir: Path | None = None) -> Path:
     """Write `out_dir/convergence.md` and its figures; returns the report's path.
-    `dynamic_dir`: the dynamic sweep's results, for time to quality on links that change
-    (None, or a folder without cells: no such table)."""
+    `dynamic_dir`: the dynamic sweep's results, for time to quality on links that change;
+    `inrun_dir`: cells with loss curve and wall clock of one run on a shaped link
+    (scenarios/sweeps/convergence-inrun.yaml), for time to quality within one run (None,
+    or a folder without cells: no such table)."""
     conv_dir, throughput_dir, out_dir = Path(conv_dir), Path(throughput_dir), Path(out_dir)
     conv = analyse(conv_dir, throughput_dir, load_claims(claims_path), scenario,
-                   None if dynamic_dir is None else Path(dynamic_dir))
+                   None if dynamic_dir is None else Path(dynamic_dir),
+                   None if inrun_dir is None else Path(inrun_dir))
     lines = ["# Convergence: model quality of each compression", ""]
     if not conv.has_cells:
         lines += [f"No convergence cells under `{conv_dir}`: nothing to judge. "
