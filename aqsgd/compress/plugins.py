@@ -7,6 +7,7 @@ identified here; aqsgd.compress.registry registers them.
     entry_point_modules()                            # installed packages' ENTRY_POINT_GROUP
     identify(module, source)                         # Plugin: name, version, source hash
     python -m aqsgd.compress.plugins SOURCE...       # this host's copies, as JSON
+    python -m aqsgd.compress.plugins --expect JSON   # exit 1 naming each it lacks
     copy_problems(wanted, copies)                    # why a host cannot run them
 
 A `Plugin` is a plug-in's identity: a cell's spec and its run config carry it, so an
@@ -25,6 +26,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
+import platform
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -180,10 +182,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aqsgd.compress.plugins",
                                      description="Print this host's copy of each plug-in "
                                      "(sha256 and version, or why it cannot be loaded) as JSON.")
-    parser.add_argument("sources", nargs="+", metavar="SOURCE",
+    parser.add_argument("sources", nargs="*", metavar="SOURCE",
                         help="a plug-in's .py file (absolute path) or module name")
-    print(json.dumps(host_copies(parser.parse_args(argv).sources)))
-    return 0
+    parser.add_argument("--expect", metavar="JSON", help="a JSON list of Plugin identities "
+                        "(module, source, version, sha256): print nothing and exit 0 when "
+                        "this host has the same copy of each, else exit 1 with a line per "
+                        "plug-in it lacks or has another copy of, naming this host")
+    args = parser.parse_args(argv)
+    if args.expect is None:
+        print(json.dumps(host_copies(args.sources)))
+        return 0
+    wanted = [Plugin(**entry) for entry in json.loads(args.expect)]
+    problems = copy_problems(wanted, host_copies(p.source for p in wanted))
+    for line in problems:
+        print(f"{platform.node()}: {line}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -93,7 +93,8 @@ def run_slurm(args: argparse.Namespace) -> int:
     job = SlurmJob(spec.name, scenario, scenario_arg,
                    tuple(SlurmCell(cell_dir_name(c, choice), c.world_size, c.workload.timeout_s)
                          for c in cells),
-                   out, REPO_ROOT, args.python, options)  # checked before anything is written
+                   out, REPO_ROOT, args.python, options,  # checked before anything is written
+                   tuple(dict.fromkeys(p for c in cells for p in c.mode.plugins)))
     prepare_checkpoints(cells, REPO_ROOT, print)
     prov = provenance(REPO_ROOT)  # the job records the nodes' own when it runs
     for cell in cells:

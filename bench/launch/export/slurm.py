@@ -7,7 +7,8 @@ cluster, one after another on the same nodes, one torchrun agent per node.
 
 `bench slurm` writes each cell's `config.yaml` and `slurm-cell.json` (the head of its
 meta.json) into the results folder, and `render_sbatch` writes the script beside them.
-The job's steps (bench/launch/export/slurm_job.py): every node's address; with `--iface`
+The job's steps (bench/launch/export/slurm_job.py): every node's address; every node
+loading the same copy of each plug-in the cells run (else the job stops); with `--iface`
 a step per node holding its part of the host shaping plan until the job ends; per cell
 one torchrun agent per node, rank i on node i; then the result files, as `bench sweep`
 lays them out. No link probe and no link schedules. The folder and the checkout must be
@@ -16,12 +17,17 @@ at the same paths on every node. Why each step: docs/multihost.md, "A Slurm clus
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.net.scenario import NetworkScenario
+
+if TYPE_CHECKING:
+    from aqsgd.compress.plugins import Plugin
 
 __all__ = ["SlurmCell", "SlurmExport", "SlurmJob", "SlurmOptions", "render_sbatch",
            "write_sbatch"]
@@ -91,6 +97,7 @@ class SlurmJob:
     repo: Path
     python: str
     options: SlurmOptions = field(default_factory=SlurmOptions)
+    plugins: tuple[Plugin, ...] = ()  # the plug-ins the cells run: every node needs them
 
     def __post_init__(self) -> None:
         if not self.cells:
@@ -178,6 +185,17 @@ exec env TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 $AQ_SOCKET_ENV \
   --world-size "$world" --master-addr "${addr[0]}" --master-port $((port + 1))"""
 
 
+def _plugin_step(job: SlurmJob, node_step: str) -> list[str]:
+    """Every node loads the same copy of each plug-in the cells run, or the job stops
+    before anything is shaped, each node's lines naming the plug-in (docs/plugins.md)."""
+    if not job.plugins:
+        return []
+    expect = json.dumps([p.to_dict() for p in job.plugins])
+    return ["# the plug-ins: every node loads the same copy of each, or nothing runs",
+            f"{node_step} \"$AQ_PYTHON\" -m aqsgd.compress.plugins --expect {_q(expect)} || "
+            f"{{ echo 'plug-ins missing or different on a node (above)' >&2; exit 1; }}"]
+
+
 def _body(job: SlurmJob) -> list[str]:
     o = job.options
     node_step = "srun --overlap --ntasks-per-node=1 --nodes=\"$SLURM_NNODES\""
@@ -201,6 +219,7 @@ def _body(job: SlurmJob) -> list[str]:
         "    echo \"expected $SLURM_NNODES node addresses, got: $AQ_ADDRS\" >&2; exit 1",
         "fi",
         "echo \"nodes: $SLURM_JOB_NODELIST, addresses: $AQ_ADDRS\"",
+        *_plugin_step(job, node_step),
         "export AQ_SOCKET_ENV=" + (_q(f"GLOO_SOCKET_IFNAME={o.iface} NCCL_SOCKET_IFNAME="
                                       f"{o.iface} TP_SOCKET_IFNAME={o.iface}")
                                    if o.iface else "''"),
