@@ -8,10 +8,13 @@ drops when its holder exits however it exits) held while the sweep runs. The hol
 writes who it is into that file and empties it when done: a second sweep is refused
 naming the holder, and a sweep that finds the lock free but the file still naming
 someone takes it over and says so. docs/ARCHITECTURE.md, "The sweep lock", says why.
+A full file system under the block (ENOSPC, EDQUOT) is raised as ResultsFolderFull
+naming the folder: the sweep stops, recording no cell as failed for it (docs/robustness.md).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -24,13 +27,26 @@ from filelock import FileLock, Timeout
 
 from bench.launch.process import ProcessIdentity
 
-__all__ = ["LOCK_NAME", "SweepLocked", "holder_text", "sweep_lock"]
+__all__ = ["LOCK_NAME", "ResultsFolderFull", "SweepLocked", "holder_text", "raise_if_full",
+           "sweep_lock"]
 
 LOCK_NAME = ".sweep.lock"
 
 
 class SweepLocked(ValueError):
     """Another sweep holds the results directory (the message names it)."""
+
+
+class ResultsFolderFull(OSError):
+    """The results folder's file system is full: the sweep stopped (the message names the
+    folder; cells finished before are kept, the next run runs the rest)."""
+
+
+def raise_if_full(err: BaseException) -> None:
+    """Re-raise `err` when it is a full file system: then nothing, not even a failed
+    cell's record, can be written, and sweep_lock stops the sweep with ResultsFolderFull."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise err
 
 
 def holder_text(record: dict) -> str:
@@ -75,7 +91,15 @@ def sweep_lock(sweep_dir: Path, echo: Callable[[str], None] = print) -> Iterator
         path.write_text(json.dumps({
             **me.to_dict(), "command": " ".join(sys.argv),
             "since_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}), encoding="utf-8")
-        yield
+        try:
+            yield
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise ResultsFolderFull(
+                f"{sweep_dir}: no space left on its file system ({err}); the sweep stopped, "
+                f"the cells finished before are kept as they were; free space and run the "
+                f"same command again to resume") from err
     finally:
         path.write_text("", encoding="utf-8")  # released on purpose: nothing to take over
         lock.release()

@@ -30,7 +30,7 @@ from pathlib import Path
 from bench import REPO_ROOT
 from bench.harness.cells import run_config, write_run_config
 from bench.harness.checkpoint import prepare_checkpoints
-from bench.harness.lock import sweep_lock
+from bench.harness.lock import raise_if_full, sweep_lock
 from bench.harness.meta import cell_dir_name, expected_identity, meta_head
 from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
 from bench.harness.outages import survivable as survivable_config
@@ -432,6 +432,7 @@ def _run_group(scenario: NetworkScenario, group: list[CellSpec], sweep_dir: Path
                      + (f": {outcome.reason}" if outcome.reason else ""))
                 bar.advance(cell.name, weights[cell.name])
     except Exception as err:  # hosts or probe failed: the group fails, the sweep goes on
+        raise_if_full(err)  # nothing can be recorded: sweep_lock stops the sweep
         done = {o.name for o in outcomes}
         rest = [c for c in group if cell_dir_name(c, choice) not in done]
         reason = f"scenario {name}: {type(err).__name__}: {err}"

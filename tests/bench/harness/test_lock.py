@@ -67,3 +67,24 @@ def test_the_lock_of_a_killed_sweep_is_taken_over_and_said_so(tmp_path):
     assert len(said) == 1 and said[0].startswith(
         f"{tmp_path}: took over the lock left by pid {holder.pid} (")
     assert "no process holds it any more" in said[0]
+
+
+def test_a_full_file_system_under_the_lock_stops_the_sweep_naming_the_folder(tmp_path):
+    import errno
+
+    from bench.harness.lock import ResultsFolderFull, raise_if_full
+
+    with pytest.raises(ResultsFolderFull, match=rf"^{tmp_path}: no space left on its file "
+                                                r"system \(\[Errno 28\] .*\); the sweep "
+                                                r"stopped.*run the same command again"):
+        with sweep_lock(tmp_path, echo=print):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert (tmp_path / LOCK_NAME).read_text() == ""  # released: nothing to take over
+    with pytest.raises(PermissionError):  # any other OSError passes as it was
+        with sweep_lock(tmp_path, echo=print):
+            raise PermissionError(errno.EACCES, "denied")
+    with pytest.raises(OSError) as caught:  # re-raised where a cell would record it
+        raise_if_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert caught.value.errno == errno.EDQUOT
+    raise_if_full(OSError(errno.EIO, "I/O error"))  # not a full disk: the caller records it
+    raise_if_full(ValueError("no"))

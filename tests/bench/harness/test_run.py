@@ -105,3 +105,39 @@ def test_a_metrics_csv_cut_between_runs_is_measured_again_not_counted_done(tmp_p
     assert any(line.startswith(f"measure 100mbps__fp32__local again: unreadable: {cut}: ")
                and "truncated" in line for line in lines), lines
     assert cut.stat().st_size == recorded["bytes"]
+
+
+@pytest.mark.slow
+@pytest.mark.workers
+def test_a_full_results_folder_stops_the_sweep_and_keeps_the_finished_cells(
+        tmp_path, monkeypatch):
+    import errno
+
+    from bench.harness import run as harness_run
+    from bench.harness.lock import ResultsFolderFull
+
+    worker = fake_worker_cmd(tmp_path)
+    out = tmp_path / "results"
+    spec = _spec()
+    real_write = harness_run.write_json
+
+    def full_at_the_second_meta(path, obj):  # the file system fills during cell 2
+        if path.name == "meta.json" and path.parent.name.startswith("100mbps__aqsgd"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(path, obj)
+
+    monkeypatch.setattr(harness_run, "write_json", full_at_the_second_meta)
+    with pytest.raises(ResultsFolderFull, match=rf"^{out}: no space left"):
+        run_sweep(spec, out, launcher="local", quiet=True, worker_cmd=worker,
+                  echo=lambda s: None)
+    finished = out / "100mbps__fp32__local" / "meta.json"
+    assert json.loads(finished.read_text())["status"] == "ok"
+    kept = finished.read_bytes()
+    # neither the cell it was running nor the next is recorded failed: nothing is
+    assert not (out / "100mbps__aqsgd-fw2-bw4__local" / "meta.json").exists()
+    assert not (out / "100mbps__directq-fw4-bw8__local").exists()
+    monkeypatch.setattr(harness_run, "write_json", real_write)  # space again: resume
+    second = run_sweep(spec, out, launcher="local", quiet=True, worker_cmd=worker,
+                       echo=lambda s: None)
+    assert [o.status for o in second] == ["skipped", "ok", "ok"]
+    assert finished.read_bytes() == kept
