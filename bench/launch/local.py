@@ -114,6 +114,7 @@ class LocalLauncher(Hosts):
         (PDEATHSIG_GUARD) and recorded in the state file; env as NetnsLauncher."""
         proc = spawn_group(guarded(list(argv)), self.worker_environ(i, env), log_path)
         self._procs.append(proc)
+        self._note_log(log_path)
         self._started_process(proc)
         return proc
 

@@ -201,6 +201,7 @@ class NetnsLauncher(ShapedHosts):
             command = self.cgroups.enter_argv(self._cgroups[i], command)
         proc = spawn_group(command, self.worker_environ(i, env), log_path)
         self._procs.append(proc)
+        self._note_log(log_path)
         self._started_process(proc)
         return proc
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kill_helpers import kill_watchdogs
 from launch_helpers import exited
 
 from bench import REPO_ROOT
@@ -84,6 +85,7 @@ def test_a_harness_killed_mid_cell_leaves_no_local_worker_and_kills_nothing_else
         start_new_session=True)
     try:
         workers = _listed_workers(out / ".launcher", 2, timeout_s=200)
+        kill_watchdogs(out / ".launcher")  # a crash: only the kernel (PDEATHSIG) ends them
         harness.kill()  # SIGKILL: no finally, no __exit__ runs
         harness.wait()
         # the kernel ends them with the harness (PR_SET_PDEATHSIG), whatever cleanup does

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from harness_helpers import check_smoke_cell, smoke_sweep, two_launchers_in_one_dir
+from kill_helpers import kill_watchdogs
 from launch_helpers import delay_scenario, docker_spec
 
 from bench.launch.docker import DockerLauncher, teardown_docker
@@ -93,6 +94,7 @@ def test_a_killed_run_is_removed_by_net_cleanup(tmp_path):
     try:
         assert proc.stdout.readline().strip() == "up"
     finally:
+        kill_watchdogs(state_dir)  # a crash: nothing tears the run down
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     (state,) = state_dir.glob("aqd*.json")

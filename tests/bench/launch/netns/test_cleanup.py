@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kill_helpers import kill_watchdogs
 from launch_helpers import alive, leftovers
 
 from bench.launch.netns import NetnsLauncher
@@ -78,7 +79,8 @@ def test_signal_tears_down(tmp_path, sig):
 @pytest.mark.parametrize("which", ["--state", "--all-recorded"])
 def test_cleanup_command_after_sigkill(tmp_path, which):
     proc, prefix, state_path, worker_pid = _launch_in_subprocess(tmp_path)
-    proc.kill()  # no chance to tear down: the namespaces and the worker stay
+    kill_watchdogs(tmp_path)  # a crash: nothing tears down, the namespaces and worker stay
+    proc.kill()
     proc.wait(timeout=10)
     assert leftovers(prefix) and state_path.exists()
     select = [which, str(state_path)] if which == "--state" else [which, "--state-dir",

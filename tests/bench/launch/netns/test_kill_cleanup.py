@@ -1,5 +1,7 @@
-"""A harness killed with SIGKILL in the middle of a cell, for real: `python -m bench run` on
-shaped network namespaces, killed once its workers train; a rerun of the same sweep
+"""A harness killed with SIGKILL in the middle of a cell, for real, together with its
+watchdog (as a machine crash leaves a run; the watchdog alone is tests/bench/launch/
+test_watchdog.py): `python -m bench run` on shaped network namespaces, killed once its
+workers train; a rerun of the same sweep
 removes what the killed run left before it builds its own hosts; after a second kill,
 the cleanup that `make net-cleanup` runs leaves no namespace, device, qdisc or process
 of the suite.
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kill_helpers import kill_watchdogs
 
 from bench.launch.process import ProcessIdentity
 from bench.launch.state import all_recorded_state_files, cleanup, recorded_state_files, run_is_live
@@ -140,6 +143,7 @@ def test_sigkill_mid_cell_then_rerun_and_net_cleanup_leave_nothing(results, tmp_
     try:
         killed = _wait_for_training(out, first, log)
     finally:
+        kill_watchdogs(out / ".launcher")
         _sigkill(first)
     # what a kill leaves: the namespaces and the training workers
     assert _names_of(killed) and len(_running(killed)) >= 2
@@ -152,6 +156,7 @@ def test_sigkill_mid_cell_then_rerun_and_net_cleanup_leave_nothing(results, tmp_
         assert not (out / ".launcher" / f"{killed['prefix']}.json").exists()
         assert _names_of(second) and len(_running(second)) >= 2
     finally:
+        kill_watchdogs(out / ".launcher")
         _sigkill(rerun)
 
     done = subprocess.run([sys.executable, "-m", "bench.launch", "cleanup", "--all-recorded"],

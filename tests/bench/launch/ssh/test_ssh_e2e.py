@@ -1,7 +1,8 @@
 """The SSH launcher end to end, with the real worker, against sshd servers in namespaces
 (conftest.py): a 100mbps smoke cell gives the bytes per step and held-out loss of the
 same cell on the netns launcher, its probe within 5% of the rates; a harness killed with
-SIGKILL mid-cell, then `python -m bench.launch cleanup --all-recorded` (what `make
+SIGKILL mid-cell with its watchdog (as a machine crash leaves it; the watchdog alone:
+test_ssh_watchdog.py), then `python -m bench.launch cleanup --all-recorded` (what `make
 net-cleanup` runs), leaves no qdisc, process or record on any host and no state file
 here; a host that drops off the network mid-run fails the cell naming the host, within
 a bounded time, and is left running no worker (its sshd closing the session stops the
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from kill_helpers import kill_watchdogs
 
 from bench.harness.run import run_sweep
 from bench.harness.sweep import SweepSpec, Workload, parse_mode
@@ -146,7 +148,8 @@ def _assert_nothing_left(sshd_hosts, state: dict) -> None:
     assert not any("bench.launch.ssh.relay" in _cmdline(p) for p in relays)
 
 
-def _sigkill(harness: subprocess.Popen) -> None:
+def _sigkill(harness: subprocess.Popen, out: Path) -> None:
+    kill_watchdogs(out / ".launcher")  # a crash: nothing is left to tear the run down
     os.kill(harness.pid, signal.SIGKILL)  # the harness only: relays have their own groups
     harness.wait(timeout=10)
 
@@ -159,7 +162,7 @@ def test_sigkill_mid_cell_then_rerun_and_net_cleanup_leave_nothing_on_any_host(
     try:
         killed = _wait_for_training(sshd_hosts, first, log)
     finally:
-        _sigkill(first)
+        _sigkill(first, sshd_hosts.results)
     # what a kill leaves: the shaping, the workers, the relays, the records
     assert all(sshd_hosts.qdiscs(i) for i in range(sshd_hosts.n))
     assert len(_workers(sshd_hosts)) == sshd_hosts.n
@@ -174,7 +177,7 @@ def test_sigkill_mid_cell_then_rerun_and_net_cleanup_leave_nothing_on_any_host(
                        for i in range(sshd_hosts.n))
         assert not (sshd_hosts.results / ".launcher" / f"{killed['prefix']}.json").exists()
     finally:
-        _sigkill(rerun)
+        _sigkill(rerun, sshd_hosts.results)
 
     done = _cleanup_all_recorded()
     assert done.returncode == 0, done.stderr
@@ -207,7 +210,7 @@ def test_a_host_that_drops_mid_run_fails_the_cell_naming_it(sshd_hosts, tmp_path
               f"{time.monotonic() - dropped:.1f} s after the drop")
     finally:
         if harness.poll() is None:
-            _sigkill(harness)
+            _sigkill(harness, sshd_hosts.results)
         sshd_hosts.set_link(1, up=True)
     try:
         assert code == 1, log.read_text()[-3000:]

@@ -1,0 +1,138 @@
+"""The run watchdog (bench.launch.watchdog): a run that ends on its own lets it go having
+touched nothing; a harness killed with SIGKILL leaves, with no cleanup command, no
+process of its run after 10 s and nothing it built after 30 s (a launcher with `sleep`
+ranks; a real `python -m bench run` cell on the local and the netns launcher), and each
+rank log says that the harness is gone. SSH: ssh/test_ssh_watchdog.py; Docker:
+docker/test_watchdog.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kill_helpers import (
+    REPO,
+    WATCHDOG,
+    cmdline,
+    naming,
+    seconds_until,
+    sigkill,
+    start_harness,
+    state_files,
+    wait_for,
+)
+from launch_helpers import alive, leftovers
+
+from bench.launch.process import ProcessIdentity
+from bench.launch.state import cleanup, recorded_state_files
+from bench.launch.watchdog import Watchdog
+
+WORKERS_S, BUILT_S = 10.0, 30.0  # the issue's bounds, from the kill
+WAIT_S = 150.0  # bring-up, probe and two workers importing torch on a loaded 2-core host
+# the driver: a local launcher whose 2 ranks sleep, killed once they run
+SLEEPERS = """\
+import sys, time
+from pathlib import Path
+from bench.launch.local import LocalLauncher
+out = Path(sys.argv[1])
+with LocalLauncher(n_hosts=2, state_dir=out / ".launcher", warn=None) as hosts:
+    for i in range(2):
+        hosts.spawn(i, ["sleep", "600"], None, out / f"rank{i}.log")
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.fixture
+def results(tmp_path):
+    """The sweep's directory; whatever a failing test left there is removed afterwards."""
+    out = tmp_path / "results"
+    yield out
+    cleanup(recorded_state_files(out / ".launcher"))
+
+
+def _harness_gone_line(pid: int) -> str:
+    return f"the harness (pid {pid}) is gone"
+
+
+def test_a_run_that_ends_on_its_own_lets_its_watchdog_go_untouched(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_text("")
+    dog = Watchdog.start(tmp_path / "state")
+    dog.note_log(log)
+    assert alive(dog.proc.pid) and WATCHDOG in cmdline(dog.proc.pid)
+    dog.stop()
+    assert dog.proc.returncode == 0
+    assert log.read_text() == ""
+
+
+@pytest.mark.slow
+def test_a_killed_harness_leaves_no_rank_and_no_state_file(tmp_path):
+    out = tmp_path / "results"
+    harness = subprocess.Popen([sys.executable, "-c", SLEEPERS, str(out)], cwd=REPO,
+                               stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert harness.stdout.readline() == b"ready\n"
+        ranks = [p["pid"] for s in state_files(out) for p in s["processes"]]
+        assert len(ranks) == 2 and all(alive(p) for p in ranks)
+    finally:
+        killed_at = sigkill(harness)
+    ranks_s = seconds_until(lambda: [p for p in ranks if alive(p)], killed_at, WORKERS_S)
+    all_s = seconds_until(lambda: naming(str(out)) + list((out / ".launcher").iterdir()),
+                          killed_at, BUILT_S)
+    for i in range(2):
+        assert _harness_gone_line(harness.pid) in (out / f"rank{i}.log").read_text()
+    print(f"\nsleeping ranks gone {ranks_s:.1f} s after the kill, the state file "
+          f"and the watchdog {all_s:.1f} s")
+
+
+def _training(out: Path) -> dict | None:
+    """The run's state file once its two workers train (a metrics record written)."""
+    for state in state_files(out):
+        workers = [p for p in state["processes"] if "aqsgd.train.worker" in cmdline(p["pid"])]
+        if len(workers) == 2 and any(f.stat().st_size
+                                     for f in out.glob("*/metrics/rank*.jsonl")):
+            return state
+    return None
+
+
+def _kill_mid_cell(out: Path, log: Path, launcher: str) -> None:
+    """Kill -9 the harness of a training cell; assert the bounds and print the times."""
+    harness = start_harness(out, log, launcher)
+    try:
+        state = wait_for("two training workers", lambda: _training(out), harness, log,
+                         WAIT_S)
+    finally:
+        killed_at = sigkill(harness)
+
+    def workers() -> list:
+        recorded = [p["pid"] for p in state["processes"]
+                    if ProcessIdentity.from_dict(p).is_running()]
+        return recorded + [p for p in naming(str(out)) if WATCHDOG not in cmdline(p)]
+
+    workers_s = seconds_until(workers, killed_at, WORKERS_S)
+    built_s = seconds_until(lambda: leftovers(state["prefix"]) + naming(str(out))
+                            + list((out / ".launcher").iterdir()), killed_at, BUILT_S)
+    rank_logs = sorted(out.glob("*/logs/rank*.log"))
+    assert len(rank_logs) == 2
+    for rank_log in rank_logs:
+        assert _harness_gone_line(harness.pid) in rank_log.read_text(), rank_log
+    print(f"\n{launcher}: the last worker ended {workers_s:.1f} s after the harness was "
+          f"killed, everything it built was gone after {built_s:.1f} s")
+
+
+@pytest.mark.slow
+@pytest.mark.workers
+@pytest.mark.timeout(400)
+def test_a_harness_killed_mid_cell_on_local_leaves_nothing(results, tmp_path):
+    _kill_mid_cell(results, tmp_path / "harness.log", "local")
+
+
+@pytest.mark.slow
+@pytest.mark.workers
+@pytest.mark.netns
+@pytest.mark.timeout(400)
+def test_a_harness_killed_mid_cell_on_netns_leaves_nothing(results, tmp_path):
+    _kill_mid_cell(results, tmp_path / "harness.log", "netns")
