@@ -312,11 +312,13 @@ def _evidence(row, judged: str, claim: str) -> str:
 
 
 def interval_text(row) -> str:
-    """'95% interval +0.33% [+0.10, +0.56] (paired, 3 seeds): within 1%'."""
+    """'95% interval +0.33% [+0.10, +0.56] (paired, 3 seeds): within 1%', or 'no 95%
+    interval: cannot tell with 1 seed'."""
     iv = Interval(row["gap_pct"], row["gap_lo"], row["gap_hi"], int(row["gap_n"]),
                   row["gap_method"], math.nan)
-    how = "no interval" if iv.method == "none" else f"{iv.method}, {iv.n} seeds"
-    return f"{LEVEL:.0%} interval {iv.text()} ({how}): {row['verdict']}"
+    if iv.method == "none":  # one seed, or a non-finite loss: nothing to build one from
+        return f"no {LEVEL:.0%} interval: {row['verdict']}"
+    return f"{LEVEL:.0%} interval {iv.text()} ({iv.method}, {iv.n} seeds): {row['verdict']}"
 
 
 def significance_of(words: list[str], claim: str, combine: str) -> str:

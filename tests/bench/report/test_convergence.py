@@ -15,6 +15,7 @@ from bench.report.convergence import analyse, write_convergence_report
 from bench.report.quality import (
     at_edge,
     eval_curves,
+    interval_text,
     judge_claims,
     judge_width,
     margin_pct,
@@ -312,3 +313,11 @@ def test_claims_carry_their_significance_and_each_width_its_interval(dirs):
     # DirectQ 2/4 +10% every seed: beyond 1%; 3/6 equal to fp32: within
     assert verdicts["directq_worse"].significance == "matched"
     assert verdicts["directq_worse"].evidence[1].endswith("(paired, 3 seeds): within 1%")
+
+
+def test_one_seed_gives_no_interval_and_cannot_tell(tmp_path):
+    write_fixture_cell(tmp_path, eval_losses=[4.0, 3.0])
+    write_fixture_cell(tmp_path, mode="directq", fw=2, bw=4, eval_losses=[4.0, 3.3])
+    row = _quality(tmp_path).loc["directq:2/4"]
+    assert row["gap_pct"] == pytest.approx(10.0) and row["gap_method"] == "none"
+    assert interval_text(row) == "no 95% interval: cannot tell with 1 seed"
