@@ -314,6 +314,7 @@ class SshLauncher(ShapedHosts):
         proc = spawn_group(relay_argv(self.python, self.hosts[self.machine(i)], self.label(i),
                                       command, put=put, get=get), env_with_repo(), log_path)
         self._procs.append(proc)
+        self._note_log(log_path)
         self._started_process(proc)
         return proc
 
