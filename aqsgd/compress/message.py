@@ -12,6 +12,8 @@ Wire format, in order (empty parts left out): header int64 (3 + B,) = [format, e
 n_raw, sample ids...] ((5 + B,) with adaptive `widths`: then bits, next bits); raw rows
 (n_raw, *S) in the transport dtype (fp32 in evaluation); the mode's `coded_spec((n_q,
 *S))`. docs/ARCHITECTURE.md, "Compressors", says which rows go raw and what a cache holds.
+A mode `sized_by_data` has DATA_SIZED dims there (`cfg.sized_by_data`: its direction
+travels length-first); `message_spec(..., expected=True)` fills them as the mode expects.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from aqsgd import quant
 from aqsgd.compress.cache import CacheSpec
 from aqsgd.compress.modes.base import ActivationMode
 from aqsgd.compress.registry import ACTIVATION_MODES, Names
-from aqsgd.compress.wire import WireSpec
+from aqsgd.compress.wire import WireSpec, prefix_spec
 from specfile.declared import check_fields
 
 __all__ = [
@@ -152,6 +154,9 @@ class CompressionConfig:
         if not self.coding.codes_rows:
             raise ValueError(f"CompressionConfig.widths: mode {self.mode!r} codes no rows, so "
                              f"it has no width to choose; leave widths empty")
+        if self.sized_by_data:
+            raise ValueError(f"CompressionConfig.widths: mode {self.mode!r} is sized by data, "
+                             f"so no width can be chosen from its size; leave widths empty")
         if self.bits not in w:
             raise ValueError(f"CompressionConfig.bits ({self.bits}) is the first adaptive "
                              f"width, so it must be one of widths {w}")
@@ -164,6 +169,11 @@ class CompressionConfig:
     @property
     def uses_cache(self) -> bool:
         return self.coding.uses_cache
+
+    @property
+    def sized_by_data(self) -> bool:
+        """Its coded messages' sizes are known only after encoding: length-first."""
+        return self.coding.sized_by_data
 
     def cache_spec(self, sample_shape, num_samples: int) -> CacheSpec:
         return CacheSpec(
@@ -179,12 +189,14 @@ def header_fields(cfg: CompressionConfig) -> int:
     return HEADER_FIELDS + (WIDTH_FIELDS if cfg.widths else 0)
 
 
-def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int,
-                 training: bool = True, bits: int | None = None) -> WireSpec:
+def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int, training: bool = True,
+                 bits: int | None = None, expected: bool = False) -> WireSpec:
     """[(shape, dtype)] in wire order of a (B, *S) micro-batch's message with `n_raw` rows
     raw and B - n_raw coded by the mode at `bits` (None: `cfg.bits`): the one size rule
     (`Compressor.wire_spec`, traffic predictions; steady state: `steady_raw_rows`). An
-    evaluation message (`training` False) sends every row raw in EVAL_DTYPE."""
+    evaluation message (`training` False) sends every row raw in EVAL_DTYPE. A mode sized
+    by data leaves DATA_SIZED dims; with `expected` they are the mode's expectation, and
+    its length prefix (aqsgd.compress.wire.prefix_spec) comes first, as on the wire."""
     batch, *row_shape = (int(n) for n in batch_shape)
     if isinstance(n_raw, bool) or not isinstance(n_raw, int) or not 0 <= n_raw <= batch:
         raise ValueError(f"message_spec: n_raw must be an int in [0, {batch}], got {n_raw!r}")
@@ -200,7 +212,11 @@ def message_spec(cfg: CompressionConfig, batch_shape, n_raw: int,
         spec.append(((n_raw, *row_shape), raw_dtype))
     if batch - n_raw:
         coded = cfg if bits is None else cfg.with_bits(bits)
-        spec += cfg.coding.coded_spec(coded, (batch - n_raw, *row_shape))
+        q_shape = (batch - n_raw, *row_shape)
+        coding = cfg.coding
+        spec += (coding.expected_spec if expected else coding.coded_spec)(coded, q_shape)
+    if expected and cfg.sized_by_data:
+        spec.insert(0, prefix_spec(spec))
     return spec
 
 

@@ -7,7 +7,9 @@
 
 How messages match (the receiver posts irecvs of the sizes `wire_spec` gives), when
 sends and receives complete, and the send timing adaptive widths read: docs/pipeline.md,
-"Messages between stages".
+"Messages between stages". A direction whose mode is sized by data passes
+`length_first=True` to both calls: the shapes go first (aqsgd.compress.wire.shape_prefix),
+the receiver posts the tensors' irecvs once they arrived, and both count the prefix.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from aqsgd.compress.wire import message_nbytes
+from aqsgd.compress.wire import (
+    WireSpec,
+    message_nbytes,
+    prefix_spec,
+    resolve_spec,
+    shape_prefix,
+    sized_by_data,
+)
 from aqsgd.train.metrics import StepMeter
 
 __all__ = ["PendingRecv", "P2P", "SendTimer"]
@@ -37,6 +46,9 @@ class PendingRecv:
     tensors: list[torch.Tensor]
     works: list
     posted_us: float
+    # length-first: the message's spec, its DATA_SIZED dims read from `tensors[0]`, the
+    # shape prefix (the tensors' irecvs are posted once it has arrived)
+    spec: WireSpec | None = None
 
 
 class _TimedSend:
@@ -111,10 +123,14 @@ class P2P:
         self._sends: list[tuple[int, str, list, list[torch.Tensor], float]] = []
         self.send_timer = SendTimer(self.timeout) if time_sends else None
 
-    def send(self, peer: int, kind: str, tensors: list[torch.Tensor]) -> None:
-        """Post one message; returns at once (the tensors are kept until sent)."""
+    def send(self, peer: int, kind: str, tensors: list[torch.Tensor],
+             length_first: bool = False) -> None:
+        """Post one message; returns at once (the tensors are kept until sent). With
+        `length_first` its shape prefix goes first (module docstring)."""
         msg = [t.to(self.wire_device).contiguous() for t in tensors]
-        works = [dist.isend(t, dst=peer) for t in msg]
+        if length_first:
+            msg.insert(0, shape_prefix(msg).to(self.wire_device))
+        works = [dist.isend(t, dst=peer) for t in msg if t.numel()]  # an empty part: no send
         nbytes = message_nbytes(msg)
         self.meter.add_bytes(kind, peer, sent=nbytes)
         if self.send_timer is not None:  # the timer is the one waiter (module docstring)
@@ -127,13 +143,23 @@ class P2P:
             raise RuntimeError("take_send_times() needs P2P(time_sends=True)")
         return self.send_timer.take(peer)
 
-    def post_recv(self, peer: int, kind: str, label: str,
-                  spec: list[tuple[tuple[int, ...], torch.dtype]]) -> PendingRecv:  # fmt: skip
-        """Post the receives of one message described by `spec` = [(shape, dtype)]."""
+    def post_recv(self, peer: int, kind: str, label: str, spec: WireSpec,
+                  length_first: bool = False) -> PendingRecv:
+        """Post the receives of one message described by `spec` = [(shape, dtype)]; with
+        `length_first` only its shape prefix's (`spec` may then hold DATA_SIZED dims)."""
+        if sized_by_data(spec) and not length_first:
+            raise ValueError(f"post_recv {label}: the spec {spec} has dims known only after "
+                             f"encoding, so the message must travel length_first")
+        pending = PendingRecv(peer, kind, label, [], [], self.meter.now_us(),
+                              spec if length_first else None)
+        self._post(pending, [prefix_spec(spec)] if length_first else spec)
+        return pending
+
+    def _post(self, pending: PendingRecv, spec: WireSpec) -> None:
         tensors = [torch.empty(shape, dtype=dtype, device=self.wire_device)
                    for shape, dtype in spec]
-        works = [dist.irecv(t, src=peer) for t in tensors]
-        return PendingRecv(peer, kind, label, tensors, works, self.meter.now_us())
+        pending.tensors += tensors
+        pending.works += [dist.irecv(t, src=pending.peer) for t in tensors if t.numel()]
 
     def _wait(self, works: list, what: str) -> None:
         for w in works:
@@ -145,12 +171,22 @@ class P2P:
 
     def wait_recv(self, pending: PendingRecv) -> list[torch.Tensor]:
         """Block until the message has arrived; returns its tensors."""
+        what = f"receiving {pending.label} from rank {pending.peer}"
         with self.meter.span("comm_wait", f"wait {pending.label}"):
-            self._wait(pending.works, f"receiving {pending.label} from rank {pending.peer}")
+            self._wait(pending.works, what)
+            if pending.spec is not None:  # the prefix arrived: now the tensors it sizes
+                try:
+                    spec = resolve_spec(pending.spec, pending.tensors[0])
+                except ValueError as e:
+                    raise RuntimeError(f"{what}: {e}") from e
+                done = len(pending.works)
+                self._post(pending, spec)
+                self._wait(pending.works[done:], what)
         self.meter.add_bytes(pending.kind, pending.peer, recv=message_nbytes(pending.tensors))
         self.meter.add_trace(f"recv {pending.label}", "recv", pending.posted_us,
                              self.meter.now_us() - pending.posted_us)  # fmt: skip
-        return [t.to(self.device) for t in pending.tensors]
+        message = pending.tensors[1:] if pending.spec is not None else pending.tensors
+        return [t.to(self.device) for t in message]
 
     def wait_sends(self) -> None:
         """Block until every send posted so far has completed."""

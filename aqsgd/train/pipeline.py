@@ -206,7 +206,8 @@ class PipelineRunner:
         else:
             peer, codec = self.topo.next_rank, self.comp["bwd_recv"]
         spec = codec.wire_spec(shape, mb.ids, training=training)
-        return self.p2p.post_recv(peer, kind, f"{kind} mb{k} step {step}", spec)
+        return self.p2p.post_recv(peer, kind, f"{kind} mb{k} step {step}", spec,
+                                  length_first=codec.cfg.sized_by_data)
 
     # ----------------------------------------------------------- one step
     def train_step(self, step: int) -> dict:
@@ -234,8 +235,7 @@ class PipelineRunner:
             elif a.op is Op.SEND_ACT:
                 with self.meter.span("compress", f"encode act mb{k}"):
                     msg = self.comp["fwd_send"].encode(mbs[k].out.detach(), mbs[k].ids)
-                self.meter.note_bits("activation", self.comp["fwd_send"].last_bits)
-                self.p2p.send(self.topo.next_rank, "activation", msg)
+                self._send("fwd_send", msg)
             elif a.op is Op.BACKWARD:
                 self._backward(mbs[k], k)
             elif a.op is Op.SEND_GRAD:
@@ -244,8 +244,7 @@ class PipelineRunner:
                     grad = self.scaler.unscale_boundary(grad)
                 with self.meter.span("compress", f"encode grad mb{k}"):
                     msg = self.comp["bwd_send"].encode(grad, mbs[k].ids)
-                self.meter.note_bits("gradient", self.comp["bwd_send"].last_bits)
-                self.p2p.send(self.topo.prev_rank, "gradient", msg)
+                self._send("bwd_send", msg)
                 mbs[k].inp = None
             elif a.op is Op.OPT_STEP:
                 grad_norm, lr = self._optimizer_step(step)
@@ -262,6 +261,13 @@ class PipelineRunner:
         pure = (len(mbs) + self.topo.stages - 1) * self._compute_per_mb_s
         self._stretch_s = max(0.0, rec["step_time_s"] - pure)
         return rec
+
+    def _send(self, key: str, msg: list[torch.Tensor]) -> None:
+        """Send what compressor `key` (fwd_send, bwd_send) just encoded to its peer."""
+        kind, codec = _SENDERS[key], self.comp[key]
+        self.meter.note_bits(kind, codec.last_bits)
+        peer = self.topo.next_rank if key == "fwd_send" else self.topo.prev_rank
+        self.p2p.send(peer, kind, msg, length_first=codec.cfg.sized_by_data)
 
     def _on_recv(self, op: Op, mb: _MicroBatch, k: int, tensors: list[torch.Tensor]) -> None:
         if op is Op.RECV_ACT:
@@ -366,8 +372,7 @@ class PipelineRunner:
                     loss_sum += self.loss_fn(out, mb.tokens.to(self.device)).double().cpu()
                 else:
                     msg = self.comp["fwd_send"].encode(out, mb.ids, training=False)
-                    self.meter.note_bits("activation", self.comp["fwd_send"].last_bits)
-                    self.p2p.send(self.topo.next_rank, "activation", msg)
+                    self._send("fwd_send", msg)
             self.p2p.wait_sends()
         eval_loss = ppl = None
         if self.topo.is_last:

@@ -8,7 +8,9 @@ Bytes come from the compressors' own size rules (`aqsgd.compress.message.message
 for a pipeline message, `aqsgd.compress.gradient.exchange_nbytes` for the data-parallel
 exchange), in the steady state the measured steps run in: after the warm-up epochs every
 sample is in the caches (n_raw = 0 for directq and the aqsgd modes) and QuantizedAdam is
-past its freeze. Compute comes from the profile: measured per-stage costs of the same cut
+past its freeze. A mode sized by data (its bytes known only after encoding) is costed at
+the size it declares it expects (`message_spec(..., expected=True)`, its length prefix
+included). Compute comes from the profile: measured per-stage costs of the same cut
 and micro-batch when the profile has them, else FLOPs over its achieved FLOP rate.
 """
 
@@ -185,7 +187,8 @@ def step_workload(config: RunConfig, placement: Placement | dict,
     def nbytes(cfg) -> int:
         if cfg.widths:  # adaptive: the width its chooser settles on (adaptive_bits)
             cfg = dataclasses.replace(cfg, bits=adaptive_bits(cfg, shape, stage, links))
-        return spec_nbytes(message_spec(cfg, shape, steady_raw_rows(cfg, shape[0])))
+        return spec_nbytes(message_spec(cfg, shape, steady_raw_rows(cfg, shape[0]),
+                                        expected=True))
 
     # a plug-in's mode the profile has no entry for is unprofiled: its coding costs 0 here
     # and `bench model` marks its row (CompressProfile.unprofiled)

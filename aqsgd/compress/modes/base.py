@@ -50,6 +50,10 @@ class ActivationMode:
     uses_cache: ClassVar[bool] = False  # codes rows against the per-sample cache m
     quantized_cache: ClassVar[bool] = False  # the cache stores cache_bits codes, not values
     codes_gradients: ClassVar[bool] = False  # may code activation gradients (backward)
+    # its `coded_spec` has DATA_SIZED dims (aqsgd.compress.wire): the sizes are known only
+    # after encoding, so its direction's messages travel length-first (p2p) and a
+    # prediction reads `expected_spec`
+    sized_by_data: ClassVar[bool] = False
     # bench.micro.compressors: the (transport dtype, bits) cases it times, and the one
     # its smoke size (the test suite's) runs
     bench_cases: ClassVar[tuple[tuple[str, int], ...]]
@@ -64,6 +68,16 @@ class ActivationMode:
         """[(shape, dtype)] in wire order of `q_shape` = (n_q, *S) coded rows: the mode's
         byte rule (aqsgd.compress.message.message_spec adds header and raw rows)."""
         raise NotImplementedError(f"activation mode {cls.name!r} codes no rows")
+
+    @classmethod
+    def expected_spec(cls, cfg, q_shape: tuple[int, ...]) -> WireSpec:
+        """`coded_spec` with every dim known: the expected sizes a prediction uses (the
+        performance model). The same as `coded_spec` unless the mode is `sized_by_data`,
+        which must say what it expects."""
+        if cls.sized_by_data:
+            raise NotImplementedError(f"activation mode {cls.name!r} is sized by data: "
+                                      f"it must declare expected_spec")
+        return cls.coded_spec(cfg, q_shape)
 
     def encode(self, rows: torch.Tensor, generator: torch.Generator | None,
                m: torch.Tensor | None = None) -> list[torch.Tensor]:

@@ -28,7 +28,13 @@ from aqsgd.compress.registry import (
     RegistryError,
     build_registries,
 )
-from aqsgd.compress.wire import message_nbytes, spec_nbytes
+from aqsgd.compress.wire import (
+    message_nbytes,
+    resolve_spec,
+    shape_prefix,
+    sized_by_data,
+    spec_nbytes,
+)
 from aqsgd.quant import QuantConfig
 from bench.harness import modes as harness_modes
 from bench.harness.cells import run_config
@@ -44,10 +50,16 @@ PROFILES = Path(__file__).resolve().parents[3] / "profiles"
 
 
 # --- activation modes ---------------------------------------------------------------------------
+def _resolved(spec, msg):
+    """A spec sized by data with the sizes its length prefix carries (fixed dims checked)."""
+    return resolve_spec(spec, shape_prefix(msg)) if sized_by_data(spec) else spec
+
+
 def _message(send, recv, x, ids):
     """One message as the pipeline sends it; returns (decoded, message, n_raw)."""
     spec = recv.wire_spec(tuple(x.shape), ids)
     msg = send.encode(x, ids)
+    spec = _resolved(spec, msg)
     assert [(tuple(t.shape), t.dtype) for t in msg] == [(tuple(s), d) for s, d in spec]
     return recv.decode(msg, ids), msg, int(msg[0][2])
 
@@ -69,7 +81,8 @@ def test_every_activation_mode_round_trips_and_sends_what_its_byte_rule_says(nam
         ids = torch.tensor(ids)
         x = base[ids] + 0.05 * torch.randn(len(ids), *SHAPE, generator=gen)
         y, msg, n_raw = _message(send, recv, x, ids)
-        assert message_nbytes(msg) == spec_nbytes(message_spec(cfg, x.shape, n_raw))
+        assert message_nbytes(msg) == spec_nbytes(_resolved(message_spec(cfg, x.shape, n_raw),
+                                                            msg))
         assert y.shape == x.shape and y.dtype == torch.float32
         if n_raw == len(ids):
             assert torch.equal(y, x)  # raw rows in fp32 arrive as they were
