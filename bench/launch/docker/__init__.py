@@ -9,7 +9,8 @@ shaping plan rendered in each container, as data), checks.py (the daemon's clien
 netem test, delay-line and interpreter checks), state.py (its state file, and
 `teardown_state`, which bench.launch.choice names for state files of "docker"),
 compose.py (the same run exported as a compose file). May import the core of
-bench/launch, bench.net, bench (REPO_ROOT) and aqsgd.filecache; no other launcher.
+bench/launch, bench.net, bench (REPO_ROOT), aqsgd.filecache and aqsgd.compress.plugins
+(the cells' plug-ins, checked in a container); no other launcher.
 """
 
 from bench.launch.docker.launcher import DockerLauncher

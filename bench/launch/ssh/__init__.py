@@ -11,7 +11,8 @@ interface shaped with the one host shaping plan, one torchrun agent per host.
   state.py     the state file, and teardown on every recorded host
   launcher.py  SshLauncher, composing them on the core of bench/launch
 
-Imports the core of bench/launch, bench.net, specfile and asyncssh; no other launcher.
+Imports the core of bench/launch, bench.net, specfile, asyncssh and (checks.py, for the
+cells' plug-ins) aqsgd.compress.plugins; no other launcher.
 Nothing is imported here, so that what runs on a host (hostside, relay) loads only what
 it needs; the launcher class is bench.launch.ssh.launcher.SshLauncher.
 """
