@@ -210,8 +210,9 @@ def plot_gap_shape(gaps: pd.DataFrame, x: str, out_dir: Path) -> list[Path]:
                label=f"+{TOLERANCE_PCT:g}% (the quality line)")
     ax.axhline(0.0, color="grey", linewidth=0.8)
     if x == "stages":
-        ax.set_xticks(range(len(xs)), [f"{v}\n({int(v) - 1} compressed boundaries)"
-                                       for v in xs])
+        ax.set_xticks(range(len(xs)), [
+            f"{v}\n({int(v) - 1} compressed boundar{'y' if int(v) == 2 else 'ies'})"
+            for v in xs])
         ax.set_xlabel("pipeline stages (the same model split over more stages)")
     else:
         size = dict(zip(gaps["preset"], gaps["params"], strict=False))
