@@ -5,6 +5,7 @@
     parse_mode("aqsgd+gc/ef21:2/4")    # aqsgd plus EF21 data-parallel gradients
     str(parse_mode("aqsgd+gc:2/4"))    # 'aqsgd+gc/qadam:2/4' (QuantizedAdam by default)
     parse_mode("aqsgd-fw2-bw4")        # the directory spelling (ModeSpec.label) reads too
+    first_repeat([parse_mode("aqsgd"), parse_mode("aqsgd:2/4")])   # (0, 1): the same mode
 
 Spellings: the command line's `NAME[/GRAD][:FW/BW]` (`str(ModeSpec)`) is the one tables,
 legends and sweep files use; directories keep the file-name-safe `ModeSpec.label`
@@ -17,6 +18,7 @@ plug-in's modes (aqsgd.compress.registry.load_plugins) are names like any other.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -28,7 +30,7 @@ from aqsgd.compress.registry import COMPARISONS, GRAD_CODECS, Names, View, plugi
 from specfile import check_fields
 
 __all__ = ["MODE_NAMES", "GRAD_COMPRESSORS", "DEFAULT_BITS", "DEFAULT_GRID", "BITS_RANGE",
-           "Bits", "ModeSpec", "default_grid", "parse_mode"]
+           "Bits", "ModeSpec", "default_grid", "first_repeat", "parse_mode"]
 
 # Each list follows the registry, plug-ins included (registry.Names, registry.View).
 MODE_NAMES = Names(COMPARISONS)
@@ -195,3 +197,15 @@ def parse_mode(text: str) -> ModeSpec:
     if not slash or not fw_text.strip().isdigit() or not bw_text.strip().isdigit():
         raise ValueError(f"mode bit widths must read NAME:FW/BW with integers, got {text!r}")
     return ModeSpec(name, int(fw_text), int(bw_text), **extra)
+
+
+def first_repeat(modes: Sequence[ModeSpec]) -> tuple[int, int] | None:
+    """(j, k), j < k, where modes[k] is modes[j] again (the first such k), or None. A
+    sweep runs each mode once, so a mode listed twice is refused where it is listed
+    (docs/results-schema.md, "Mode spellings": aqsgd and aqsgd:2/4 are one mode)."""
+    seen: dict[ModeSpec, int] = {}
+    for k, mode in enumerate(modes):
+        if mode in seen:
+            return seen[mode], k
+        seen[mode] = k
+    return None

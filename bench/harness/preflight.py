@@ -4,13 +4,16 @@
     plan.placements["100mbps__fp32"].table() # which rank runs on which host
     spec = load_checked_sweep("scenarios/sweeps/paper.yaml")   # parsed and checked
     refuse_unsupported(spec, plan, "docker") # a scenario the launcher cannot run
+    plan, choice, lines = on_hosts(plan, choice, out)   # the launcher's hosts, checked once
 
 Each cell is checked as it would run: its scenario loads, it fits the hosts
 (bench.net.placement.place), its preset has a block per stage, one step's samples, its
 starting weights exist, its RunConfig builds (bench.harness.cells.run_config: model and
 tokenizer found, aqsgd.model.source) and its data fills its windows (data_problem);
 refuse_unsupported refuses competing flows or stragglers the launcher does not run
-(RUNS_DURING_RUN). The first problem is a SpecError naming the sweep field that decides
+(RUNS_DURING_RUN); on_hosts places the cells on the hosts the launcher gives (an SSH
+hostfile's) and checks those hosts once, before any cell (`contact=False`: the count
+only, nobody contacted). The first problem is a SpecError naming the sweep field that decides
 it ('workload.stages', 'variants[0].workload.train_samples', 'scenarios[1]', ...);
 load_checked_sweep puts the file's name in front, `bench run` its flags (exit code 2).
 """
@@ -18,7 +21,7 @@ load_checked_sweep puts the file's name in front, `bench run` its flags (exit co
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aqsgd.data.fit import TokenCounts, count_tokens, fit_problem
@@ -29,12 +32,13 @@ from aqsgd.train.config import RunConfig
 from bench import SCENARIO_DIR
 from bench.harness.cells import model_choice, run_config
 from bench.harness.sweep import CellSpec, SweepSpec, Workload, load_sweep
+from bench.launch.choice import LauncherChoice
 from bench.net.placement import Placement, PlacementError, place
 from bench.net.scenario import NetworkScenario, load_scenario
 from specfile import SpecError, raising
 
 __all__ = ["RUNS_DURING_RUN", "SWEEPS_DIR", "DataProblem", "SweepPlan", "UnplacedCellError",
-           "check_sweep", "data_problem", "load_checked_sweep", "place_cells",
+           "check_sweep", "data_problem", "load_checked_sweep", "on_hosts", "place_cells",
            "refuse_unsupported"]
 
 SWEEPS_DIR = SCENARIO_DIR / "sweeps"
@@ -238,6 +242,31 @@ def refuse_unsupported(spec: SweepSpec, plan: SweepPlan, launcher: str) -> None:
             raise SpecError(f"scenario {scenario.name} has {' and '.join(missing)}, which "
                             f"the {launcher} launcher does not run: use --launcher "
                             f"{' or '.join(where)}", _scenario_field(spec, cell.scenario))
+
+
+def on_hosts(plan: SweepPlan, choice: LauncherChoice, results_dir: Path, contact: bool = True
+             ) -> tuple[SweepPlan, LauncherChoice, list[str]]:
+    """The plan with each placement on the hosts the launcher gives (its `host_count`: a
+    hostfile's, at most the scenario's), and with `contact` the launcher's factory once
+    every host a bring-up will use is checked (its `checked_for`: an SSH launcher's
+    HostCheckError names each host that fails, nothing changed) with a line per host; a
+    ValueError for a cell that needs more hosts than the launcher gives."""
+    placements = {}
+    for cell in plan.cells:
+        count = choice.factory.host_count(plan.scenarios[cell.scenario])
+        if count < cell.world_size:
+            raise ValueError(f"cell {cell.name} runs {cell.world_size} ranks; launcher "
+                             f"{choice.name} gives {count} host(s) ({choice.reason})")
+        placements[cell.name] = plan.placements[cell.name].within(count)
+    plan = replace(plan, placements=placements)
+    if not contact:
+        return plan, choice, []
+    widest: dict[str, int] = {}
+    for cell in plan.cells:  # one bring-up per scenario, for its widest cell
+        widest[cell.scenario] = max(widest.get(cell.scenario, 0), cell.world_size)
+    factory, lines = choice.factory.checked_for(
+        [(plan.scenarios[name], n) for name, n in widest.items()], results_dir)
+    return plan, replace(choice, factory=factory), lines
 
 
 def load_checked_sweep(path: str | Path) -> SweepSpec:

@@ -34,7 +34,7 @@ from bench.harness.lock import raise_if_full, sweep_lock
 from bench.harness.meta import cell_dir_name, expected_identity, meta_head
 from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
 from bench.harness.outages import survivable as survivable_config
-from bench.harness.preflight import SweepPlan, check_sweep, refuse_unsupported
+from bench.harness.preflight import SweepPlan, check_sweep, on_hosts, refuse_unsupported
 from bench.harness.progress import Progress
 from bench.harness.sweep import CellSpec, SweepSpec
 from bench.launch.base import Launcher
@@ -288,20 +288,23 @@ _REUSED = "finished earlier by this commit on this launcher and machine"
 
 
 def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: bool = False,
-            echo: Callable[[str], None] = print,
-            launcher_options: dict | None = None) -> SweepPlan:
+            echo: Callable[[str], None] = print, launcher_options: dict | None = None,
+            check_hosts: bool = False) -> SweepPlan:
     """What run_sweep would do, with nothing done: the launcher it would choose, every
     cell (to run, or finished earlier), each placement the cells use and the time
     estimate. Checks what run_sweep checks (bad input raises the same); brings up no
-    host, builds no checkpoint and writes no file (`sweep_dir` only read)."""
+    host, builds no checkpoint and writes no file (`sweep_dir` only read); `check_hosts`:
+    the launcher's hosts checked as run_sweep checks them (preflight.on_hosts)."""
     plan = check_sweep(spec)
     choice = choose_launcher(launcher, **(launcher_options or {}))
     refuse_unsupported(spec, plan, choice.name)
+    plan, choice, checked = on_hosts(plan, choice, sweep_dir, contact=check_hosts)
     why = None if fresh else refusals(spec, sweep_dir, choice, scenarios=plan.scenarios)
     todo = [c for c in plan.cells if why is None or why[c.name]]
     echo(f"dry run of sweep {spec.name} into {sweep_dir}: nothing is brought up, "
          f"nothing is written")
-    echo(f"{'' if choice.shaped else 'WARNING: '}launcher {choice.name}: {choice.reason}")
+    echo("\n".join([f"{'' if choice.shaped else 'WARNING: '}launcher {choice.name}: "
+                    f"{choice.reason}", *checked]))
     echo(text_table(["cell", "scenario", "mode", "stages x replicas", "preset",
                      "steps (warm-up)", "est. s", "status"],
                     _cell_rows(spec, plan.cells, choice, why)))
@@ -362,8 +365,10 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     plugins = tuple(dict.fromkeys(p for c in cells for p in c.mode.plugins))
     choice = choose_launcher(launcher, plugins, **(launcher_options or {}))
     refuse_unsupported(spec, plan, choice.name)
+    plan, choice, checked = on_hosts(plan, choice, sweep_dir)  # once, before anything
+    placements = plan.placements
     tone = "" if choice.shaped else "WARNING: "
-    echo(f"{tone}launcher {choice.name}: {choice.reason}")
+    echo("\n".join([f"{tone}launcher {choice.name}: {choice.reason}", *checked]))
     with sweep_lock(sweep_dir, echo):
         return _run_locked(spec, cells, scenarios, placements, sweep_dir, choice,
                            fresh=fresh, quiet=quiet, echo=echo, worker_cmd=worker_cmd)

@@ -34,7 +34,7 @@ from aqsgd.compress.plugins import PluginError
 from aqsgd.compress.registry import SPEEDUP_REFERENCES, load_plugins
 from aqsgd.model.config import PRESETS
 from aqsgd.train.config import Seed
-from bench.harness.modes import DEFAULT_BITS, ModeSpec, parse_mode
+from bench.harness.modes import DEFAULT_BITS, ModeSpec, first_repeat, parse_mode
 from bench.harness.workload import Workload
 from specfile import SPEC_CONFIG, SpecError, check_fields, raising, read_file, validate
 
@@ -207,6 +207,11 @@ class SweepSpec:
         check_fields(self)
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"SweepSpec.seeds must not repeat a seed, got {list(self.seeds)}")
+        for where, modes in [("modes", self.modes), *((f"variant {v.workload.label!r}'s "
+                                                       f"modes", v.modes) for v in self.variants)]:
+            if (pair := first_repeat(modes)) is not None:
+                raise ValueError(f"SweepSpec {where} must not repeat a mode (each runs once; "
+                                 f"`repeats` measures it again), got {modes[pair[1]]} twice")
         names = [v.workload.label for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"SweepSpec.variants must have distinct names, got {names}")
@@ -299,16 +304,24 @@ class SweepFile:
 
 def _expand_modes(modes: tuple[str, ...], bits: tuple[tuple[int, ...], ...] | None,
                   where: str = "modes") -> tuple[ModeSpec, ...]:
-    """Mode names as ModeSpecs; with `bits`, a bare quantized name runs at every pair."""
-    out: list[ModeSpec] = []
+    """Mode names as ModeSpecs; with `bits`, a bare quantized name runs at every pair. A
+    mode listed twice (`aqsgd` beside `aqsgd:2/4`, or beside bits [2, 4]) is a SpecError
+    at its second place."""
+    out: dict[ModeSpec, int] = {}  # each mode and the entry that lists it
     for k, text in enumerate(modes):
         try:
             if bits is not None and text in DEFAULT_BITS:
-                out.extend(ModeSpec(text, fw, bw) for fw, bw in bits)
+                listed = [ModeSpec(text, fw, bw) for fw, bw in bits]
             else:
-                out.append(parse_mode(text))
+                listed = [parse_mode(text)]
         except ValueError as e:
             raise SpecError(str(e), f"{where}[{k}]") from None
+        for mode in listed:
+            if mode in out:
+                raise SpecError(f"{text!r} is mode {mode}, which {where}[{out[mode]}] lists "
+                                f"already: a sweep runs each mode once (`repeats` measures "
+                                f"every cell again)", f"{where}[{k}]")
+            out[mode] = k
     return tuple(out)
 
 

@@ -53,6 +53,18 @@ class Launcher(Protocol):
     # choose_mechanisms); part of a cell's recorded identity (bench.harness.meta)
     mechanisms: dict[str, str]
 
+    @classmethod
+    def host_count(cls, scenario: NetworkScenario) -> int:
+        """How many of the scenario's hosts a cell may use (the placement's hosts): all,
+        or fewer where the hosts are given (an SSH hostfile's); nobody contacted."""
+
+    @classmethod
+    def checked_for(cls, needs: list[tuple[NetworkScenario, int]], results_dir: Path
+                    ) -> tuple[type[Launcher], list[str]]:
+        """The factory once the hosts of the bring-ups `needs` ((scenario, n_hosts) each)
+        are checked, before any cell, nothing changed (bench.launch.hosts.Hosts), with a
+        line per host on what was found; a ValueError names every host that fails."""
+
     def __enter__(self) -> Launcher: ...
 
     def __exit__(self, *exc: object) -> None: ...

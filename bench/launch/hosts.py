@@ -79,6 +79,20 @@ class Hosts(HostsLifecycle):
         self._probe_records: list[ProbeRecord] = []
         self._timing: dict[str, float] = {}
 
+    @classmethod
+    def host_count(cls, scenario: NetworkScenario) -> int:
+        """How many of the scenario's hosts this launcher gives a cell (the placement's
+        hosts): all of them, where the run makes its hosts."""
+        return scenario.n_hosts
+
+    @classmethod
+    def checked_for(cls, needs: list[tuple[NetworkScenario, int]], results_dir: Path
+                    ) -> tuple[type[Hosts], list[str]]:
+        """This factory once the hosts that the bring-ups `needs` ((scenario, n_hosts)
+        each) use are checked, before any cell, and a line per host on what was found;
+        nothing to check where the run makes its hosts (an SSH hostfile's are checked)."""
+        return cls, []
+
     @property
     def state_path(self) -> Path:
         return self.state_dir / f"{self.prefix}.json"
@@ -125,7 +139,12 @@ class Hosts(HostsLifecycle):
 
     def record(self) -> dict[str, Any]:
         """meta.json's `launcher` block (bench.launch.base.Launcher.record)."""
-        return {"launcher": self.name, "shaped": self.shaped, "run_id": self.run_id,
+        # a launcher that shapes has nothing to shape on an unshaped scenario's links
+        # (loopback, the reference): not shaped, as the cell's `shaped` says
+        n, scenario = self.n_hosts, self.scenario
+        given = scenario is not None and any(scenario.link_spec(a, b).shaped for a in range(n)
+                                             for b in range(n) if a != b)
+        return {"launcher": self.name, "shaped": self.shaped and given, "run_id": self.run_id,
                 "prefix": self.prefix, "n_hosts": self.n_hosts,
                 "scenario": self.scenario.to_dict() if self.scenario else None,
                 **self._record(), "probe": [r.to_dict() for r in self._probe_records]}

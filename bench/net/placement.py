@@ -19,6 +19,7 @@ traffic each link carries: docs/network.md, "Placement: which links carry what".
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from dataclasses import dataclass
 
@@ -153,6 +154,12 @@ class Placement:
         """The scenario's hosts no rank runs on."""
         used = {p.host for p in self.ranks}
         return tuple(h for h in range(self.n_hosts) if h not in used)
+
+    def within(self, n_hosts: int) -> Placement:
+        """The same placement on the first n_hosts of the scenario's hosts (a launcher
+        that gives fewer, as an SSH hostfile: its idle hosts are among those it gives);
+        a PlacementError when a rank's host is not among them."""
+        return dataclasses.replace(self, n_hosts=min(n_hosts, self.n_hosts))
 
     def host_of(self, rank: int) -> int:
         _check_index("Placement.host_of", "rank", rank, 0, self.world_size)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from aqsgd.compress.plugins import Plugin, PluginError
 from aqsgd.compress.registry import load_plugins
-from bench.harness.modes import ModeSpec, parse_mode
+from bench.harness.modes import ModeSpec, first_repeat, parse_mode
 from bench.harness.sweep import PluginSources, SweepSpec
 from bench.report.cli import EXIT_OK, finish_sweep
 from specfile import description
@@ -32,12 +32,16 @@ MODE_SYNTAX = ("a mode reads NAME[/GRAD][:FW/BW], e.g. fp32, aqsgd:2/4, aqsgd+gc
 def parse_modes(values: list[str], flag: str = "--modes") -> tuple[ModeSpec, ...]:
     """Modes given as flag values (also comma-separated) as ModeSpecs; a ValueError
     naming the flag, the value and the syntax."""
-    modes = []
-    for text in (m for v in values for m in v.split(",") if m.strip()):
+    modes, texts = [], [m for v in values for m in v.split(",") if m.strip()]
+    for text in texts:
         try:
             modes.append(parse_mode(text))
         except (ValueError, TypeError) as err:
             raise ValueError(f"{flag} {text!r}: {err}\n  {MODE_SYNTAX}") from None
+    if (pair := first_repeat(modes)) is not None:  # refused, as in a sweep file
+        j, k = pair
+        raise ValueError(f"{flag} {texts[k]!r}: mode {modes[k]}, given already as "
+                         f"{texts[j]!r}: each mode runs once (--repeats N measures it N times)")
     return tuple(modes)
 
 
@@ -74,6 +78,9 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="check every cell, print the cells, their placement and the time "
                         "estimate; bring nothing up, write nothing")
+    p.add_argument("--check-hosts", action="store_true",
+                   help="with --dry-run: also contact the launcher's hosts (ssh: the "
+                        "hostfile's) and run the checks a run runs first, changing nothing")
 
 
 def launcher_options(args: argparse.Namespace) -> dict:
@@ -105,9 +112,11 @@ def run_and_finish(spec: SweepSpec, out: Path | None, args: argparse.Namespace,
     from bench.harness.run import dry_run, run_sweep
 
     out = results_dir(out or REPO_ROOT / "results" / spec.name, "--out")
+    if args.check_hosts and not args.dry_run:
+        raise ValueError("--check-hosts goes with --dry-run (a run checks its hosts first)")
     if args.dry_run:
         dry_run(spec, out, launcher=args.launcher, fresh=args.fresh,
-                launcher_options=launcher_options(args))
+                launcher_options=launcher_options(args), check_hosts=args.check_hosts)
         return EXIT_OK
     started = time.monotonic()
     run_sweep(spec, out, launcher=args.launcher, fresh=args.fresh, quiet=args.quiet,

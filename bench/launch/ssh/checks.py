@@ -2,6 +2,8 @@
 
     facts = gather_facts(remote, needs_netem=False, plugins=plugins)   # one per host
     check_hosts(remote.hosts, facts, shaping=True, gpus=None, plugins=plugins)
+    found = check_machines(remote, needs_netem=False, shaping=True, gpus=None,
+                           results_dir=out)           # both, and shares_folder(remote, out)
 
 Each host must answer (SSH, key auth), run the suite's checkout where the hostfile says
 (`hostside facts` there), have the interface (with an IPv4 address, and no root qdisc of
@@ -15,22 +17,27 @@ root qdisc on the interface but the kernel's default (`check_interfaces_free`).
 Check and refuse, not install: a benchmark compares like with like, so a host that
 differs is named with what differs, and nothing is installed behind the user's back (an
 install needs the hosts to reach a package index, and root over their Python); the
-record keeps what every host has. Every failing host is named in one HostCheckError,
-each with its reasons.
+record keeps what every host has. Every failing host is named in one HostCheckError
+(a ValueError: bad input, exit 2), each with its reasons. `shares_folder` finds the
+hosts that see the results folder as this machine's files (a shared file system:
+docs/multihost.md, "Shared file systems").
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import secrets
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tomllib
 
+from aqsgd.filecache import atomic_write_text
 from bench import REPO_ROOT
 from bench.launch.ssh.hostfile import HostEntry
 from bench.launch.ssh.remote import HostUnreachable, Remote
@@ -38,14 +45,14 @@ from bench.launch.ssh.remote import HostUnreachable, Remote
 if TYPE_CHECKING:
     from aqsgd.compress.plugins import Plugin
 
-__all__ = ["HostCheckError", "HostFacts", "check_hosts", "check_interfaces_free",
-           "gather_facts", "host_env",
-           "hostside_argv", "local_commit", "pinned_packages"]
+__all__ = ["CheckedHosts", "HostCheckError", "HostFacts", "check_hosts",
+           "check_interfaces_free", "check_machines", "gather_facts", "host_env",
+           "hostside_argv", "local_commit", "pinned_packages", "shares_folder"]
 
 RANKS_PER_HOST = 1  # host i of the scenario runs rank i (bench.net.placement)
 
 
-class HostCheckError(RuntimeError):
+class HostCheckError(ValueError):
     """One or more hosts cannot run the sweep; the message names each with its reasons."""
 
 
@@ -215,9 +222,48 @@ def check_hosts(hosts: tuple[HostEntry, ...], facts: list[HostFacts], *, shaping
         problems.append(f"GPUs differ between hosts ({counts}): every rank must run on the "
                         f"same kind of device")
     if problems:
-        raise HostCheckError("ssh launcher: hosts that cannot run this sweep:\n  "
-                             + "\n  ".join(problems))
+        raise HostCheckError("ssh launcher: hosts that cannot run this sweep (nothing was "
+                             "changed on any host):\n  " + "\n  ".join(problems))
     return use_gpus
+
+
+def shares_folder(remote: Remote, folder: Path) -> list[bool]:
+    """Whether each host of `remote` sees `folder` (or, before it exists, its nearest
+    existing parent) as the same files as this machine: a marker file with a random
+    token written here and read back at the same path over SSH (why a token and not
+    device and inode: docs/multihost.md, "Shared file systems"). The marker is removed
+    afterwards; a host that cannot read it does not share."""
+    anchor = next(p for p in (folder.resolve(), *folder.resolve().parents) if p.is_dir())
+    token = secrets.token_hex(16)
+    marker = anchor / f".aqsgd-fs-check-{token[:12]}"
+    atomic_write_text(marker, token)
+    try:
+        return [remote.run(i, ["cat", "--", str(marker)], check=False).stdout.strip() == token
+                for i in range(len(remote.hosts))]
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class CheckedHosts:
+    """What the checks found on a hostfile's first machines, in hostfile order: their
+    facts, whether the ranks use GPUs, and whether each sees the results folder as this
+    machine's files (then nothing is copied to or from it)."""
+
+    facts: tuple[HostFacts, ...]
+    use_gpus: bool
+    shares_results: tuple[bool, ...]
+
+
+def check_machines(remote: Remote, *, needs_netem: bool, shaping: bool, gpus: bool | None,
+                   results_dir: Path | None, plugins: Sequence[Plugin] = ()) -> CheckedHosts:
+    """Every host of `remote` checked (gather_facts, check_hosts: HostCheckError naming
+    each that fails), and whether it shares `results_dir` (None: nothing is mirrored)."""
+    facts = gather_facts(remote, needs_netem=needs_netem, plugins=plugins)
+    use_gpus = check_hosts(remote.hosts, facts, shaping=shaping, gpus=gpus, plugins=plugins)
+    shared = ([False] * len(remote.hosts) if results_dir is None
+              else shares_folder(remote, results_dir))
+    return CheckedHosts(tuple(facts), use_gpus, tuple(shared))
 
 
 def _python_version() -> str:

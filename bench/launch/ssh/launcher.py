@@ -10,10 +10,11 @@ agent per host, result files copied back.
 Its transport (bench.launch.hosts): a command runs over the host's SSH connection
 (bench/launch/ssh/remote.py), a process through a local relay (relay.py) and `hostside
 tied` there, so stopping the relay stops its tree on the host. Bring-up checks every host
-first (checks.py), then writes the state file, then shapes. Host i is a rank's place (as
-a namespace is on netns): machine i // k of the hostfile, whose `slots` must equal the
-scenario's k ranks per machine; the machines' interfaces are shaped with the links
-between machines, a machine's ranks talk over its loopback. Workers: one torchrun agent
+first (checks.py; a sweep checks them once, `checked_for`), then writes the state file,
+then shapes; a host that shares the results folder gets no copies. Host i is a rank's
+place (as a namespace is on netns): machine i // k of the hostfile, whose `slots` must
+equal the scenario's k ranks per machine; the machines' interfaces are shaped with the
+links between machines, a machine's ranks talk over its loopback. Workers: one torchrun agent
 per rank in c10d rendezvous, with the worker's own store (Note [own store] in
 docs/multihost.md). Why each step: docs/multihost.md.
 """
@@ -32,10 +33,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from bench.launch.hosts import ShapedHosts
 from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, spawn_group, stop_all
 from bench.launch.ssh.checks import (
+    CheckedHosts,
     HostFacts,
-    check_hosts,
     check_interfaces_free,
-    gather_facts,
+    check_machines,
     hostside_argv,
 )
 from bench.launch.ssh.commands import FREE_PORT, Rendezvous, mirrored, remote_argv, torchrun_argv
@@ -73,6 +74,13 @@ def real_links(scenario: NetworkScenario) -> NetworkScenario:
                                machine_link=LinkSpec(None))
 
 
+def impaired(scenario: NetworkScenario, n_hosts: int) -> bool:
+    """Whether a link between n_hosts hosts of the scenario has delay, jitter or loss
+    (which needs netem on the hosts)."""
+    return any((s := scenario.link_spec(a, b)).delay_ms or s.jitter_ms or s.loss_pct
+               for a in range(n_hosts) for b in range(n_hosts) if a != b)
+
+
 def machines_for(listed: tuple[HostEntry, ...], n_hosts: int, per_machine: int,
                  hostfile: Path, scenario: str) -> tuple[HostEntry, ...]:
     """The hostfile's first machines that hold n_hosts ranks, per_machine on each: a
@@ -105,6 +113,7 @@ class SshLauncher(ShapedHosts):
     name = "ssh"
     shaped = True
     hostfile: ClassVar[Path | None] = None
+    checked: ClassVar[CheckedHosts | None] = None  # set by checked_for: not checked again
     plugins: ClassVar[tuple[Plugin, ...]] = ()
 
     @classmethod
@@ -118,6 +127,36 @@ class SshLauncher(ShapedHosts):
         return type(cls.__name__, (cls,), {"hostfile": Path(hostfile), "shaped": shaping,
                                            "plugins": tuple(plugins),
                                            "__module__": cls.__module__})
+
+    @classmethod
+    def host_count(cls, scenario: NetworkScenario) -> int:
+        """The scenario's hosts the hostfile gives: its machines x the scenario's ranks
+        per machine, at most the scenario's hosts (read from the file, nobody contacted)."""
+        listed = load_hostfile(cls.hostfile).hosts
+        return min(scenario.n_hosts, len(listed) * scenario.layout.ranks_per_machine)
+
+    @classmethod
+    def checked_for(cls, needs: list[tuple[NetworkScenario, int]], results_dir: Path
+                    ) -> tuple[type[SshLauncher], list[str]]:
+        """Every machine the bring-ups `needs` ((scenario, n_hosts) each) use, checked
+        once (bench.launch.ssh.checks.check_machines: HostCheckError naming each host
+        that fails; a ValueError where slots and a scenario differ), nothing changed;
+        returns this factory with what was found, which its bring-ups then use instead
+        of checking again, and one line per machine saying what was found."""
+        listed = load_hostfile(cls.hostfile).hosts
+        used = max(len(machines_for(listed, n, s.layout.ranks_per_machine, cls.hostfile,
+                                    s.name)) for s, n in needs)
+        with Remote(listed[:used]) as remote:
+            found = check_machines(remote, needs_netem=cls.shaped and any(
+                impaired(s, n) for s, n in needs), shaping=cls.shaped, gpus=None,
+                results_dir=results_dir, plugins=cls.plugins)
+        lines = [f"{h.name}: checked, {f.facts['interface']['addr']} on {h.interface}, "
+                 + ("shares" if shared else "does not share")
+                 + f" the results folder {results_dir}"
+                 for h, f, shared in zip(listed, found.facts, found.shares_results,
+                                         strict=False)]
+        return type(cls.__name__, (cls,), {"checked": found, "__module__": cls.__module__}), \
+            lines
 
     def __init__(self, scenario: NetworkScenario, n_hosts: int | None = None, *,
                  run_id: str | None = None, state_dir: Path | str | None = None,
@@ -143,6 +182,7 @@ class SshLauncher(ShapedHosts):
         self.machines = scenario.between_machines()  # what each machine's interface carries
         self.remote: Remote | None = None
         self.facts: list[HostFacts] = []
+        self.shares_results: tuple[bool, ...] = ()  # per machine: nothing copied
         self.use_gpus = False
         self.plan: ShapingPlan | None = None
         self.interfaces: tuple[Interface, ...] = ()
@@ -180,15 +220,16 @@ class SshLauncher(ShapedHosts):
             raise ShapingError(f"scenario {self.scenario.name}: the SSH launcher cannot shape "
                                f"the links inside a machine (its ranks talk over loopback); "
                                f"give machine_link no rate, or use the netns launcher")
-        specs = [self.scenario.link_spec(a, b) for a in range(self.n_hosts)
-                 for b in range(self.n_hosts) if a != b]
-        impaired = self.shaping and any(s.delay_ms or s.jitter_ms or s.loss_pct for s in specs)
+        delays = self.shaping and impaired(self.scenario, self.n_hosts)
         self.remote = Remote(self.hosts)
         try:
-            self.facts = gather_facts(self.remote, needs_netem=impaired, plugins=self.plugins)
-            self.use_gpus = check_hosts(self.hosts, self.facts, shaping=self.shaping,
-                                        gpus=self.gpus, plugins=self.plugins)
-            self.mechanisms = self._mechanisms(impaired)
+            found = type(self).checked or check_machines(
+                self.remote, needs_netem=delays, shaping=self.shaping, gpus=self.gpus,
+                results_dir=self.results_dir, plugins=self.plugins)
+            self.facts = list(found.facts[:len(self.hosts)])
+            self.shares_results = found.shares_results[:len(self.hosts)]
+            self.use_gpus = found.use_gpus
+            self.mechanisms = self._mechanisms(delays)
             self._check_schedule_fits()
         except BaseException:
             self.remote.close()
@@ -309,7 +350,9 @@ class SshLauncher(ShapedHosts):
         if world is None or not world.isdigit():
             raise ValueError(f"spawn: expected WORLD_SIZE (the job's ranks) in env, got "
                              f"{world!r}")
-        put, get = mirrored(self.results_dir, argv)
+        # a machine that sees the results folder as ours reads and writes it in place
+        shared = self.shares_results[self.machine(i)]
+        put, get = ([], []) if shared else mirrored(self.results_dir, argv)
         command = self.remote_argv(i, self._torchrun(i, argv, int(world)), env)
         proc = spawn_group(relay_argv(self.python, self.hosts[self.machine(i)], self.label(i),
                                       command, put=put, get=get), env_with_repo(), log_path)
@@ -364,6 +407,7 @@ class SshLauncher(ShapedHosts):
                        "python": f.facts["python"], "gpus": f.facts["gpus"],
                        "netem": f.facts["netem"], "suite_commit": f.commit,
                        "record_dir": self.record_dir(i),
+                       "shares_results": self.shares_results[i],
                        "ranks": list(range(i * self.per_machine, (i + 1) * self.per_machine))}
                       for i, (h, f) in enumerate(zip(self.hosts, self.facts, strict=True))],
         }

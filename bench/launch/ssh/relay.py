@@ -6,11 +6,13 @@
 The harness supervises workers as local processes (subprocess.Popen: poll, SIGTERM to
 the group, exit status), so the SSH launcher starts this relay locally per remote
 command. It connects to the host (asyncssh, keepalives as bench/launch/ssh/remote.py),
-copies each `--put` file there (SFTP), runs ARGV (the launcher wraps it in `hostside
-tied`, so that it stops when this channel closes), streams its output line by line with
-the prefix `[LABEL] ` (`--raw`: as it comes, for the probe's JSON), and exits with its
-exit status, after copying each `--get` folder back (SFTP; also after a failure, so the
-logs and metrics of a failed rank are there to read).
+copies each `--put` file there (SFTP, under a temporary name renamed over the target:
+a reader there never sees it half written), runs ARGV (the launcher wraps it in
+`hostside tied`, so that it stops when this channel closes), streams its output line by
+line with the prefix `[LABEL] ` (`--raw`: as it comes, for the probe's JSON), and exits
+with its exit status, after copying each `--get` folder back but for the files it put
+(SFTP; also after a failure, so the logs and metrics of a failed rank are there to
+read). A host sharing this machine's results folder gets neither (docs/multihost.md).
 
 SIGTERM (the harness stopping the rank) closes the command's input: `tied` stops the
 command's process group on the host, and its exit status comes back here. A host that
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import secrets
 import shlex
 import signal
 import sys
@@ -57,6 +60,16 @@ def _say(label: str, text: str) -> None:
     sys.stdout.flush()
 
 
+async def _put_whole(sftp, local: str, remote: str) -> None:
+    """local copied to `remote` under a temporary name, then renamed over it (POSIX
+    rename, OpenSSH's extension): hosts that share a folder among themselves and put
+    the same file at once never truncate it under a reader."""
+    await sftp.makedirs(str(Path(remote).parent), exist_ok=True)
+    part = f"{remote}.part-{secrets.token_hex(4)}"
+    await sftp.put(local, part, preserve=True)
+    await sftp.posix_rename(part, remote)
+
+
 async def _pump(stream, out, prefix: str) -> None:
     async for line in stream:
         if not line:
@@ -81,8 +94,7 @@ async def _relay(args: argparse.Namespace) -> int:
             if args.put:
                 async with conn.start_sftp_client() as sftp:
                     for local, remote in args.put:
-                        await sftp.makedirs(str(Path(remote).parent), exist_ok=True)
-                        await sftp.put(local, remote, preserve=True)
+                        await _put_whole(sftp, local, remote)
             proc = await conn.create_process(shlex.join(args.argv), encoding="utf-8",
                                              errors="replace")
             loop = asyncio.get_running_loop()
@@ -100,7 +112,8 @@ async def _relay(args: argparse.Namespace) -> int:
                 async with conn.start_sftp_client() as sftp:
                     for remote, local in args.get:
                         if await sftp.isdir(remote):
-                            await get_tree_async(sftp, remote, Path(local))
+                            await get_tree_async(sftp, remote, Path(local),
+                                                 skip={r for _, r in args.put})
             return code
     except (OSError, asyncssh.Error) as err:
         _say(label, f"host {host.name} dropped: {type(err).__name__}: {err}")

@@ -17,9 +17,10 @@ as HostUnreachable naming the host, instead of hanging.
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,8 +192,11 @@ class Remote:
             self._thread.join(CONNECT_TIMEOUT_S)
 
 
-async def get_tree_async(sftp, remote_dir: str, local_dir: Path) -> list[Path]:
-    """Every file below remote_dir, through an open SFTP client, into local_dir."""
+async def get_tree_async(sftp, remote_dir: str, local_dir: Path,
+                         skip: Collection[str] = ()) -> list[Path]:
+    """Every file below remote_dir but those named in `skip`, through an open SFTP
+    client, into local_dir; each written under a temporary name and renamed over its
+    target, so that two hosts bringing back one file never leave it half written."""
     written = []
     for entry in await sftp.readdir(remote_dir):
         if entry.filename in (".", ".."):
@@ -200,9 +204,11 @@ async def get_tree_async(sftp, remote_dir: str, local_dir: Path) -> list[Path]:
         remote = f"{remote_dir}/{entry.filename}"
         local = local_dir / entry.filename
         if await sftp.isdir(remote):
-            written += await get_tree_async(sftp, remote, local)
-        else:
+            written += await get_tree_async(sftp, remote, local, skip)
+        elif remote not in skip:
             local.parent.mkdir(parents=True, exist_ok=True)
-            await sftp.get(remote, str(local), preserve=True)
+            part = local.with_name(f".{local.name}.part-{os.getpid()}")
+            await sftp.get(remote, str(part), preserve=True)
+            os.replace(part, local)
             written.append(local)
     return written

@@ -4,6 +4,7 @@ network namespaces, each running its own sshd (Debian's openssh-server).
     def test_x(sshd_hosts):                      # marks the test `netns`
         sshd_hosts.hostfile                      # a hostfile naming the N hosts
         sshd_hosts.run(1, ["tc", "qdisc", "show"])   # a command inside host 1
+    def test_y(sshd_hosts_shared): ...           # hosts that share the results folder
 
 Layout (every name from one per-run prefix P, removed by that name afterwards):
 namespaces P-h0..P-h{N-1} and the switch P-sw, whose bridge P-br joins one veth per host
@@ -17,7 +18,8 @@ a server with ClientAliveInterval does), listening on its host's address. It run
 in a mount namespace of its own in which the sweep's results folder is an empty tmpfs:
 the hosts share this machine's filesystem (the suite's checkout and virtual
 environment are where the hostfile says), but not the results, so the launcher's
-copies over SFTP are what brings results back. The namespaces share this machine's UTS
+copies over SFTP are what brings results back; `sshd_hosts_shared`'s hosts share the
+results folder too, as hosts with an NFS home do. The namespaces share this machine's UTS
 name (hostname), as separate machines would not; nothing in the launcher relies on it.
 """
 
@@ -70,6 +72,7 @@ class SshdHosts:
     subnet: int
     workdir: Path
     results: Path
+    share_results: bool = False  # the results folder: this machine's, or a tmpfs a host
     sshd: list[subprocess.Popen] = field(default_factory=list)
     made_privsep: bool = False
 
@@ -175,8 +178,9 @@ class SshdHosts:
             self.made_privsep = True
         self.results.mkdir(parents=True, exist_ok=True)
         # a private mount namespace in which the results folder is this host's own
-        script = (f"mount -t tmpfs -o size=256m tmpfs {self.results} && "
-                  f"exec {SSHD} -D -e -f {config}")
+        script = ("" if self.share_results else
+                  f"mount -t tmpfs -o size=256m tmpfs {self.results} && ") + \
+            f"exec {SSHD} -D -e -f {config}"
         log = open(self.workdir / f"sshd{i}.log", "ab")
         proc = subprocess.Popen(["ip", "netns", "exec", self.ns(i), "unshare", "--mount",
                                  "--propagation", "private", "sh", "-c", script],
@@ -214,17 +218,44 @@ class SshdHosts:
             PRIVSEP_DIR.rmdir()
 
 
-@pytest.fixture
-def sshd_hosts(tmp_path, netns_usable):
-    """HOSTS namespaces with an sshd each (see module doc), removed afterwards by name."""
+def _sshd_hosts(tmp_path: Path, share_results: bool):
     if not Path(SSHD).exists():
         pytest.skip(f"{SSHD} not installed (Debian's openssh-server; .ci/run installs it)")
     workdir = tmp_path / "sshd"
     workdir.mkdir()
     hosts = SshdHosts(f"sh{secrets.token_hex(2)}", HOSTS, _free_subnet(), workdir,
-                      tmp_path / "results")
+                      tmp_path / "results", share_results)
     try:
         hosts.build()
         yield hosts
     finally:
         hosts.remove()
+
+
+@pytest.fixture
+def sshd_hosts(tmp_path, netns_usable):
+    """HOSTS namespaces with an sshd each (see module doc), removed afterwards by name."""
+    yield from _sshd_hosts(tmp_path, share_results=False)
+
+
+@pytest.fixture
+def sshd_hosts_shared(tmp_path, netns_usable):
+    """As sshd_hosts, but every host sees the results folder as this machine's files."""
+    yield from _sshd_hosts(tmp_path, share_results=True)
+
+
+@pytest.fixture
+def count_checks(monkeypatch) -> list[int]:
+    """The hosts of each call of the SSH launcher's checks (gather_facts), one entry a
+    call: a sweep that checks its hosts once makes one."""
+    from bench.launch.ssh import checks
+
+    calls: list[int] = []
+    real = checks.gather_facts
+
+    def counted(remote, *args, **kw):
+        calls.append(len(remote.hosts))
+        return real(remote, *args, **kw)
+
+    monkeypatch.setattr(checks, "gather_facts", counted)
+    return calls
