@@ -107,7 +107,8 @@ def quality_table(curves: pd.DataFrame) -> pd.DataFrame:
     `gap_pct`, `gap_spreads` (gap over the pooled spread; NaN with fewer than two seeds on
     either side or zero spread), and the gap's confidence interval (with_intervals)."""
     rows = []
-    for (series, _, _), group in curves.groupby(["series", "preset", "stages"], sort=False):
+    for (series, _, _), group in curves.groupby(["series", "preset", "stages"], sort=False,
+                                                   dropna=False):
         by_seed = group.sort_values("step").groupby("seed")["eval_loss"]
         last = by_seed.agg(lambda v: v.iloc[-1])
         start = group[group["step"] == 0].set_index("seed")["eval_loss"]
