@@ -2,7 +2,7 @@
 counts the hosts the hostfile gives (2 machines: `2 hosts`, no idle hosts 2 and 3 of a
 4-host scenario), a cell wider than the hostfile is refused before anything runs, and a
 launcher that shapes records `shaped: false` on an unshaped scenario's hosts, as the
-cell's `shaped` says."""
+cell's `shaped` says; `--check-hosts` goes with `--dry-run` only."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.__main__ import main
 from bench.harness.preflight import check_sweep, on_hosts
 from bench.harness.sweep import SweepSpec, Workload, parse_mode
 from bench.launch.choice import choose_launcher
@@ -70,3 +71,13 @@ def test_a_shaping_launcher_on_an_unshaped_scenario_records_shaped_false():
     assert Unshaped(load_scenario("loopback"), 2).record()["shaped"] is False
     assert Unshaped(load_scenario("100mbps"), 2).record()["shaped"] is True
     assert SshLauncher.checked is None  # a bound factory is checked only through checked_for
+
+
+def test_check_hosts_goes_with_dry_run(tmp_path, capsys):
+    code = main(["run", "--scenario", "100mbps", "--modes", "fp32", "--launcher", "ssh",
+                 "--hostfile", str(_hostfile(tmp_path, 2)), "--check-hosts",
+                 "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --check-hosts goes with --dry-run (a run checks its hosts first)")
+    assert not (tmp_path / "out").exists()
