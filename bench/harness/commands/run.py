@@ -4,6 +4,7 @@ table, figures and report.md.
     python -m bench run --scenario 100mbps                 # default grid, table, figures
     python -m bench run --scenario 100mbps --modes fp32 aqsgd:2/4 --steps 5
     python -m bench run --scenario 100mbps --dry-run       # cells, placement, time; no run
+    python -m bench run --scenario 100mbps --launcher ssh --hostfile H --dry-run --check-hosts
     python -m bench run --scenario 100mbps --plugin examples/plugins/randproj.py  # + its modes
 
 The workload flags are Workload's settings (bench.harness.workload), each declared once
