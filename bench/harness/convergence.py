@@ -89,6 +89,12 @@ def register(sub) -> None:
                    help="cells of the dynamic sweep (links that change), read, never run, for "
                         "time to quality under their schedules (default results/dynamic; "
                         "`python -m bench sweep scenarios/sweeps/dynamic.yaml` runs them)")
+    p.add_argument("--inrun-results", type=Path,
+                   default=REPO_ROOT / "results" / "convergence-inrun",
+                   help="cells with loss and wall clock of one shaped run, read, never run, "
+                        "for time to quality within one run (default "
+                        "results/convergence-inrun; `python -m bench sweep "
+                        "scenarios/sweeps/convergence-inrun.yaml` runs them)")
     p.add_argument("--out", type=Path, help="report and figures (default RESULTS/report)")
     p.add_argument("--no-throughput", action="store_true",
                    help="do not run missing throughput cells (time-to-quality uses those "
@@ -153,11 +159,12 @@ def run_plan(p: ConvergencePlan, *, launcher: str, fresh: bool, quiet: bool) -> 
 
 
 def write_report(conv_dir: Path, throughput_dir: Path, out: Path,
-                 dynamic_dir: Path | None = None) -> Path:
+                 dynamic_dir: Path | None = None, inrun_dir: Path | None = None) -> Path:
     """The convergence report (bench.report.convergence) from the result dirs."""
     from bench.report.convergence import write_convergence_report
 
-    return write_convergence_report(conv_dir, throughput_dir, out, dynamic_dir=dynamic_dir)
+    return write_convergence_report(conv_dir, throughput_dir, out, dynamic_dir=dynamic_dir,
+                                    inrun_dir=inrun_dir)
 
 
 def run_convergence(args) -> int:
@@ -172,6 +179,6 @@ def run_convergence(args) -> int:
     code = 0 if args.no_run else run_plan(p, launcher=args.launcher, fresh=args.fresh,
                                           quiet=args.quiet)
     report = write_report(p.results, p.throughput_results, args.out or p.results / "report",
-                          args.dynamic_results)
+                          args.dynamic_results, args.inrun_results)
     print(f"convergence report: {report}")
     return code
