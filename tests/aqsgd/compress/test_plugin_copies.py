@@ -10,27 +10,18 @@ import subprocess
 import sys
 
 import pytest
+from plugin_helpers import identify_file, write_plain_mode
 
-from aqsgd.compress.plugins import Plugin, copy_problems, host_copies, identify, import_source
+from aqsgd.compress.plugins import Plugin, copy_problems, host_copies
 from bench import REPO_ROOT
-
-MODE = '''
-from aqsgd.compress.modes.base import ActivationMode
-
-class Plain(ActivationMode):
-    name, rank, wire_format = "plain_copy_test", 7.7, 71
-    bench_cases, smoke_case = (("fp32", 1),), ("fp32", 1)
-
-MODE = Plain
-'''
 
 
 @pytest.fixture
 def plugin_file(tmp_path):
-    """A plug-in file, and its identity as loaded here; removed from sys.modules after."""
-    path = tmp_path / "copytest_mode.py"
-    path.write_text(MODE)
-    yield path, identify(*import_source(str(path)))
+    """A plug-in file and its identity; dropped from sys.modules after (host_copies
+    imports it)."""
+    path = write_plain_mode(tmp_path, "copytest_mode", rank=7.7)
+    yield path, identify_file(path)
     sys.modules.pop("copytest_mode", None)
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from plugin_helpers import identify_file, write_plain_mode
 
 from aqsgd.compress.plugins import Plugin, identify, import_source
 from bench import REPO_ROOT
@@ -22,15 +23,6 @@ from bench.net.scenario import load_scenario
 pytestmark = pytest.mark.docker
 
 EXAMPLE = REPO_ROOT / "examples" / "plugins" / "randproj.py"
-MODE = '''
-from aqsgd.compress.modes.base import ActivationMode
-
-class Plain(ActivationMode):
-    name, rank, wire_format = "plain_docker_test", 7.8, 72
-    bench_cases, smoke_case = (("fp32", 1),), ("fp32", 1)
-
-MODE = Plain
-'''
 
 
 class HereContainer:
@@ -48,10 +40,7 @@ class HereContainer:
 
 @pytest.fixture
 def plugin(tmp_path):
-    path = tmp_path / "dockertest_mode.py"
-    path.write_text(MODE)
-    yield identify(*import_source(str(path)))
-    sys.modules.pop("dockertest_mode", None)
+    return identify_file(write_plain_mode(tmp_path, "dockertest_mode", rank=7.8))
 
 
 @pytest.mark.slow

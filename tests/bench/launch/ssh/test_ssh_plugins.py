@@ -7,18 +7,16 @@ folder is a tmpfs of its own, so a plug-in file there is on this machine only.""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
+from plugin_helpers import identify_file, write_plain_mode
 
-from aqsgd.compress.plugins import identify, import_source
 from aqsgd.compress.registry import load_plugins, unload_plugins
 from bench import REPO_ROOT
 from bench.harness.run import run_sweep
 from bench.harness.sweep import SweepSpec, Workload, parse_mode
 from bench.launch.ssh.checks import HostCheckError
 from bench.launch.ssh.hostfile import load_hostfile
-from bench.launch.ssh.hostside import HOST_RECORD_ROOT
 from bench.launch.ssh.launcher import SshLauncher
 from bench.launch.ssh.remote import Remote
 from bench.net.scenario import load_scenario
@@ -26,42 +24,34 @@ from bench.net.scenario import load_scenario
 pytestmark = pytest.mark.netns
 
 EXAMPLE = REPO_ROOT / "examples" / "plugins" / "randproj.py"
-MODE = '''
-from aqsgd.compress.modes.base import ActivationMode
-
-class Plain(ActivationMode):
-    name, rank, wire_format = "plain_ssh_test", 7.9, 73
-    bench_cases, smoke_case = (("fp32", 1),), ("fp32", 1)
-
-MODE = Plain
-'''
 
 
 @pytest.mark.slow
 def test_a_host_without_the_plugin_or_with_another_copy_is_refused_naming_it(sshd_hosts):
-    path = sshd_hosts.results / "plug" / "sshtest_mode.py"  # here only (module doc)
-    path.parent.mkdir(parents=True)
-    path.write_text(MODE)
-    try:
-        plugin = identify(*import_source(str(path)))
-    finally:
-        sys.modules.pop("sshtest_mode", None)
+    folder = sshd_hosts.results / "plug"  # here only (module doc)
+    folder.mkdir(parents=True)
+    path = write_plain_mode(folder, "sshtest_mode", rank=7.9)
+    plugin = identify_file(path)
+    other = sshd_hosts.workdir / "other_copy.py"
+    other.write_text("# v2\n" + path.read_text())
     with Remote(load_hostfile(sshd_hosts.hostfile).hosts) as remote:  # host 1: another copy
-        remote.run(1, ["sh", "-c", f"mkdir -p {path.parent} && printf '# v2\\n%s' "
-                   f"'{MODE}' > {path}"])
+        remote.run(1, ["mkdir", "-p", str(folder)])
+        remote.put(1, other, str(path))
     hosts = SshLauncher(load_scenario("100mbps"), 2, run_id="test",
                         hostfile=sshd_hosts.hostfile, plugins=(plugin,),
                         state_dir=sshd_hosts.results / ".launcher")
     with pytest.raises(HostCheckError) as err:
         hosts.__enter__()
-    text = str(err.value)
-    assert (f"root@{sshd_hosts.addr(0)}: plug-in sshtest_mode: plug-in file {path} does "
-            f"not exist on this host") in text
-    assert (f"root@{sshd_hosts.addr(1)}: plug-in sshtest_mode: another copy of {path} "
-            f"(sha256 ") in text and f"here {plugin.sha256})" in text
+    lines = {line.split(": ", 1)[0].strip(): line for line in str(err.value).splitlines()[1:]}
+    assert (f"plug-in sshtest_mode: plug-in file {path} does not exist on this host"
+            in lines[f"root@{sshd_hosts.addr(0)}"])
+    assert (f"plug-in sshtest_mode: another copy of {path} (sha256 "
+            in lines[f"root@{sshd_hosts.addr(1)}"])
+    assert f"here {plugin.sha256}); give every host" in lines[f"root@{sshd_hosts.addr(1)}"]
     for i in range(sshd_hosts.n):  # nothing changed on any host
         assert sshd_hosts.qdiscs(i) == []
-        assert sshd_hosts.run(i, ["ls", str(HOST_RECORD_ROOT)], check=False).stdout == ""
+        assert sshd_hosts.run(i, ["test", "-e", hosts.record_dir(i)],
+                              check=False).returncode == 1
 
 
 @pytest.mark.slow
