@@ -49,6 +49,8 @@ class PendingRecv:
     # length-first: the message's spec, its DATA_SIZED dims read from `tensors[0]`, the
     # shape prefix (the tensors' irecvs are posted once it has arrived)
     spec: WireSpec | None = None
+    ready: threading.Event | None = None  # set once the tensors' receives are posted
+    error: Exception | None = None  # why they could not be
 
 
 class _TimedSend:
@@ -109,6 +111,36 @@ class SendTimer:
         return int(sent), float(busy)
 
 
+class _PrefixWatcher:
+    """Posts a length-first message's tensor receives as soon as its shape prefix has
+    arrived, from a daemon thread: gloo holds a send until its receive is posted, so
+    posting them only at wait_recv would stall the payload behind the receiver's compute
+    (docs/pipeline.md, "Messages whose size depends on the data")."""
+
+    def __init__(self, p2p: P2P):
+        self.p2p = p2p
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._watch, name="prefix-watcher",
+                                        daemon=True)
+        self._thread.start()
+
+    def add(self, pending: PendingRecv) -> None:
+        pending.ready = threading.Event()
+        self._queue.put(pending)
+
+    def _watch(self) -> None:
+        while True:
+            pending = self._queue.get()
+            try:
+                # a gloo work is waited once (a second wait waits for another message)
+                pending.works.pop(0).wait(self.p2p.timeout)
+                spec = resolve_spec(pending.spec, pending.tensors[0])
+                self.p2p._post(pending, spec)
+            except (RuntimeError, ValueError) as e:  # wait_recv raises it on the main thread
+                pending.error = e
+            pending.ready.set()
+
+
 class P2P:
     """This rank's sends and receives, with byte counting, tracing and timeouts."""
 
@@ -122,6 +154,7 @@ class P2P:
         self.timeout = timedelta(seconds=timeout_s)
         self._sends: list[tuple[int, str, list, list[torch.Tensor], float]] = []
         self.send_timer = SendTimer(self.timeout) if time_sends else None
+        self._watcher: _PrefixWatcher | None = None  # started by the first length-first recv
 
     def send(self, peer: int, kind: str, tensors: list[torch.Tensor],
              length_first: bool = False) -> None:
@@ -153,6 +186,9 @@ class P2P:
         pending = PendingRecv(peer, kind, label, [], [], self.meter.now_us(),
                               spec if length_first else None)
         self._post(pending, [prefix_spec(spec)] if length_first else spec)
+        if length_first:
+            self._watcher = self._watcher or _PrefixWatcher(self)
+            self._watcher.add(pending)
         return pending
 
     def _post(self, pending: PendingRecv, spec: WireSpec) -> None:
@@ -173,15 +209,13 @@ class P2P:
         """Block until the message has arrived; returns its tensors."""
         what = f"receiving {pending.label} from rank {pending.peer}"
         with self.meter.span("comm_wait", f"wait {pending.label}"):
+            if pending.ready is not None:  # length-first: the watcher posts the rest
+                if not pending.ready.wait(self.timeout.total_seconds() + 1.0):
+                    raise RuntimeError(f"{what}: no length prefix within "
+                                       f"{self.timeout.total_seconds():.0f} s")
+                if pending.error is not None:
+                    raise RuntimeError(f"{what}: {pending.error}") from pending.error
             self._wait(pending.works, what)
-            if pending.spec is not None:  # the prefix arrived: now the tensors it sizes
-                try:
-                    spec = resolve_spec(pending.spec, pending.tensors[0])
-                except ValueError as e:
-                    raise RuntimeError(f"{what}: {e}") from e
-                done = len(pending.works)
-                self._post(pending, spec)
-                self._wait(pending.works[done:], what)
         self.meter.add_bytes(pending.kind, pending.peer, recv=message_nbytes(pending.tensors))
         self.meter.add_trace(f"recv {pending.label}", "recv", pending.posted_us,
                              self.meter.now_us() - pending.posted_us)  # fmt: skip
