@@ -154,13 +154,13 @@ PRESETS: dict[str, ModelConfig] = {
     ),
     # The size ladder of the convergence sweeps (scenarios/sweeps/convergence-size.yaml):
     # tiny's recipe (4x MLP, dropout 0.1, 64 channels a head, its tokenizer and task) at
-    # 4 and 8 blocks of width 256 (3.4M and 6.5M parameters), both pre-trained here like
-    # tiny (aqsgd.model.pretrain).
+    # twice its width (2 blocks of 256, 1.8M parameters), then twice its width and blocks
+    # (4 of 256, 3.4M), both pre-trained here like tiny (aqsgd.model.pretrain).
+    "w256-2": ModelConfig(
+        n_layer=2, n_embd=256, n_head=4, vocab_size=384, seq_len=64, activation="gelu"
+    ),
     "w256-4": ModelConfig(
         n_layer=4, n_embd=256, n_head=4, vocab_size=384, seq_len=64, activation="gelu"
-    ),
-    "w256-8": ModelConfig(
-        n_layer=8, n_embd=256, n_head=4, vocab_size=384, seq_len=64, activation="gelu"
     ),
     "gpt2": ModelConfig(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, seq_len=1024),
     "gpt2-medium": ModelConfig(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, seq_len=1024),

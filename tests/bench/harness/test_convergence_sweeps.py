@@ -105,7 +105,7 @@ def test_pretraining_a_missing_checkpoint_is_stated_up_front(tmp_path, monkeypat
         minutes = estimate_s(PRESETS[preset]) / 60
         assert line.startswith(f"pre-training preset {preset} (")
         assert f"about {minutes:.1f} min" in line
-    assert estimate_s(PRESETS["w256-8"]) > estimate_s(PRESETS["w256-4"]) > estimate_s(
+    assert estimate_s(PRESETS["w256-4"]) > estimate_s(PRESETS["w256-2"]) > estimate_s(
         PRESETS["tiny"])
     stated = state_times(plan("size", tmp_path / "c", with_throughput=False))
     assert stated[:len(lines)] == lines and stated[-1].startswith("sweep convergence-size: ")
@@ -144,4 +144,9 @@ def test_smoke_sizes_end_to_end(tmp_path, capsys, size, field, values):
     assert seen == values
     finals = _final_losses(conv)
     assert len(finals) == 4 and all(v == v and v < 10 for v in finals.values())
-    assert len(set(finals.values())) == 4  # each layout or model trains its own way
+    fp32 = {v for name, v in finals.items() if "fp32" in name}
+    aqsgd = {v for name, v in finals.items() if "aqsgd" in name}
+    if size == "depth-smoke":  # the same model: uncompressed, the split changes no bit
+        assert len(fp32) == 1 and len(aqsgd) == 2  # compressed, each boundary adds error
+    else:
+        assert len(fp32) == 2 and len(aqsgd) == 2
