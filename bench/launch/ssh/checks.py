@@ -14,13 +14,10 @@ same copy of every plug-in the cells run (`python -m aqsgd.compress.plugins` the
 file at the same absolute path, or the module installed, with the same source hash); and,
 once the killed runs recorded in the state dir are removed (just before shaping), no
 root qdisc on the interface but the kernel's default (`check_interfaces_free`).
-Check and refuse, not install: a benchmark compares like with like, so a host that
-differs is named with what differs, and nothing is installed behind the user's back (an
-install needs the hosts to reach a package index, and root over their Python); the
-record keeps what every host has. Every failing host is named in one HostCheckError
-(a ValueError: bad input, exit 2), each with its reasons. `shares_folder` finds the
-hosts that see the results folder as this machine's files (a shared file system:
-docs/multihost.md, "Shared file systems").
+Check and refuse, not install (why: docs/multihost.md, step 2). Every failing host is
+named in one HostCheckError (a ValueError: bad input, exit 2) with its reasons.
+`shares_folder`: the hosts that see the results folder as this machine's files
+(docs/multihost.md, "Shared file systems").
 """
 
 from __future__ import annotations
