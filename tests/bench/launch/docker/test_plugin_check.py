@@ -2,10 +2,14 @@
 checkout is mounted read-only at its own path, and bring-up refuses an image whose
 interpreter lacks a plug-in or loads another copy, naming it (checks.check_plugins). The
 container here runs its command on this host (the same command line the launcher sends
-through `docker exec`); a live cell on Docker: test_plugin_cells.py."""
+through `docker exec`). With a daemon and the worker image (the `docker_daemon` mark): a
+real cell of a plug-in file outside the checkout in two containers, and an image without
+an installed plug-in refused at bring-up, naming it."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 
@@ -85,3 +89,41 @@ def test_a_file_plugin_outside_the_checkout_is_mounted_read_only(plugin, tmp_pat
     assert str(EXAMPLE) not in binds  # inside the checkout, mounted with it
     assert DockerLauncher(load_scenario("100mbps"), 2, run_id="t2", python="image",
                           state_dir=tmp_path / ".l2").plugins == ()
+
+
+# ------------------------------------------------------- with a daemon and the image
+@pytest.mark.docker_daemon
+@pytest.mark.slow
+@pytest.mark.workers
+@pytest.mark.timeout(600)
+def test_a_plugin_cell_runs_in_containers_and_an_image_without_one_is_refused(tmp_path):
+    from aqsgd.compress.registry import load_plugins, unload_plugins
+    from bench.harness.run import run_sweep
+    from bench.harness.sweep import SweepSpec, Workload, parse_mode
+
+    outside = tmp_path / "plug" / "randproj.py"  # outside the checkout: mounted on its own
+    outside.parent.mkdir()
+    shutil.copy(EXAMPLE, outside)
+    (plugin,) = load_plugins([str(outside)])
+    try:
+        spec = SweepSpec("plug", ("100mbps",), (parse_mode("randproj:4/8"),),
+                         Workload(steps=2, train_samples=64, timeout_s=240,
+                                  dist_timeout_s=60, init_from=None))
+        outcomes = run_sweep(spec, tmp_path / "results", launcher="docker", quiet=True,
+                             echo=lambda s: None)
+    finally:
+        unload_plugins([plugin])
+    meta = json.loads((tmp_path / "results" / "100mbps__randproj-fw4-bw8__docker" /
+                       "meta.json").read_text())
+    assert [o.status for o in outcomes] == ["ok"], meta.get("failure")
+    assert meta["run_config"]["plugins"][0]["source"] == str(outside)
+    gone = Plugin("not_installed_mode", "not_installed_mode", "", "0" * 16)
+    hosts = DockerLauncher(load_scenario("100mbps"), 2, state_dir=tmp_path / ".launcher",
+                           plugins=(gone,))
+    with pytest.raises(RuntimeError, match=r"cannot run these cells' plug-ins[^$]*plug-in "
+                       r"not_installed_mode: plug-in module 'not_installed_mode' cannot be "
+                       r"imported"):
+        with hosts:
+            pass
+    assert not (tmp_path / ".launcher").exists() or not list(
+        (tmp_path / ".launcher").glob("*.json"))  # its containers removed with the state
