@@ -23,7 +23,7 @@ DEBIAN_SUITE ?= bookworm
 
 .PHONY: help setup test test-fast lint bench bench-kernels bench-compressors bench-coding regress \
 	paper convergence convergence-depth convergence-size \
-	finetune pretrain probe net-cleanup gpu-check profile clean-venv docker-base docker-image \
+	finetune pretrain probe net-cleanup chaos gpu-check profile clean-venv docker-base docker-image \
 	docker-wheelhouse docker-daemon-start docker-daemon-stop
 
 # One line per target: `make help`.
@@ -123,6 +123,11 @@ probe: setup
 # /run/aqsgd-bench/state-dirs); live runs are left alone.
 net-cleanup: setup
 	$(PY) -m bench.launch cleanup --all-recorded
+
+# A netns sweep of real workers under injected faults, then every cell checked (root).
+# SIZE=smoke: 12 cells, about 4 min on 2 cores; the faults and guarantees: docs/robustness.md.
+chaos: setup
+	$(PY) -m bench chaos --size $(SIZE) --out results/chaos
 
 # Compressor cost per micro-batch (encode + decode), one thread.
 bench-compressors: setup

@@ -15,6 +15,7 @@ parser and handler in its own module (`register(sub)`); this module only assembl
     python -m bench model --preset gpt2-xl --stages 8 --profile a100-bf16 --scenario 100mbps-8hosts
     python -m bench profile --cells results/paper          # this machine's profile
     python -m bench validate --profile cpu-2core results/paper   # predicted vs measured
+    python -m bench chaos [--size smoke]                   # a netns sweep under faults, checked
     python -m bench --version                              # the suite's version and commit
 
 Launchers (--launcher, bench.launch.choice.LAUNCHERS): auto (netns when root and
@@ -36,7 +37,7 @@ import sys
 import warnings
 
 from bench import REPO_ROOT
-from bench.harness import convergence, paper, regress
+from bench.harness import chaos, convergence, paper, regress
 from bench.harness.commands import compose, model, run, slurm, sweep
 from bench.harness.commands.options import launcher_options
 from bench.report import cli as report
@@ -47,7 +48,7 @@ __all__ = ["main", "build_parser", "finish_sweep", "launcher_options"]
 
 # In the order `python -m bench --help` lists them.
 COMMANDS = (run, sweep, report, compare, compose, slurm, paper, convergence, regress,
-            model)
+            model, chaos)
 
 
 class _Version(argparse.Action):
