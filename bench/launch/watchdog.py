@@ -135,7 +135,8 @@ def _claim(state_dir: Path, harness: ProcessIdentity) -> list[tuple[Path, Path, 
     for path in sorted(state_dir.glob("aq*.json")):
         try:
             state = json.loads(path.read_text())
-            if state.get("launcher_process") != harness.to_dict():
+            if not isinstance(state, dict) or \
+                    state.get("launcher_process") != harness.to_dict():
                 continue
             mine = path.with_name(path.stem + CLAIMED)
             path.rename(mine)
@@ -158,7 +159,7 @@ def tear_down(state_dir: Path, harness: ProcessIdentity, logs: list[str]) -> int
     code, removed = 0, list(killed)
     for path, mine, _ in claimed:
         try:
-            removed += cleanup([mine])
+            removed += [*cleanup([mine]), f"state file {path.name}"]
         except (ValueError, RuntimeError, OSError) as err:  # the file kept for net-cleanup
             mine.rename(path)
             _say(logs, f"teardown of {path} failed ({type(err).__name__}: {err}); the file "

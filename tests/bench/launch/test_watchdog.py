@@ -2,7 +2,8 @@
 touched nothing; a harness killed with SIGKILL leaves, with no cleanup command, no
 process of its run after 10 s and nothing it built after 30 s (a launcher with `sleep`
 ranks; a real `python -m bench run` cell on the local and the netns launcher), and each
-rank log says that the harness is gone. SSH: ssh/test_ssh_watchdog.py; Docker:
+rank log says that the harness is gone; a teardown that fails leaves the state file
+under its own name, for `make net-cleanup`. SSH: ssh/test_ssh_watchdog.py; Docker:
 docker/test_watchdog.py."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kill_helpers import (
     start_harness,
     state_files,
     wait_for,
+    watchdogs,
 )
 from launch_helpers import alive, leftovers
 
@@ -86,6 +88,39 @@ def test_a_killed_harness_leaves_no_rank_and_no_state_file(tmp_path):
         assert _harness_gone_line(harness.pid) in (out / f"rank{i}.log").read_text()
     print(f"\nsleeping ranks gone {ranks_s:.1f} s after the kill, the state file "
           f"and the watchdog {all_s:.1f} s")
+
+
+# the driver: a harness whose state file names a launcher no teardown knows
+UNKNOWN_LAUNCHER = """\
+import json, sys, time
+from pathlib import Path
+from bench.launch.state import launcher_fields
+from bench.launch.watchdog import Watchdog
+state_dir = Path(sys.argv[1])
+state_dir.mkdir(parents=True)
+dog = Watchdog.start(state_dir)
+dog.note_log(state_dir.parent / "rank0.log")
+(state_dir / "aqbad00.json").write_text(json.dumps(launcher_fields("bogus", "r", "aqbad00")))
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_teardown_that_fails_gives_the_state_file_back_for_net_cleanup(tmp_path):
+    harness = subprocess.Popen([sys.executable, "-c", UNKNOWN_LAUNCHER, str(tmp_path / "s")],
+                               cwd=REPO, stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert harness.stdout.readline() == b"ready\n"
+        (dog,) = watchdogs(tmp_path / "s")
+    finally:
+        killed_at = sigkill(harness)
+    seconds_until(lambda: [dog] if alive(dog) else [], killed_at, BUILT_S)
+    assert [f.name for f in (tmp_path / "s").iterdir()] == ["aqbad00.json"]
+    log = (tmp_path / "rank0.log").read_text()
+    assert _harness_gone_line(harness.pid) in log
+    assert "teardown of " in log and "aqbad00.json failed (StateFileError" in log
+    assert "the file stays for `make net-cleanup`" in log
 
 
 def _training(out: Path) -> dict | None:
