@@ -1,5 +1,6 @@
-"""Message sizes on the wire (aqsgd.compress.wire): the paper's example, and the message spec
-the performance model uses against a real steady-state message."""
+"""Message sizes on the wire (aqsgd.compress.wire): the paper's example, the message spec
+the performance model uses against a real steady-state message, and the length prefix of
+a message sized by data."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ import torch
 from aqsgd import quant
 from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.message import CompressionConfig, message_spec
-from aqsgd.compress.wire import message_nbytes, spec_nbytes
+from aqsgd.compress.wire import (
+    DATA_SIZED,
+    message_nbytes,
+    prefix_spec,
+    resolve_spec,
+    shape_prefix,
+    sized_by_data,
+    spec_nbytes,
+)
 from aqsgd.quant import QuantConfig
 
 
@@ -42,3 +51,25 @@ def test_message_spec_is_the_size_of_a_real_steady_state_message(mode, bits):
 def test_message_spec_refuses_quantized_rows_for_mode_none():
     with pytest.raises(ValueError, match="mode 'none' sends every row raw"):
         message_spec(CompressionConfig(mode="none"), (4, 8, 16), 0)
+
+
+def test_a_length_prefix_sizes_the_data_sized_dims_and_checks_the_fixed_ones():
+    spec = [((3,), torch.int64), ((DATA_SIZED,), torch.int16), ((2, DATA_SIZED), torch.uint8)]
+    assert sized_by_data(spec) and not sized_by_data(spec[:1])
+    assert prefix_spec(spec) == ((4,), torch.int64)
+    msg = [torch.zeros(3, dtype=torch.int64), torch.zeros(0, dtype=torch.int16),
+           torch.zeros(2, 5, dtype=torch.uint8)]
+    resolved = resolve_spec(spec, shape_prefix(msg))
+    assert resolved == [((3,), torch.int64), ((0,), torch.int16), ((2, 5), torch.uint8)]
+    assert spec_nbytes(resolved) == message_nbytes(msg) == 24 + 10
+    with pytest.raises(ValueError, match=r"shape \(4,\) where the spec says \(3,\)"):
+        resolve_spec(spec, torch.tensor([4, 0, 2, 5]))
+    with pytest.raises(ValueError, match="length prefix holds 3 dims, the spec"):
+        resolve_spec(spec, torch.tensor([3, 0, 2]))
+    with pytest.raises(ValueError, match="known only after encoding"):
+        spec_nbytes(spec)
+
+
+def test_a_fixed_size_mode_expects_what_its_rule_says():
+    cfg = CompressionConfig(mode="aqsgd", quant=QuantConfig(bits=2))
+    assert message_spec(cfg, (4, 8, 16), 0, expected=True) == message_spec(cfg, (4, 8, 16), 0)
