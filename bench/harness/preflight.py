@@ -24,6 +24,7 @@ import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from aqsgd.compress.plugins import Plugin
 from aqsgd.data.fit import TokenCounts, count_tokens, fit_problem
 from aqsgd.filecache import default_cache_dir
 from aqsgd.model.config import PRESETS
@@ -60,6 +61,11 @@ class SweepPlan:
     cells: tuple[CellSpec, ...]
     scenarios: dict[str, NetworkScenario]
     placements: dict[str, Placement]
+
+    @property
+    def plugins(self) -> tuple[Plugin, ...]:
+        """The plug-ins its cells run, once each (a launcher checks its hosts have them)."""
+        return tuple(dict.fromkeys(p for c in self.cells for p in c.mode.plugins))
 
 
 def place_cells(cells: list[CellSpec], scenarios: dict[str, NetworkScenario]

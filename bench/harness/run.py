@@ -296,7 +296,7 @@ def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: 
     host, builds no checkpoint and writes no file (`sweep_dir` only read); `check_hosts`:
     the launcher's hosts checked as run_sweep checks them (preflight.on_hosts)."""
     plan = check_sweep(spec)
-    choice = choose_launcher(launcher, **(launcher_options or {}))
+    choice = choose_launcher(launcher, plan.plugins, **(launcher_options or {}))
     refuse_unsupported(spec, plan, choice.name)
     plan, choice, checked = on_hosts(plan, choice, sweep_dir, contact=check_hosts)
     why = None if fresh else refusals(spec, sweep_dir, choice, scenarios=plan.scenarios)
@@ -362,8 +362,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto",
     the holder)."""
     plan = check_sweep(spec)
     cells, scenarios, placements = list(plan.cells), plan.scenarios, plan.placements
-    plugins = tuple(dict.fromkeys(p for c in cells for p in c.mode.plugins))
-    choice = choose_launcher(launcher, plugins, **(launcher_options or {}))
+    choice = choose_launcher(launcher, plan.plugins, **(launcher_options or {}))
     refuse_unsupported(spec, plan, choice.name)
     plan, choice, checked = on_hosts(plan, choice, sweep_dir)  # once, before anything
     placements = plan.placements
