@@ -10,7 +10,8 @@ LAUNCHER ?= auto
 # `make bench`: every cell this many times, interleaved (the tables show the median)
 REPEATS ?= 1
 # `make bench PLUGIN=examples/plugins/randproj.py`: a compressor plug-in (a .py file or a
-# module; several separated by spaces) whose modes join the grid (docs/plugins.md)
+# module; several separated by spaces) whose modes join the grid (docs/plugins.md); `make
+# profile PLUGIN=...` times its modes too
 PLUGIN ?=
 # The Docker images: the offline base (debootstrap) and the worker built on it, or on
 # a registry's CUDA PyTorch base (DOCKER_BASE=pytorch/pytorch:...-cuda...-runtime).
@@ -83,7 +84,8 @@ paper: setup
 # and compressors timed here, the runtime's communication constants fitted on the paper
 # sweep's fp32 cells (run `make paper` first).
 profile: setup
-	$(PY) -m bench profile --out profiles/cpu-2core.yaml --name cpu-2core --cells results/paper
+	$(PY) -m bench profile --out profiles/cpu-2core.yaml --name cpu-2core --cells results/paper \
+		$(foreach p,$(PLUGIN),--plugin $(p))
 
 # Model quality: every mode, many epochs, three seeds (SIZE=smoke: seconds).
 # Every mode for many epochs, three seeds, dropout as a knob (unshaped, on
