@@ -90,6 +90,7 @@ class Convergence:
     # time to quality within one run beside the joined estimate (inrun.beside_joined;
     # empty: no such cells)
     inrun: pd.DataFrame
+    also: tuple[Path, ...] = ()  # more folders of convergence cells read with conv_dir
 
     def __post_init__(self):
         if not self.scenario:
@@ -110,9 +111,11 @@ def _has_cells(path: Path) -> bool:
 
 def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
             scenario: str = DEFAULT_SCENARIO, dynamic_dir: Path | None = None,
-            inrun_dir: Path | None = None) -> Convergence:
-    """Read the result folders (any may be missing or empty) and compute."""
-    metrics = load_results([conv_dir]) if _has_cells(conv_dir) else pd.DataFrame()
+            inrun_dir: Path | None = None, also: tuple[Path, ...] = ()) -> Convergence:
+    """Read the result folders (any may be missing or empty) and compute; `also`: more
+    folders of convergence cells, read with conv_dir (one sweep run in several parts)."""
+    found = [d for d in (conv_dir, *also) if _has_cells(d)]
+    metrics = load_results(found) if found else pd.DataFrame()
     curves = eval_curves(metrics)
     bands, quality = seed_bands(curves), quality_table(curves)
     thr = load_results([throughput_dir]) if _has_cells(throughput_dir) else pd.DataFrame()
@@ -122,7 +125,8 @@ def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
     if quality.empty:
         empty = pd.DataFrame()
         return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, empty,
-                           empty, tuple(judge_claims(quality, claims)), empty, *shapes, empty)
+                           empty, tuple(judge_claims(quality, claims)), empty, *shapes, empty,
+                           tuple(also))
     facts = series_facts(metrics, curves)
     # time axes for the default variant: a variant changes the model, not the link
     timed = timed_bands(bands[bands["variant"] == ""], facts, times, scenario)
@@ -134,7 +138,8 @@ def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
              if inrun_dir is not None and _has_cells(inrun_dir) else pd.DataFrame())
     return Convergence(conv_dir, throughput_dir, scenario, bands, quality, times, timed, ttq,
                        tuple(judge_claims(quality, claims)), schedule_ttq, *shapes,
-                       beside_joined(inrun, ttq, schedule_ttq) if not inrun.empty else inrun)
+                       beside_joined(inrun, ttq, schedule_ttq) if not inrun.empty else inrun,
+                       tuple(also))
 
 
 # ------------------------------------------------------------------------ tables
@@ -268,7 +273,8 @@ def verdict_rows(verdicts: tuple[Verdict, ...]) -> tuple[list[str], list[list[st
 def _setting(conv: Convergence) -> list[str]:
     q = conv.quality
     seeds = sorted({s for seeds in q["seeds"] for s in seeds})
-    return [f"- cells: `{conv.conv_dir}`; {len(q)} series, seeds {seeds}; "
+    more = "".join(f", `{d}`" for d in conv.also)
+    return [f"- cells: `{conv.conv_dir}`{more}; {len(q)} series, seeds {seeds}; "
             f"{q['epochs'].max():g} epochs of {int(q['steps_per_epoch'].max())} steps "
             f"(one replica), {int(q['warmup_epochs'].max())} of them warm-up (uncompressed); "
             f"held-out "
@@ -346,16 +352,19 @@ def write_convergence_report(conv_dir: Path, throughput_dir: Path, out_dir: Path
                              scenario: str = DEFAULT_SCENARIO,
                              claims_path: Path = CLAIMS_FILE, quiet: bool = False,
                              dynamic_dir: Path | None = None,
-                             inrun_dir: Path | None = None) -> Path:
+                             inrun_dir: Path | None = None,
+                             also: tuple[Path, ...] = ()) -> Path:
     """Write `out_dir/convergence.md` and its figures; returns the report's path.
     `dynamic_dir`: the dynamic sweep's results, for time to quality on links that change;
     `inrun_dir`: cells with loss curve and wall clock of one run on a shaped link
     (scenarios/sweeps/convergence-inrun.yaml), for time to quality within one run (None,
-    or a folder without cells: no such table)."""
+    or a folder without cells: no such table); `also`: more folders of convergence cells
+    read with conv_dir (one sweep run in several parts)."""
     conv_dir, throughput_dir, out_dir = Path(conv_dir), Path(throughput_dir), Path(out_dir)
     conv = analyse(conv_dir, throughput_dir, load_claims(claims_path), scenario,
                    None if dynamic_dir is None else Path(dynamic_dir),
-                   None if inrun_dir is None else Path(inrun_dir))
+                   None if inrun_dir is None else Path(inrun_dir),
+                   tuple(Path(d) for d in also))
     lines = ["# Convergence: model quality of each compression", ""]
     if not conv.has_cells:
         lines += [f"No convergence cells under `{conv_dir}`: nothing to judge. "

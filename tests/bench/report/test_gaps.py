@@ -4,6 +4,9 @@ the verdict words and draws both figures."""
 
 from __future__ import annotations
 
+import shutil
+
+import pandas as pd
 import pytest
 from report_fixtures import write_fixture_cell
 
@@ -113,3 +116,14 @@ def test_the_report_prints_the_verdicts_and_draws_the_depth_figure(depth_dir, tm
     assert not (tmp_path / "out" / "convergence_gap_size.png").exists()
     out = capsys.readouterr().out
     assert "cannot tell with 3 seeds" in out and "within 1%" in out
+
+
+def test_a_sweep_run_in_parts_reads_as_one(depth_dir, tmp_path):
+    parts = [tmp_path / "s1", tmp_path / "rest"]
+    for cell in depth_dir.iterdir():  # seed 1 in one folder, seeds 2 and 3 in another
+        target = parts[0] if "__s1" in cell.name else parts[1]
+        shutil.copytree(cell, target / cell.name)
+    whole = analyse(depth_dir, tmp_path / "none", [])
+    split = analyse(parts[0], tmp_path / "none", [], also=(parts[1],))
+    pd.testing.assert_frame_equal(split.depth, whole.depth)
+    assert split.quality["n_seeds"].tolist() == whole.quality["n_seeds"].tolist()
