@@ -70,8 +70,9 @@ def pair_rows(pairs: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     headers = ["AQ-SGD", "against", "gap (%)", "95% interval (%)", "seeds", "verdict",
                "lower loss"]
     rows = [[p["series"], p["rival"], _pct(p["gap_pct"]),
-             f"{_pct(p['lo'])}..{_pct(p['hi'])}", f"{p['n']} ({p['method']})", p["verdict"],
-             p["lower"]] for _, p in pairs.iterrows()]
+             "-" if math.isnan(p["lo"]) else f"{_pct(p['lo'])}..{_pct(p['hi'])}",
+             f"{p['n']} ({'no interval' if p['method'] == 'none' else p['method']})",
+             p["verdict"], p["lower"]] for _, p in pairs.iterrows()]
     return headers, rows
 
 
