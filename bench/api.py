@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from aqsgd.compress.registry import load_plugins
 from bench.harness.modes import ModeSpec, parse_mode
 from bench.harness.preflight import load_checked_sweep as load_sweep
 from bench.harness.run import run_sweep as _run_sweep
@@ -30,8 +31,9 @@ from bench.report.compare import compare_results as compare
 from bench.report.summary import summarize
 from bench.results.files import load_results
 
-__all__ = ["Comparison", "ModeSpec", "SweepSpec", "Workload", "compare", "load_results",
-           "load_sweep", "parse_mode", "run_cell", "run_sweep", "scenarios", "summarize"]
+__all__ = ["Comparison", "ModeSpec", "SweepSpec", "Workload", "compare", "load_plugins",
+           "load_results", "load_sweep", "parse_mode", "run_cell", "run_sweep", "scenarios",
+           "summarize"]
 
 
 def run_sweep(sweep: SweepSpec | str | Path, out: str | Path, *, launcher: str = "auto",
