@@ -291,8 +291,10 @@ def _setting(conv: Convergence) -> list[str]:
 
 def _tables(conv: Convergence) -> list[tuple[str, str, tuple[list[str], list[list[str]]]]]:
     """(title, note, (headers, rows)) of every table, in report order."""
-    out = [("Final held-out loss over seeds", "Gap: mean minus fp32's of the same layout and "
-            "variant; in seed spreads: over the pooled sample sd.", quality_rows(conv.quality))]
+    out = [("Final held-out loss over seeds", "Gap: mean minus fp32's of the same preset, "
+            "layout and variant; in seed spreads: over the pooled sample sd; its 95% interval: "
+            "Student's t on the per-seed differences (within 1%: the upper end at most +1%).",
+            quality_rows(conv.quality))]
     if not conv.ttq.empty:
         out.append((f"Time to fp32's final held-out loss within {TOLERANCE_PCT:g}%",
                     "Training time of the first evaluation at or below the target, from the "
