@@ -11,6 +11,7 @@ import pytest
 from report_fixtures import write_fixture_cell
 
 from bench.report.convergence import analyse, write_convergence_report
+from bench.report.convergence_plots import plot_gap_shape
 from bench.report.gaps import pair_table, shape_gaps, shape_rows
 from bench.report.quality import eval_curves, quality_table
 from bench.results.files import load_results
@@ -97,6 +98,10 @@ def test_size_table_orders_presets_by_parameters(tmp_path):
     assert [h.split(" ")[0] for h in headers[1:]] == ["tiny", "tiny-8"]
     assert headers[1].endswith("M params)")
     assert rows[0][1] == rows[0][2] == "+0.67% [-0.16, +1.49] cannot tell with 3 seeds"
+    paths = plot_gap_shape(gaps, "preset", tmp_path / "out")
+    assert [p.name for p in paths] == ["convergence_gap_size.png", "convergence_gap_size.svg"]
+    svg = paths[1].read_text()
+    assert "M params" in svg and "model size" in svg
 
 
 def test_the_report_prints_the_verdicts_and_draws_the_depth_figure(depth_dir, tmp_path,
