@@ -24,6 +24,7 @@ def test_step_workload_takes_the_expected_size_of_aqsgd_sparse():
         shape = (p.micro_batch_size, model.seq_len, model.n_embd)
         expected = spec_nbytes(message_spec(config.forward, shape, 0, expected=True))
         assert work[mode].act_bytes == expected
-    # 2 bits: about 4.6% of the entries, 2.25 bytes each, against AQ-SGD's quarter byte
-    assert work["aqsgd-sparse"].act_bytes < work["aqsgd:2/4"].act_bytes
+    # 2 bits: about 12% of the entries, 2.25 bytes each, against AQ-SGD's quarter byte
+    ratio = work["aqsgd-sparse"].act_bytes / work["aqsgd:2/4"].act_bytes
+    assert 1.0 < ratio < 1.2
     assert work["aqsgd-sparse"].grad_bytes == work["aqsgd:2/4"].grad_bytes
