@@ -129,7 +129,7 @@ net-cleanup: setup
 # A netns sweep of real workers under injected faults, then every cell checked (root).
 # SIZE=smoke: 12 cells, about 4 min on 2 cores; the faults and guarantees: docs/robustness.md.
 chaos: setup
-	$(PY) -m bench chaos --size $(SIZE) --out results/chaos
+	$(PY) -m bench chaos --size $(SIZE) --out results/chaos --strict
 
 # Compressor cost per micro-batch (encode + decode), one thread.
 bench-compressors: setup

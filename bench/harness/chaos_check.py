@@ -20,9 +20,13 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
+from bench.harness.regress import BASELINE_DIR, BYTE_COLUMNS
 from bench.harness.sweep import SweepSpec
 from bench.launch.choice import LauncherChoice
 from bench.report.markdown import markdown_table
+from bench.report.summary import summarize
 from bench.report.tables import text_table
 from bench.results.files import ResultFileWarning, load_results
 
@@ -81,6 +85,8 @@ def _fault_problems(after: After) -> list[str]:
     second = after.logs[1].read_text(errors="replace") if len(after.logs) > 1 else ""
     for ev in after.events:
         where = f"{ev.fault} in {ev.cell}"
+        if ev.kind in ("worker killed", "link down") and not ev.left.startswith("0 of"):
+            problems.append(f"{where}: {ev.left} after it was recorded")
         if ev.kind == "worker killed" and not (ev.recorded.startswith("failed: rank")):
             problems.append(f"{where}: the cell recorded {ev.recorded!r}, not a failed rank")
         if ev.kind == "link down":
@@ -123,6 +129,7 @@ def _cell_problems(after: After) -> list[str]:
     for key in varying[varying > 1].index:
         problems.append(f"mode {key[:3]} rank {key[3]} step {key[4]}: bytes sent differ "
                         f"between its seeds' cells")
+    problems += _byte_problems(after.results)
     same_code = len(set(after.commits)) == 1  # else every cell was measured anew
     for name, before in after.finished_before.items():
         try:
@@ -132,6 +139,23 @@ def _cell_problems(after: After) -> list[str]:
             continue
         if same_code and now != before:
             problems.append(f"{name}: finished before the faults, its files changed since")
+    return problems
+
+
+def _byte_problems(results: Path) -> list[str]:
+    """Each cell's bytes per measured step (in all and per kind) against the regression
+    baseline's cell of the same mode (2 stages of the tiny preset, as here): the byte
+    count is a pure function of shapes, bit widths and the schedule."""
+    base = pd.read_csv(BASELINE_DIR / "regress.csv")
+    base = base[base["replicas"] == 1].drop_duplicates("label").set_index("label")
+    problems = []
+    for _, row in summarize([results]).iterrows():
+        if row["label"] not in base.index:
+            continue
+        for col in BYTE_COLUMNS:
+            if row[col] != base.loc[row["label"], col]:
+                problems.append(f"{row['cell']}: {col} {row[col]}, the regression baseline's "
+                                f"{row['label']} cell sends {base.loc[row['label'], col]}")
     return problems
 
 

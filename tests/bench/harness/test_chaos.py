@@ -26,7 +26,7 @@ def test_the_smoke_sweep_has_twelve_cells_and_a_timeout_from_the_warm_up(tmp_pat
     path.write_text(yaml.safe_dump(size.sweep_file(timeout_s=42)))
     spec = load_checked_sweep(path)
     cells = spec.cells()
-    assert len(cells) == 12 and {c.scenario for c in cells} == {"100mbps"}
+    assert len(cells) == 12 and {c.scenario for c in cells} == {"10mbps"}
     assert {c.workload.timeout_s for c in cells} == {42}
     # the harness's timeout, not the workers' own, ends a cell whose link is down
     assert {c.workload.dist_timeout_s for c in cells} == {84}
@@ -54,9 +54,10 @@ def _faults(after: After) -> list[str]:
 def test_each_fault_is_held_to_what_the_harness_promises(tmp_path):
     events = [
         Event("worker killed (kill -9 of rank 1, pid 5)", 1, "c1", 3.0,
-              "failed: rank 1 exited with code -9"),
+              "failed: rank 1 exited with code -9", left="0 of its workers running"),
         Event("link down (ip -n x link set y down)", 1, "c2", 9.0,
-              "failed: timeout after 30 s; ranks [0, 1] still running", down_s=35.0),
+              "failed: timeout after 30 s; ranks [0, 1] still running", down_s=35.0,
+              left="0 of its workers running; the link up again (the driver)"),
         Event("harness killed (kill -9 of pid 7)", 1, "c3", 50.0, "nothing",
               left_detail={"at_deadline": {"processes": [], "namespaces": [], "qdiscs": []}}),
         Event("metrics.csv truncated between runs (10 -> 5 bytes)", 0, "c4", 51.0, ""),
@@ -67,7 +68,8 @@ def test_each_fault_is_held_to_what_the_harness_promises(tmp_path):
               "measure c4 again: unreadable: c4/metrics.csv: 5 bytes\n")
     assert _faults(_after(tmp_path, events, log2=second)) == []
     broken = [
-        Event("worker killed (kill -9 of rank 1, pid 5)", 1, "c1", 3.0, "ok"),
+        Event("worker killed (kill -9 of rank 1, pid 5)", 1, "c1", 3.0, "ok",
+              left="1 of its workers running"),
         Event("link down (ip -n x link set y down)", 1, "c2", 9.0, "failed: rank 0 exited",
               down_s=20.0),
         Event("harness killed (kill -9 of pid 7)", 1, "c3", 50.0, "nothing", left="2 left",
@@ -80,6 +82,7 @@ def test_each_fault_is_held_to_what_the_harness_promises(tmp_path):
     problems = "\n".join(_faults(_after(tmp_path, broken, final_code=1,
                                         final_left="1 processes, 0 namespaces, 0 qdiscs")))
     for expected in ("c1: the cell recorded 'ok', not a failed rank",
+                     "c1: 1 of its workers running after it was recorded",
                      "c2: the cell recorded 'failed: rank 0 exited', not a timeout",
                      "c2: down 20.0 s, not longer than the cell's timeout 30 s",
                      "c3: the resumed run did not take over its lock",
