@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(60)
     ("aqsgd:9/4", r"fw_bits must be in 1\.\.8, got 9"),
     ("directq:4/0", r"bw_bits must be in 1\.\.8, got 0"),
     ("zstd", r"mode must be one of fp32, directq, tahquant, tahquant-pub, aqsgd, "
-             r"aqsgd-adaptive, aqsgd-lowbits, aqsgd\+gc"),
+             r"aqsgd-adaptive, aqsgd-lowbits, aqsgd-sparse, aqsgd\+gc"),
     ("fp32:2/4", "fp32 takes no bit widths"),
     ("aqsgd:two/4", "NAME:FW/BW with integers"),
 ])
