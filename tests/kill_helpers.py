@@ -16,6 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 WATCHDOG = "-m bench.launch.watchdog"
+WORKERS_S, BUILT_S = 10.0, 30.0  # the issue's bounds, from the kill
 
 
 def start_harness(out: Path, log: Path, launcher: str, *options: str,
@@ -73,6 +74,14 @@ def state_files(out: Path) -> list[dict]:
     return [s for s in states if "launcher" in s]
 
 
+def training(out: Path) -> dict | None:
+    """The run's state file once both its ranks have written a metrics record (None
+    before): workers that train, on a launcher whose results folder is this machine's."""
+    written = [f for f in out.glob("*/metrics/rank*.jsonl") if f.stat().st_size]
+    states = state_files(out)
+    return states[0] if states and len(written) == 2 else None
+
+
 def wait_for(what: str, ready: Callable[[], object], harness: subprocess.Popen, log: Path,
              timeout_s: float):
     """ready()'s first true value within timeout_s, while the harness runs."""
@@ -102,3 +111,17 @@ def seconds_until(gone: Callable[[], list], since: float, timeout_s: float) -> f
         left = gone()
     assert left == [], f"still there {timeout_s} s after the harness was killed: {left}"
     return time.monotonic() - since
+
+
+def check_kill(launcher: str, harness: subprocess.Popen, killed_at: float, out: Path,
+               processes: Callable[[], list], built: Callable[[], list]) -> None:
+    """After the kill: processes() empty within WORKERS_S, built() within BUILT_S, each
+    of the two rank logs saying that the harness is gone; prints the seconds."""
+    workers_s = seconds_until(processes, killed_at, WORKERS_S)
+    built_s = seconds_until(built, killed_at, BUILT_S)
+    rank_logs = sorted(out.glob("*/logs/rank*.log"))
+    assert len(rank_logs) == 2
+    for rank_log in rank_logs:
+        assert f"the harness (pid {harness.pid}) is gone" in rank_log.read_text(), rank_log
+    print(f"\n{launcher}: the last process of the run ended {workers_s:.1f} s after the "
+          f"harness was killed, what it built was gone after {built_s:.1f} s")
