@@ -16,7 +16,7 @@ import sys
 import pytest
 from plugin_helpers import identify_file, write_plain_mode
 
-from aqsgd.compress.plugins import Plugin, identify, import_source
+from aqsgd.compress.plugins import Plugin
 from bench import REPO_ROOT
 from bench.launch.choice import launcher_factory
 from bench.launch.docker import DockerLauncher
@@ -79,7 +79,7 @@ def test_an_interpreter_that_cannot_look_is_named_with_its_output(plugin):
 
 
 def test_a_file_plugin_outside_the_checkout_is_mounted_read_only(plugin, tmp_path):
-    inside = identify(*import_source(str(EXAMPLE)))
+    inside = identify_file(EXAMPLE)
     hosts = launcher_factory("docker").bind((plugin, inside))(
         load_scenario("100mbps"), 2, run_id="t1", state_dir=tmp_path / ".launcher",
         python="image")
