@@ -101,7 +101,7 @@ def test_a_plugin_cell_runs_in_containers_and_an_image_without_one_is_refused(tm
     from bench.harness.run import run_sweep
     from bench.harness.sweep import SweepSpec, Workload, parse_mode
 
-    outside = tmp_path / "plug" / "randproj.py"  # outside the checkout: mounted on its own
+    outside = tmp_path / "plug" / "randproj_outside.py"  # outside the checkout: mounted
     outside.parent.mkdir()
     shutil.copy(EXAMPLE, outside)
     (plugin,) = load_plugins([str(outside)])
