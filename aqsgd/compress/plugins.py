@@ -10,12 +10,9 @@ identified here; aqsgd.compress.registry registers them.
     python -m aqsgd.compress.plugins --expect JSON   # exit 1 naming each it lacks
     copy_problems(wanted, copies)                    # why a host cannot run them
 
-A `Plugin` is a plug-in's identity: a cell's spec and its run config carry it, so an
-edit of the plug-in re-measures only its cells and a worker whose copy differs (or
-lacks it) refuses to run. The launchers that start workers elsewhere (SSH hosts, Docker
-containers) ask each host for its copies (`host_copies`, through the command line above)
-and refuse one that lacks a plug-in or has another copy, before anything is changed.
-The contract and both ways to load: docs/plugins.md. Imports the standard library only.
+A `Plugin` is a plug-in's identity, carried by a cell's spec and run config: an edit
+re-measures only its cells; a worker, SSH host, container or Slurm node whose copy
+differs or is missing is refused (docs/plugins.md). Imports the standard library only.
 """
 
 from __future__ import annotations
