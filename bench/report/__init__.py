@@ -2,8 +2,10 @@
 and report.md (tables), link bounds (linkbound), figures (plots), a sweep's repeats as
 medians with their band (repeats), cells on scheduled links in time (timeline), the
 paper figures with the published claims and the model report (paper, claims), and the
-convergence report (convergence: quality over seeds in quality, time to quality in
-timetoquality, its figures in convergence_plots). The files are the result files
+convergence report (convergence: quality over seeds in quality, the gaps' intervals and
+their words in significance, gaps across depth and size and against rival modes in gaps,
+time to quality in timetoquality and within one run in inrun, its figures in
+convergence_plots). The files are the result files
 (bench.results) and, for the model report, the model's result files bench.harness.paper
 wrote, judged with bench.perfmodel's functions.
 
