@@ -10,7 +10,7 @@ int32 (n_q,) entries kept a row; their positions in the row (K,), int16 when N <
 else int32; codes (packed_nbytes(K, bits),) uint8, level + L; fp16 (n_q,) max-abs. The
 performance model reads `expected_spec` (K from `expected_kept`). Plain torch on CPU and
 CUDA, no kernel of its own. The method, its sources and how it differs from them:
-docs/compressors.md, "Sparse AQ-SGD deltas".
+docs/sparse-deltas.md.
 
 One comparison, ``aqsgd-sparse``, DirectQ backward as ``aqsgd`` has; default bits 2/4.
 """
@@ -28,7 +28,7 @@ from aqsgd.quant.bitpack import pack, packed_nbytes, unpack
 __all__ = ["MODE", "COMPARISONS", "SparseDelta", "expected_kept"]
 
 # a row's max-abs over its RMS in the expected-size model: fitted to the share kept on
-# the 100mbps default run (12.1% at 2 bits; docs/compressors.md, "Sparse AQ-SGD deltas")
+# the 100mbps default run (12.1% at 2 bits; docs/sparse-deltas.md)
 PEAK_OVER_RMS = 3.1
 FP16_MAX = 65504.0
 
