@@ -296,12 +296,17 @@ def _play(d: Driver) -> tuple[list[Harness], dict[str, str], list[str], int, str
     commits.append(_head_commit())
     second = d.start(2)
     d.disk_full(second, second.order[d.rng.randint(1, 2)])
+    said = second.log.read_text(errors="replace").splitlines()
+    for ev in [e for e in d.events if e.run == 0]:  # the cut files: what run 2 said
+        ev.recorded = next((line for line in said
+                            if line.startswith(f"measure {ev.cell} again")), "nothing said")
     commits.append(_head_commit())
     third = d.start(3)
     code = d.finish(third, timeout_s=(d.timeout_s + 60) * len(third.order) + 300)
     left = leftovers(d.results, d.watch).text()
-    d.event(fault="resumed sweep to its end", run=3, cell=f"{len(third.order)} cells",
-            recorded=f"harness exit {code}", left=left)
+    ok = len(_ok_cells(d.results, order))
+    d.event(fault="resumed sweep to its end", run=3, cell=f"{len(third.order)} cells run",
+            recorded=f"harness exit {code}; {ok} of {len(order)} cells ok", left=left)
     return [first, second, third], finished, commits, code, left
 
 
@@ -378,8 +383,9 @@ def run_chaos(out: Path, size: ChaosSize, seed: int, *, strict: bool = False,
     finally:
         d.watch.stop()
         _release(d, results, echo)
-    header = (f"seed {seed}, size {size}; {len(d.events)} events in {d.at():.0f} s; "
-              f"results kept in {kept}")
+    header = (f"seed {seed}, {len(size.modes) * size.seeds} cells, cell timeout "
+              f"{d.timeout_s:g} s ({size.timeout_factor:g} x the warm-up cell's); "
+              f"{len(d.events)} events in {d.at():.0f} s; results kept in {kept}")
     echo(write_report(out, d.events, problems, header))
     return 0 if not problems else 1
 
