@@ -9,7 +9,9 @@ How messages match (the receiver posts irecvs of the sizes `wire_spec` gives), w
 sends and receives complete, and the send timing adaptive widths read: docs/pipeline.md,
 "Messages between stages". A direction whose mode is sized by data passes
 `length_first=True` to both calls: the shapes go first (aqsgd.compress.wire.shape_prefix),
-the receiver posts the tensors' irecvs once they arrived, and both count the prefix.
+the receiver posts the tensors' irecvs once the prefix arrived (from a watcher thread on
+gloo; in wait_recv on NCCL, whose calls on a communicator come from one thread), and
+both count the prefix.
 """
 
 from __future__ import annotations
@@ -155,6 +157,9 @@ class P2P:
         self._sends: list[tuple[int, str, list, list[torch.Tensor], float]] = []
         self.send_timer = SendTimer(self.timeout) if time_sends else None
         self._watcher: _PrefixWatcher | None = None  # started by the first length-first recv
+        # who posts a length-first message's tensor receives: the watcher, or wait_recv
+        # (NCCL: one thread a communicator)
+        self.prefix_thread = dist.is_initialized() and dist.get_backend() != "nccl"
 
     def send(self, peer: int, kind: str, tensors: list[torch.Tensor],
              length_first: bool = False) -> None:
@@ -186,7 +191,7 @@ class P2P:
         pending = PendingRecv(peer, kind, label, [], [], self.meter.now_us(),
                               spec if length_first else None)
         self._post(pending, [prefix_spec(spec)] if length_first else spec)
-        if length_first:
+        if length_first and self.prefix_thread:
             self._watcher = self._watcher or _PrefixWatcher(self)
             self._watcher.add(pending)
         return pending
@@ -215,6 +220,13 @@ class P2P:
                                        f"{self.timeout.total_seconds():.0f} s")
                 if pending.error is not None:
                     raise RuntimeError(f"{what}: {pending.error}") from pending.error
+            elif pending.spec is not None:  # length-first without the watcher: post here
+                self._wait([pending.works.pop(0)], what)
+                try:
+                    spec = resolve_spec(pending.spec, pending.tensors[0])
+                except ValueError as e:
+                    raise RuntimeError(f"{what}: {e}") from e
+                self._post(pending, spec)
             self._wait(pending.works, what)
         self.meter.add_bytes(pending.kind, pending.peer, recv=message_nbytes(pending.tensors))
         self.meter.add_trace(f"recv {pending.label}", "recv", pending.posted_us,

@@ -14,9 +14,11 @@ import sys, torch, torch.distributed as dist
 from aqsgd.train.p2p import P2P
 from aqsgd.train.metrics import StepMeter
 from aqsgd.compress.wire import DATA_SIZED
-rank, port, fixed = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+rank, port, fixed, thread = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
 p2p = P2P(StepMeter(rank), torch.device("cpu"), 20)
+assert p2p.prefix_thread  # gloo: the watcher posts; NCCL's way, in wait_recv, when told
+p2p.prefix_thread = thread == "thread"
 spec = [((fixed,), torch.int64), ((DATA_SIZED,), torch.int16), ((2, 2), torch.float16)]
 for k in (5, 0, 7):
     if rank == 0:
@@ -32,9 +34,9 @@ print("bytes", p2p.meter.bytes_sent["activation"], p2p.meter.bytes_recv["activat
 '''
 
 
-def _run(fixed: int) -> list[subprocess.CompletedProcess]:
+def _run(fixed: int, thread: str = "thread") -> list[subprocess.CompletedProcess]:
     port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(r), port, str(fixed)],
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT, str(r), port, str(fixed), thread],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in (0, 1)]
     return [(p.wait(timeout=120), p.stdout.read()) for p in procs]
@@ -42,8 +44,9 @@ def _run(fixed: int) -> list[subprocess.CompletedProcess]:
 
 @pytest.mark.workers
 @pytest.mark.timeout(150)
-def test_a_message_sized_by_data_arrives_whole_and_both_ends_count_its_prefix():
-    (code0, out0), (code1, out1) = _run(3)
+@pytest.mark.parametrize("thread", ["thread", "inline"])
+def test_a_message_sized_by_data_arrives_whole_and_both_ends_count_its_prefix(thread):
+    (code0, out0), (code1, out1) = _run(3, thread)
     assert code0 == code1 == 0, out0 + out1
     assert "got [(3,), (5,), (2, 2)]\ngot [(3,), (0,), (2, 2)]\ngot [(3,), (7,), (2, 2)]" in out1
     # each message: prefix of 4 dims (32 B), 3 int64 (24 B), k int16, 4 fp16 (8 B)
