@@ -83,6 +83,8 @@ def mode_order(labels: Iterable[str]) -> list[str]:
 # (fewer) or lighten (more) it around 3; a gradient compressor other than qadam, or a
 # variant, turns the hue a little (by its name).
 _HUES = [i for i in range(10) if i != 7]  # tab10's index 7 is grey
+# past tab10's nine hues (more modes registered), Dark2's teal, mustard, magenta, green
+_MORE_HUES = [0, 5, 3, 4]
 _UNREGISTERED = (0.5, 0.5, 0.5, 1.0)
 
 
@@ -91,15 +93,23 @@ def _mix(color, toward: float, share: float) -> tuple:
     return (*(c + (toward - c) * share for c in (r, g, b)), a)
 
 
+def _hue(rank: int, replicated: bool) -> tuple:
+    """The colour of the mode at this rank: tab10's hues, then _MORE_HUES; lighter with
+    replicas (tab20's partner, or mixed toward white)."""
+    if rank < len(_HUES):
+        return plt.get_cmap("tab20")(2 * _HUES[rank] + int(replicated))
+    color = plt.get_cmap("Dark2")(_MORE_HUES[(rank - len(_HUES)) % len(_MORE_HUES)])
+    return _mix(color, 1.0, 0.45) if replicated else color
+
+
 def series_color(series: str) -> tuple:
     """The colour of one series (bench.report.summary.series_text, or a result file's
     label), the same in every figure whatever else it shows."""
     mode = _mode_of(series)
     if mode is None:
         return _UNREGISTERED
-    k = _HUES[list(MODE_RANK).index(mode) % len(_HUES)]
     replicas = re.search(r"[ -]dp(\d+)", series)
-    color = plt.get_cmap("tab20")(2 * k + (1 if replicas and int(replicas[1]) > 1 else 0))
+    color = _hue(list(MODE_RANK).index(mode), bool(replicas and int(replicas[1]) > 1))
     bits = re.search(r":(\d+)/|-fw(\d+)-", series)
     if bits:
         t = float(np.clip((int(bits[1] or bits[2]) - 3) * 0.3, -0.6, 0.6))
