@@ -3,7 +3,7 @@ sweep` would run it, with faults injected at random but seeded times; then a che
 that every cell is complete and correct or failed with its reason, that no finished
 cell was lost or corrupted, and that nothing is left running or shaped.
 
-    python -m bench chaos --size smoke --seed 1 --out results/chaos   # 12 cells, ~4 min
+    python -m bench chaos --size smoke --seed 1 --out results/chaos   # 12 cells
     make chaos
 
 Three harness runs share a results folder on a small tmpfs: the first meets a worker
@@ -398,7 +398,7 @@ def register(sub) -> None:
                                    "cutting result files and filling the results folder; "
                                    "then check every cell and what was left (root).")
     p.add_argument("--size", choices=sorted(SIZES), default="smoke",
-                   help="smoke: 12 cells, about 4 min on 2 cores; default: 24 cells "
+                   help="smoke: 12 cells (12 min on 2 cores at a load of 15-20); default: 24 cells "
                         "(default: smoke)")
     p.add_argument("--seed", type=int, default=1,
                    help="seed of which cells the faults hit and when (default: 1)")
