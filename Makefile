@@ -102,7 +102,7 @@ convergence-depth: setup
 	$(PY) -m bench convergence --size depth$(if $(filter smoke,$(SIZE)),-smoke)
 
 # Model quality against model size: three presets pre-trained once each (SIZE=smoke).
-# fp32, DirectQ 2/4, TAH-Quant 2/4, AQ-SGD 2/4 and 4/8, two seeds, 2 stages; the
+# fp32, DirectQ 2/4, TAH-Quant 2/4, AQ-SGD 2/4 and 4/8, three seeds, 2 stages; the
 # pre-training and the cells' times are stated first; resumable (results/convergence-size).
 convergence-size: setup
 	$(PY) -m bench convergence --size size$(if $(filter smoke,$(SIZE)),-smoke)

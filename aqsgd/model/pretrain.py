@@ -52,7 +52,8 @@ __all__ = [
 MAX_PRETRAIN_PARAMS = 20_000_000
 # CPU seconds per parameter per token trained, one thread, measured here (the json beside
 # each checkpoint keeps its cpu_s) for 400 steps of 32 x 64 tokens: tiny 48 s (1.2e-10),
-# tiny-8 69 s (0.9e-10), w256-4 232 s (0.8e-10; 64 min of wall time at a load of 20-65).
+# tiny-8 69 s (0.9e-10), w256-2 119 s (0.8e-10), w256-4 232 s (0.8e-10; 64 min of wall time
+# at a load of 20-65).
 PRETRAIN_S_PER_PARAM_TOKEN = 1.0e-10
 # Hugging Face ids of GPT-2's published weights, by (n_layer, n_embd).
 _HF_GPT2_IDS = {
