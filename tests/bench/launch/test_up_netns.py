@@ -28,15 +28,22 @@ from bench.net.scenario import load_scenario
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class UpProcess:
     """`python -m bench.launch up ARGS...` in the background, its output read line by
     line; `spawn` and `addr` run a command in the namespaces it names (the launcher
     contract's two methods that bench.launch.schedules.probe_timeline calls)."""
 
     def __init__(self, *args: str):
+        # Ctrl-C as a terminal gives it: a test run from a background job (nohup, `&`)
+        # would otherwise pass on SIGINT ignored, and `up` would never see it
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.launch", "up", *args],
                                      cwd=REPO_ROOT, env=env_with_repo(), text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     preexec_fn=_sigint_default)
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
