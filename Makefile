@@ -127,7 +127,7 @@ net-cleanup: setup
 	$(PY) -m bench.launch cleanup --all-recorded
 
 # A netns sweep of real workers under injected faults, then every cell checked (root).
-# SIZE=smoke: 12 cells (12 min at a load of 15-20 on 2 cores); faults and guarantees: docs/robustness.md.
+# SIZE=smoke: 12 cells (3.6 min on 2 quiet cores, 12 min at a load of 15-20); faults and guarantees: docs/robustness.md.
 chaos: setup
 	$(PY) -m bench chaos --size $(SIZE) --out results/chaos --strict
 
