@@ -87,7 +87,12 @@ class UpProcess:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-            self.proc.wait(timeout=120)
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()  # `up` tears down on SIGTERM too: leave nothing up
+                self.proc.wait(timeout=60)
+                raise
 
 
 def _assert_torn_down(up: UpProcess, returncode: int = 0) -> None:
