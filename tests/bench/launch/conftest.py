@@ -1,8 +1,11 @@
-"""Fixtures of the launcher tests: a process to identify, signal and clean up after."""
+"""Fixtures of the launcher tests: a process to identify, signal and clean up after; a
+results folder whose recorded runs are torn down afterwards."""
 
 import subprocess
 
 import pytest
+
+from bench.launch.state import cleanup, recorded_state_files
 
 
 @pytest.fixture
@@ -12,3 +15,11 @@ def sleeper():
     yield proc
     proc.kill()
     proc.wait()
+
+
+@pytest.fixture
+def results(tmp_path):
+    """The sweep's directory; whatever a failing test left there is removed afterwards."""
+    out = tmp_path / "results"
+    yield out
+    cleanup(recorded_state_files(out / ".launcher"))

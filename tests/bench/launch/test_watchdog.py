@@ -31,7 +31,6 @@ from kill_helpers import (
 from launch_helpers import alive, leftovers
 
 from bench.launch.process import ProcessIdentity
-from bench.launch.state import cleanup, recorded_state_files
 from bench.launch.watchdog import Watchdog
 
 IMPORT_S = 120.0  # torch imported on a 2-core machine that other test runs load
@@ -48,14 +47,6 @@ with LocalLauncher(n_hosts=2, state_dir=out / ".launcher", warn=None) as hosts:
     print("ready", flush=True)
     time.sleep(600)
 """
-
-
-@pytest.fixture
-def results(tmp_path):
-    """The sweep's directory; whatever a failing test left there is removed afterwards."""
-    out = tmp_path / "results"
-    yield out
-    cleanup(recorded_state_files(out / ".launcher"))
 
 
 def _harness_gone_line(pid: int) -> str:

@@ -25,7 +25,7 @@ import pytest
 from kill_helpers import kill_watchdogs
 
 from bench.launch.process import ProcessIdentity
-from bench.launch.state import all_recorded_state_files, cleanup, recorded_state_files, run_is_live
+from bench.launch.state import all_recorded_state_files, run_is_live
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.workers]
 REPO = Path(__file__).resolve().parents[4]
@@ -124,14 +124,6 @@ def _wait_until_gone(pids: list[int], out: Path, timeout_s: float = 10.0) -> Non
     while (_processes_naming(out) or any(_cmdline(p) for p in pids)) \
             and time.monotonic() < deadline:
         time.sleep(0.1)
-
-
-@pytest.fixture
-def results(tmp_path):
-    """The sweep's directory; whatever a failing test left there is removed afterwards."""
-    out = tmp_path / "results"
-    yield out
-    cleanup(recorded_state_files(out / ".launcher"))
 
 
 @pytest.mark.timeout(600)
