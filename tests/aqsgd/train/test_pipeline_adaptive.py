@@ -2,7 +2,7 @@
 on loopback every message is as long as the width its record names and both stages run
 to the end; on netns with scenarios/dynamic-swing.yaml (25 s at 100 Mbit/s, 25 s at
 2 Mbit/s, looping) the widths each sender records are wider on the fast phases than on
-the slow ones, and so are the rates its chooser measured."""
+the slow ones (2 or 3 bits forward and 4 backward there), and so are the rates its chooser measured."""
 
 import json
 import statistics
@@ -73,8 +73,13 @@ def test_widths_follow_the_link_both_ways(tmp_path):
                   json.dumps(r["adaptive"][kind]))
         fast, slow = _settled(records, started, True), _settled(records, started, False)
         assert len(fast) >= 3 and len(slow) >= 3, (len(fast), len(slow))
-        assert statistics.median(b for r in fast for b in r["bits_sent"][kind]) == 8
-        assert statistics.median(b for r in slow for b in r["bits_sent"][kind]) in slow_widths
+        fast_bits = statistics.median(b for r in fast for b in r["bits_sent"][kind])
+        slow_bits = statistics.median(b for r in slow for b in r["bits_sent"][kind])
+        assert slow_bits in slow_widths
+        # wider than any slow width; not necessarily 8: the stretch a narrower forward
+        # width leaves is filled by the gradients' transfer on the reverse link, which reads
+        # as a slower link (docs/adaptive.md, "Measured": CI once settled at 4 bits forward)
+        assert fast_bits > max(slow_widths), (fast_bits, slow_bits)
         assert statistics.median(r["adaptive"][kind]["rate_mbit"] for r in fast) > 5
         assert statistics.median(r["adaptive"][kind]["rate_mbit"] for r in slow) < 5
 
