@@ -79,7 +79,7 @@ def register(sub) -> None:
         "convergence", help="model quality: every mode for many epochs and seeds, held-out "
                             "loss per epoch, then the convergence report")
     p.add_argument("--size", default="default", choices=SIZES,
-                   help="default: about 34 min on 2 cores; depth: pipeline depth; size: "
+                   help="default: about 37 min on 2 cores; depth: pipeline depth; size: "
                         "model size (each states its time before the first cell); smoke, "
                         "depth-smoke, size-smoke: seconds")
     p.add_argument("--results", type=Path, help="convergence cells (default results/<sweep>)")

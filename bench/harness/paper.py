@@ -151,7 +151,7 @@ def write_model_results(results: Path, conv_dir: Path, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     if cells:
-        table = validate_cells(cells, cpu)
+        table = validate_cells(cells, cpu, skipped)  # a shape cpu lacks: skipped
         table.to_csv(out / "model_validation.csv", index=False)
         written.append(out / "model_validation.csv")
     base = load_scenario("10gbps")

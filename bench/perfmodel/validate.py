@@ -25,7 +25,7 @@ import pandas as pd
 from aqsgd.train.config import config_from_dict
 from bench.perfmodel.predict import predict
 from bench.perfmodel.profile import CommProfile, Profile
-from bench.perfmodel.workload import StepWorkload, step_workload
+from bench.perfmodel.workload import StepWorkload, UnprofiledShape, step_workload
 from bench.results.files import load_metas, metrics_frame
 
 __all__ = ["TARGET", "MeasuredCell", "measured_step_s", "load_cells", "in_situ",
@@ -160,12 +160,23 @@ def _links_text(work: StepWorkload) -> str:
                      for r, d in rates)
 
 
-def validate_cells(paths_or_cells, profile: Profile) -> pd.DataFrame:
-    """One row per cell (module docstring); `paths_or_cells`: paths, or loaded cells."""
+def validate_cells(paths_or_cells, profile: Profile,
+                   skipped: list[str] | None = None) -> pd.DataFrame:
+    """One row per cell (module docstring); `paths_or_cells`: paths, or loaded cells. A
+    cell of a model shape the profile cannot cost (`UnprofiledShape`) raises, or, given a
+    `skipped` list, is left out with a line there naming it and why."""
     cells = list(paths_or_cells)
     if cells and not isinstance(cells[0], MeasuredCell):
         cells = load_cells(cells)
-    table = pd.DataFrame([_row(c, profile) for c in cells])
+    rows = []
+    for c in cells:
+        try:
+            rows.append(_row(c, profile))
+        except UnprofiledShape as err:
+            if skipped is None:
+                raise
+            skipped.append(f"{c.meta['cell']['sweep']}/{c.name}: {err}")
+    table = pd.DataFrame(rows)
     if not table.empty:
         # how loaded the machine was while the cell ran: its compute per step over the
         # median of the cells of the same model and layout

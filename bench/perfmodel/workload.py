@@ -30,7 +30,7 @@ from bench.net.placement import Placement
 from bench.perfmodel.profile import Profile
 
 __all__ = ["ADAM_BYTES_PER_PARAM", "StageWork", "LinkWork", "StepWorkload", "stage_params",
-           "stage_flops", "step_workload", "preset_of", "adaptive_bits"]
+           "stage_flops", "step_workload", "preset_of", "adaptive_bits", "UnprofiledShape"]
 
 # AdamW per parameter and step: read parameter, gradient and both moments (16 bytes),
 # write parameter and both moments (12 bytes), all fp32.
@@ -119,6 +119,11 @@ def stage_flops(cfg: ModelConfig, stages: int, micro_batch_size: int) -> list[fl
     return out
 
 
+class UnprofiledShape(ValueError):
+    """A model shape whose stages the profile neither measured nor can derive (it has no
+    flop rate)."""
+
+
 def _stage_work(config: RunConfig, profile: Profile) -> tuple[StageWork, ...]:
     p, model = config.pipeline, config.model
     params = stage_params(model, p.stages)
@@ -130,7 +135,7 @@ def _stage_work(config: RunConfig, profile: Profile) -> tuple[StageWork, ...]:
     rate = profile.compute.flop_rate_tflops
     if rate is None:
         what = preset or "this model"
-        raise ValueError(f"profile {profile.name!r} has no measured stages for {what} "
+        raise UnprofiledShape(f"profile {profile.name!r} has no measured stages for {what} "
                          f"in {p.stages} stages at micro-batch {p.micro_batch_size} and no "
                          f"flop_rate_tflops to derive them")
     mem = profile.compute.optimizer_gbyte_s

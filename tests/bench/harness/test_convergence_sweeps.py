@@ -20,8 +20,9 @@ from bench.harness.sweep import SweepSpec, Timing
 from bench.harness.workload import Workload
 
 SERIES = {"fp32", "directq-fw2-bw4", "directq-fw4-bw8", "tahquant-fw2-bw4",
-          "tahquant-fw4-bw8", "aqsgd-fw2-bw4", "aqsgd-fw4-bw8"}
-LADDER = {"fp32", "directq-fw2-bw4", "tahquant-fw2-bw4", "aqsgd-fw2-bw4", "aqsgd-fw4-bw8"}
+          "tahquant-fw4-bw8", "tahquant-pub-fw2-bw4", "aqsgd-fw2-bw4", "aqsgd-fw4-bw8"}
+LADDER = {"fp32", "directq-fw2-bw4", "tahquant-fw2-bw4", "tahquant-pub-fw2-bw4",
+          "aqsgd-fw2-bw4", "aqsgd-fw4-bw8"}
 
 
 def test_the_sizes_name_their_sweep_files():

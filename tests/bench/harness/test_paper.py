@@ -3,6 +3,7 @@ the paper figures plus the convergence report drawn from the two result director
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from harness_helpers import write_cell
 
@@ -50,3 +51,27 @@ def test_paper_no_run_draws_only(tmp_path, monkeypatch):
     assert main(["paper", "--no-run", "--results", str(tmp_path / "p"),
                  "--conv-results", str(tmp_path / "c")]) == 0
     assert (tmp_path / "p" / "paper" / "paper.md").is_file()
+
+
+def test_a_cell_of_a_shape_the_profile_lacks_is_skipped_and_named(tmp_path, monkeypatch):
+    """A convergence-depth cell (tiny-8 on 2 stages, which profiles/cpu-2core.yaml does not
+    time) among the results: the paper report is still written, the model's validation
+    leaves that cell out and model_whatif.txt names it."""
+    from bench.harness.sweep import Workload
+
+    monkeypatch.setattr("bench.harness.convergence.run_sweep",
+                        lambda *a, **k: pytest.fail("--no-run must not run a sweep"))
+    _throughput_cells(tmp_path / "p")
+    deep = CellSpec("100mbps", parse_mode("directq:2/4"), Workload(preset="tiny-8", stages=2))
+    write_cell(tmp_path / "p", deep, rate_mbit=100.0, act_bytes=1_000_000, step_time_s=0.4,
+               sweep="paper")
+    assert main(["paper", "--no-run", "--results", str(tmp_path / "p"),
+                 "--conv-results", str(tmp_path / "c")]) == 0
+    whatif = (tmp_path / "p" / "paper" / "model_whatif.txt").read_text()
+    # (the checkout's own results/ are read too: only this folder's cell is asked about)
+    [line] = [x for x in whatif.splitlines() if x.startswith("skipped: paper/100mbps")]
+    assert line.startswith("skipped: paper/100mbps__directq-fw2-bw4")
+    assert "no measured stages for tiny-8 in 2 stages" in line
+    validated = pd.read_csv(tmp_path / "p" / "paper" / "model_validation.csv")
+    ours = set(validated.loc[validated["sweep"] == "paper", "label"])
+    assert ours == {"fp32", "aqsgd-fw2-bw4"}, ours
