@@ -2,7 +2,8 @@
 on loopback every message is as long as the width its record names and both stages run
 to the end; on netns with scenarios/dynamic-swing.yaml (25 s at 100 Mbit/s, 25 s at
 2 Mbit/s, looping) the widths each sender records are wider on the fast phases than on
-the slow ones (2 or 3 bits forward and 4 backward there), and so are the rates its chooser measured."""
+the slow ones (2 or 3 bits forward and 4 backward there), and so are the rates its
+chooser measured."""
 
 import json
 import statistics
