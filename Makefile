@@ -96,13 +96,13 @@ convergence: setup
 	$(PY) -m bench convergence --size $(SIZE) --launcher $(LAUNCHER)
 
 # Model quality against pipeline depth: 2, 4, 8 stages of one 8-block model (SIZE=smoke).
-# fp32, DirectQ, TAH-Quant, AQ-SGD at 2/4 and 4/8, three seeds, local processes; its time
+# fp32, DirectQ, TAH-Quant, AQ-SGD at 2/4 and 4/8 (tahquant-pub at 2/4), three seeds; its time
 # is stated before the first cell; resumable (results/convergence-depth). docs/convergence.md
 convergence-depth: setup
 	$(PY) -m bench convergence --size depth$(if $(filter smoke,$(SIZE)),-smoke)
 
 # Model quality against model size: three presets pre-trained once each (SIZE=smoke).
-# fp32, DirectQ 2/4, TAH-Quant 2/4, AQ-SGD 2/4 and 4/8, three seeds, 2 stages; the
+# fp32, DirectQ 2/4, both TAH-Quants 2/4, AQ-SGD 2/4 and 4/8, three seeds, 2 stages; the
 # pre-training and the cells' times are stated first; resumable (results/convergence-size).
 convergence-size: setup
 	$(PY) -m bench convergence --size size$(if $(filter smoke,$(SIZE)),-smoke)
