@@ -79,12 +79,12 @@ regress: setup
 paper: setup
 	$(PY) -m bench paper --launcher $(LAUNCHER)
 
-# This machine's profile for the performance model (run `make paper` first).
-# docs/performance-model.md; stages
-# and compressors timed here, the runtime's communication constants fitted on the paper
-# sweep's fp32 cells (run `make paper` first).
+# This machine's profile for the performance model (docs/performance-model.md): stages and
+# compressors timed here, the runtime's communication constants fitted on the paper
+# sweep's fp32 cells, run first as their own sweep (resumable, results/profile-fit).
 profile: setup
-	$(PY) -m bench profile --out profiles/cpu-2core.yaml --name cpu-2core --cells results/paper \
+	$(PY) -m bench sweep scenarios/sweeps/profile-fit.yaml --launcher $(LAUNCHER)
+	$(PY) -m bench profile --out profiles/cpu-2core.yaml --name cpu-2core --cells results/profile-fit \
 		$(foreach p,$(PLUGIN),--plugin $(p))
 
 # Model quality: every mode, many epochs, three seeds (SIZE=smoke: seconds).

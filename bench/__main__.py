@@ -13,7 +13,7 @@ parser and handler in its own module (`register(sub)`); this module only assembl
     python -m bench docker compose --scenario 100mbps      # the equivalent compose file
     python -m bench slurm --scenario 100mbps --sweep F --iface eth0   # an sbatch script
     python -m bench model --preset gpt2-xl --stages 8 --profile a100-bf16 --scenario 100mbps-8hosts
-    python -m bench profile --cells results/paper          # this machine's profile
+    python -m bench profile --cells results/profile-fit     # this machine's profile
     python -m bench validate --profile cpu-2core results/paper   # predicted vs measured
     python -m bench chaos [--size smoke]                   # a netns sweep under faults, checked
     python -m bench --version                              # the suite's version and commit

@@ -3,7 +3,7 @@
     python -m bench model --preset gpt2-xl --stages 8 --scenario 100mbps-8hosts  # a100-bf16
     python -m bench model ... --rate-mbit 500           # every link of the scenario at 500
     python -m bench model ... --scenario 100mbps --add-hosts   # 8 stages on a 4-host file
-    python -m bench profile --out profiles/cpu-2core.yaml --cells results/paper
+    python -m bench profile --out profiles/cpu-2core.yaml --cells results/profile-fit
     python -m bench validate --profile cpu-2core results/paper results/regress
     python -m bench model ... --json                   # the rows as JSON on stdout, no table
     python -m bench validate ... --csv out.csv         # the table, and its rows in out.csv

@@ -3,7 +3,7 @@ tiny presets (one stage alone, one thread, as each rank runs), and the compresso
 per element; the communication part (`comm`) is fitted from measured cells afterwards
 (`bench.perfmodel.validate.fit_comm`).
 
-    python -m bench profile --out profiles/cpu-2core.yaml --cells results/paper
+    python -m bench profile --out profiles/cpu-2core.yaml --cells results/profile-fit
 
 Each figure is the median over `repeats` timed calls after one untimed call, in CPU time
 of this process (bench.micro.timing's "cpu" clock, `time.process_time`, one thread): the

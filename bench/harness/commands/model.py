@@ -3,7 +3,7 @@
 gets, built as the harness builds a cell's (bench.harness.paper.model_configs).
 
     python -m bench model --preset gpt2-xl --stages 8 --profile a100-bf16 --scenario 100mbps-8hosts
-    python -m bench profile --cells results/paper
+    python -m bench profile --cells results/profile-fit
     python -m bench validate --profile cpu-2core results/paper
     python -m bench profile --plugin examples/plugins/randproj.py   # times its modes too
 
