@@ -79,9 +79,10 @@ regress: setup
 paper: setup
 	$(PY) -m bench paper --launcher $(LAUNCHER)
 
-# This machine's profile for the performance model (docs/performance-model.md): stages and
-# compressors timed here, the runtime's communication constants fitted on the paper
-# sweep's fp32 cells, run first as their own sweep (resumable, results/profile-fit).
+# This machine's profile for the performance model, in about 2 min (profiles/cpu-2core.yaml).
+# Stages and compressors timed here, the runtime's communication constants fitted on the
+# paper sweep's fp32 cells, run first as their own sweep (resumable, results/profile-fit);
+# docs/performance-model.md.
 profile: setup
 	$(PY) -m bench sweep scenarios/sweeps/profile-fit.yaml --launcher $(LAUNCHER)
 	$(PY) -m bench profile --out profiles/cpu-2core.yaml --name cpu-2core --cells results/profile-fit \
