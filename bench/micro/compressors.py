@@ -26,7 +26,7 @@ from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.cache import ActivationCache, CacheSpec
 from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.registry import ACTIVATION_MODES
-from aqsgd.compress.wire import message_nbytes
+from aqsgd.compress.wire import message_nbytes, shape_prefix
 from aqsgd.quant import QuantConfig
 from bench.micro.console import new_table, print_table
 from bench.micro.timing import Timer
@@ -71,6 +71,8 @@ def bench_compressor(mode: str, dtype: str, bits: int, shape, repeats: int) -> d
             msg = send.encode(x, ids)
             recv.decode(msg, ids)
     nbytes = message_nbytes(msg)
+    if ACTIVATION_MODES[mode].sized_by_data:  # sent length-first: its prefix travels too
+        nbytes += message_nbytes([shape_prefix(msg)])
     send.close()
     recv.close()
     times = timer.samples("encode+decode")
