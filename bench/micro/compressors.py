@@ -71,7 +71,7 @@ def bench_compressor(mode: str, dtype: str, bits: int, shape, repeats: int) -> d
             msg = send.encode(x, ids)
             recv.decode(msg, ids)
     nbytes = message_nbytes(msg)
-    if ACTIVATION_MODES[mode].sized_by_data:  # sent length-first: its prefix travels too
+    if cfg.sized_by_data:  # sent length-first (as the pipeline does): its prefix travels too
         nbytes += message_nbytes([shape_prefix(msg)])
     send.close()
     recv.close()

@@ -136,8 +136,8 @@ def _stage_work(config: RunConfig, profile: Profile) -> tuple[StageWork, ...]:
     if rate is None:
         what = preset or "this model"
         raise UnprofiledShape(f"profile {profile.name!r} has no measured stages for {what} "
-                         f"in {p.stages} stages at micro-batch {p.micro_batch_size} and no "
-                         f"flop_rate_tflops to derive them")
+                              f"in {p.stages} stages at micro-batch {p.micro_batch_size} "
+                              f"and no flop_rate_tflops to derive them")
     mem = profile.compute.optimizer_gbyte_s
     out = []
     for flops, n in zip(stage_flops(model, p.stages, p.micro_batch_size), params, strict=True):

@@ -11,6 +11,7 @@ from bench.__main__ import main
 from bench.harness.convergence import plan
 from bench.harness.modes import parse_mode
 from bench.harness.sweep import CellSpec
+from bench.harness.workload import Workload
 
 
 def _throughput_cells(tp) -> None:
@@ -57,8 +58,6 @@ def test_a_cell_of_a_shape_the_profile_lacks_is_skipped_and_named(tmp_path, monk
     """A convergence-depth cell (tiny-8 on 2 stages, which profiles/cpu-2core.yaml does not
     time) among the results: the paper report is still written, the model's validation
     leaves that cell out and model_whatif.txt names it."""
-    from bench.harness.sweep import Workload
-
     monkeypatch.setattr("bench.harness.convergence.run_sweep",
                         lambda *a, **k: pytest.fail("--no-run must not run a sweep"))
     _throughput_cells(tmp_path / "p")
