@@ -12,16 +12,23 @@ aqsgd/compress/codecs/ with its exchange, its optimizer and its byte rule:
   compressed first moment, exchanged inside ``optimizer.step()``).
 - ``ef21``: EF21 with top-k (indices and values of the change of each worker's estimate).
 - ``natural``: natural compression (unbiased rounding to powers of two, 1 byte a value).
+- ``powersgd``: PowerSGD (a rank-r power-iteration step on each gradient matrix, with
+  error feedback and warm start; the ``powersgd_*`` settings, docs/compressors.md).
 The sharded exchange they share and its byte counting are in aqsgd/compress/codecs/base.py.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field
 
 from aqsgd.compress.codecs.base import DataParallel
 from aqsgd.compress.registry import GRAD_CODECS, Names
+from specfile.declared import check_fields
 
 __all__ = [
     "GRAD_MODES",
@@ -45,8 +52,31 @@ class GradCompressionConfig:
     freeze_after_steps: int = 100
     v_floor: float = 0.01  # QuantizedAdam: frozen v >= v_floor x its tensor's mean v
     seed: int = 0
+    # PowerSGD (codec powersgd), torch's PowerSGDState's meanings; the defaults and where
+    # they differ from torch's: docs/compressors.md, "PowerSGD"
+    powersgd_rank: Annotated[int, Field(ge=1, description=(
+        "PowerSGD: rank r of each compressed gradient matrix (torch's "
+        "matrix_approximation_rank, default 1)"))] = 4
+    powersgd_start_step: Annotated[int, Field(ge=0, description=(
+        "PowerSGD: steps averaged exactly before compression starts (torch's "
+        "start_powerSGD_iter, default 1000)"))] = 10
+    powersgd_min_compression_rate: Annotated[float, Field(ge=1.0, allow_inf_nan=False,
+                                                          description=(
+        "PowerSGD: a matrix is compressed only if its factors are this many times smaller "
+        "(torch's min_compression_rate)"))] = 2.0
+    powersgd_error_feedback: Annotated[bool, Field(description=(
+        "PowerSGD: add what the last step did not send to this step's gradient (torch's "
+        "use_error_feedback)"))] = True
+    powersgd_warm_start: Annotated[bool, Field(description=(
+        "PowerSGD: start each step's power iteration from the last step's Q (torch's "
+        "warm_start)"))] = True
+    powersgd_orthogonalization_eps: Annotated[float, Field(ge=0.0, allow_inf_nan=False,
+                                                           description=(
+        "PowerSGD: added to each column norm in the Gram-Schmidt of P (torch's "
+        "orthogonalization_epsilon)"))] = 0.0
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.mode not in GRAD_MODES:
             raise ValueError(
                 f"GradCompressionConfig.mode must be one of {GRAD_MODES}, got {self.mode!r}"
@@ -76,14 +106,25 @@ class GradCompressionConfig:
 
 
 def exchange_nbytes(cfg: GradCompressionConfig, numel: int, world: int,
-                    frozen: bool = True) -> int:
+                    frozen: bool = True,
+                    shapes: Sequence[tuple[int, ...]] | None = None) -> int:
     """Bytes one rank sends in one step's data-parallel exchange of `numel` parameters
     over `world` replicas, from the same codecs and shards the exchange uses (what its
     `bytes_sent` counts). `frozen`: a step after QuantizedAdam's freeze (compressed first
-    moment) and after EF21's exact first step; otherwise the exact exchange."""
+    moment), after EF21's exact first step and from PowerSGD's start step; otherwise the
+    exact exchange. `shapes`: the parameters' shapes (their elements sum to `numel`),
+    which PowerSGD's bytes depend on; without them its rule counts the parameters as one
+    vector, sent uncompressed (the exact exchange's bytes)."""
     if world < 1 or numel < 1:
         raise ValueError(f"exchange_nbytes: numel and world must be >= 1, got {numel}, {world}")
-    return GRAD_CODECS[cfg.mode].exchange_nbytes(cfg, numel, world, frozen)
+    codec = GRAD_CODECS[cfg.mode]
+    if shapes is None:
+        return codec.exchange_nbytes(cfg, numel, world, frozen)
+    shapes = [tuple(s) for s in shapes]
+    if sum(math.prod(s) for s in shapes) != numel:
+        raise ValueError(f"exchange_nbytes: shapes must hold numel={numel} elements, got "
+                         f"{sum(math.prod(s) for s in shapes)} in {shapes}")
+    return codec.shaped_exchange_nbytes(cfg, shapes, world, frozen)
 
 
 def make_data_parallel(cfg: GradCompressionConfig, params, group=None,

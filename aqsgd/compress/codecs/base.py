@@ -219,6 +219,13 @@ class DataParallel:
         raise NotImplementedError
 
     @classmethod
+    def shaped_exchange_nbytes(cls, cfg, shapes: list[tuple[int, ...]], world: int,
+                               frozen: bool = True) -> int:
+        """`exchange_nbytes` of parameters of these shapes: the same unless a codec's bytes
+        depend on the shapes (PowerSGD's on each matrix's rows and columns)."""
+        return cls.exchange_nbytes(cfg, sum(math.prod(s) for s in shapes), world, frozen)
+
+    @classmethod
     def round_trip(cls, cfg, x: torch.Tensor, generator: torch.Generator) -> None:
         """One encode and one decode of the fp32 vector `x`: the coding work per parameter
         and step that the performance model's profile times (`grad_s_per_element`)."""

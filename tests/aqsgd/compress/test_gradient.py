@@ -114,11 +114,15 @@ def test_quant_codec_buckets_are_max_abs_groups():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"mode": "powersgd"}, r"mode must be one of .* got 'powersgd'"),
+        ({"mode": "signsgd"}, r"mode must be one of .* got 'signsgd'"),
         ({"bits": 0}, r"bits must be an int in 1\.\.8, got 0"),
         ({"bucket_size": 0}, "bucket_size must be an int >= 1"),
         ({"topk_ratio": 0.0}, r"topk_ratio must be in \(0, 1\]"),
         ({"freeze_after_steps": 0}, "freeze_after_steps must be an int >= 1"),
+        ({"powersgd_rank": 0}, "powersgd_rank must be >= 1, got 0"),
+        ({"powersgd_start_step": -1}, "powersgd_start_step must be >= 0, got -1"),
+        ({"powersgd_min_compression_rate": 0.5},
+         "powersgd_min_compression_rate must be >= 1, got 0.5"),
     ],
 )
 def test_bad_grad_config_is_rejected(kwargs, match):
