@@ -55,7 +55,8 @@ def start_delay_line(config_json: str) -> None:
     log_path = DELAYLINE_DIR / "delayline.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.net.delayline", "--tunnel-config", str(config),
+            # -P: not the working folder first on sys.path (bench/launch/process.py)
+            [sys.executable, "-P", "-m", "bench.net.delayline", "--tunnel-config", str(config),
              "--ready-file", str(DELAYLINE_READY)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     (DELAYLINE_DIR / "delayline.pid").write_text(f"{proc.pid}\n")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.launch.base import Launcher
-from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, stop_group
+from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, python_argv, stop_group
 from bench.net.competing import CompetingFlow, link_intervals, training_share
 from bench.net.scenario import NetworkScenario
 
@@ -141,9 +141,10 @@ class FlowProcesses:
             log = self._log(k, "recv")
             log.unlink(missing_ok=True)
             self.receivers[k] = self.hosts.spawn(
-                f.dst, [sys.executable, "-m", "bench.net.probe", "stream-serve", "--addr",
-                        self.hosts.addr(f.dst), "--port", str(FLOW_PORT_BASE + k),
-                        "--bin-s", "0.1"], env_with_repo(), log)
+                f.dst, python_argv(sys.executable, "-m", "bench.net.probe", "stream-serve",
+                                   "--addr", self.hosts.addr(f.dst), "--port",
+                                   str(FLOW_PORT_BASE + k), "--bin-s", "0.1"),
+                env_with_repo(), log)
         deadline = time.monotonic() + RECEIVER_START_S
         for k, proc in self.receivers.items():
             log = self._log(k, "recv")
@@ -159,9 +160,9 @@ class FlowProcesses:
         """Start flow k's sender, sending for `remaining_s` (to the flow's planned end)."""
         f = self.flows[k]
         pacing = [] if f.max_rate_mbit is None else ["--max-pacing-mbit", str(f.max_rate_mbit)]
-        argv = [sys.executable, "-m", "bench.net.probe", "stream-send", "--addr",
-                self.hosts.addr(f.dst), "--port", str(FLOW_PORT_BASE + k), "--duration-s",
-                f"{max(0.05, remaining_s):.3f}", *pacing]
+        argv = python_argv(sys.executable, "-m", "bench.net.probe", "stream-send", "--addr",
+                           self.hosts.addr(f.dst), "--port", str(FLOW_PORT_BASE + k),
+                           "--duration-s", f"{max(0.05, remaining_s):.3f}", *pacing)
         self.senders[k] = self.hosts.spawn(f.src, argv, env_with_repo(), self._log(k, "send"))
         return f"host {f.src}: {' '.join(argv[1:])}"
 

@@ -1,4 +1,5 @@
-"""The SSH launcher's hostfile: which real machines a run uses, and how to reach them.
+"""The hostfile: which real machines a run uses, and how to reach them (the SSH
+launcher's hosts, and the multi-host export's).
 
     hosts = load_hostfile("hosts.txt").hosts      # tuple[HostEntry], one per machine
 

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from bench.launch.base import links_record, new_run_id
 from bench.launch.lifecycle import HostsLifecycle
 from bench.launch.probing import PROBE_PORT, default_probe_links, exchange, probe_each
-from bench.launch.process import ProcessIdentity, env_with_repo, spawn_group
+from bench.launch.process import SAFE_PATH_ENV, ProcessIdentity, env_with_repo, spawn_group
 from bench.launch.schedules import ScheduledLinks
 from bench.launch.state import DEFAULT_STATE_DIR
 from bench.net.executor import Argv
@@ -102,8 +102,9 @@ class Hosts(HostsLifecycle):
 
     def worker_environ(self, i: int, env: dict[str, str] | None) -> dict[str, str]:
         """A worker's whole environment on host i: env (None: os.environ) with
-        worker_env(i) on top."""
-        return {**(os.environ if env is None else env), **self.worker_env(i)}
+        worker_env(i) and PYTHONSAFEPATH=1 (bench.launch.process, Note [safe path]) on
+        top."""
+        return {**(os.environ if env is None else env), **self.worker_env(i), **SAFE_PATH_ENV}
 
     def _started_process(self, proc: subprocess.Popen) -> None:
         """Record a process this run started in the state file (its identity, which
@@ -124,7 +125,8 @@ class Hosts(HostsLifecycle):
 
     def helper_argv(self, i: int, argv: list[str]) -> list[str]:
         """The command, run here, that runs argv on host i (a leading "python": that
-        host's interpreter, with the suite importable)."""
+        host's interpreter, with the suite importable, started with -P: Note [safe path]
+        in bench.launch.process)."""
         raise NotImplementedError
 
     def start_helper(self, i: int, argv: list[str]) -> subprocess.Popen:

@@ -23,7 +23,14 @@ from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text
 from bench.launch.hosts import Hosts
-from bench.launch.process import TEARDOWN_GRACE_S, free_port, spawn_group, stop_all
+from bench.launch.process import (
+    TEARDOWN_GRACE_S,
+    free_port,
+    isolated,
+    python_argv,
+    spawn_group,
+    stop_all,
+)
 from bench.launch.state import launcher_fields
 from bench.net.executor import Executor
 from bench.net.probe import ProbeRecord, measure, plan_probe, serve
@@ -37,7 +44,7 @@ LOOPBACK = "127.0.0.1"
 SERVER_START_TIMEOUT_S = 10.0
 NOT_EMULATED = "none (local launcher: loopback, not emulated)"
 
-# Runs as `python -c PDEATHSIG_GUARD HARNESS_PID ARGV...`: SIGKILL on the harness's death
+# Runs as `python -P -c PDEATHSIG_GUARD HARNESS_PID ARGV...`: SIGKILL on the harness's death
 # (PR_SET_PDEATHSIG = 1, kept across execve), then exec ARGV. The parent check closes the
 # race of a harness killed between fork and prctl (then the guard's parent is init).
 PDEATHSIG_GUARD = """\
@@ -51,8 +58,10 @@ os.execvp(sys.argv[2], sys.argv[2:])
 
 
 def guarded(argv: list[str]) -> list[str]:
-    """argv started through PDEATHSIG_GUARD: it dies with this process."""
-    return [sys.executable, "-c", PDEATHSIG_GUARD, str(os.getpid()), *argv]
+    """argv started through PDEATHSIG_GUARD: it dies with this process. A Python argv
+    runs with -P (bench.launch.process, Note [safe path])."""
+    return python_argv(sys.executable, "-c", PDEATHSIG_GUARD, str(os.getpid()),
+                       *isolated(argv))
 
 
 def teardown_state(state: dict, path: Path, executor: Executor) -> list[str]:
@@ -124,7 +133,7 @@ class LocalLauncher(Hosts):
 
     def helper_argv(self, i: int, argv: list[str]) -> list[str]:
         self._check_host(i)
-        return [sys.executable, *argv[1:]] if argv[:1] == ["python"] else list(argv)
+        return isolated([sys.executable, *argv[1:]] if argv[:1] == ["python"] else argv)
 
     def probe(self, links: list[tuple[int, int]] | None = None, check: bool = True,
               tolerance: float = 0.10, duration_s: float = 1.0) -> list[ProbeRecord]:

@@ -6,6 +6,7 @@ ranks, stopping them, a free port. Every launcher starts and stops processes her
     failure = wait_for_workers(procs, timeout_s=600)   # None when every rank exits 0
     stop_all(procs)                                    # whatever is still running
     port = free_port()
+    argv = python_argv(sys.executable, "-m", "bench.net.probe")   # [python, "-P", ...]
     me = ProcessIdentity.of(os.getpid())               # pid + start time + boot: one process
     kill_identified([me])                              # only if that very process still runs
 
@@ -13,6 +14,12 @@ A process from `spawn_group` leads its own process group (`start_new_session`), 
 stopping it signals the whole group: its children (data loaders, `ip netns exec`
 helpers) stop with it. A process that leads no group (started elsewhere) is
 signalled alone.
+
+Note [safe path]: every Python process the suite starts runs as `python -P` (3.11+: no
+current folder first on sys.path) with PYTHONSAFEPATH=1 in its environment, which the
+interpreters it starts in turn (torchrun's workers) inherit; else a `json.py` in the
+folder a run is started from shadows the standard library in every worker. Why -P and
+not -I: docs/multihost.md, "Workers that do not read the caller's folder".
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ from pathlib import Path
 
 from bench import REPO_ROOT
 
-__all__ = ["FAIL_GRACE_S", "REPO_ROOT", "STOP_GRACE_S", "TEARDOWN_GRACE_S", "ProcessIdentity",
-           "env_with_repo", "free_port", "kill_identified", "read_ready_line", "spawn_group",
+__all__ = ["FAIL_GRACE_S", "REPO_ROOT", "SAFE_PATH", "SAFE_PATH_ENV", "STOP_GRACE_S",
+           "TEARDOWN_GRACE_S", "ProcessIdentity", "env_with_repo", "free_port", "is_python",
+           "isolated", "kill_identified", "python_argv", "read_ready_line", "spawn_group",
            "stop_all", "stop_group", "wait_for_workers"]
 
 FAIL_GRACE_S = 20.0  # after one rank fails, how long the others get to exit
@@ -38,6 +46,27 @@ STOP_GRACE_S = 5.0  # SIGTERM to SIGKILL, for the harness's ranks
 TEARDOWN_GRACE_S = 2.0  # the same when a launcher exits or drops a helper
 KILL_WAIT_S = 10.0  # after SIGKILL; longer only in uninterruptible sleep (left to the kernel)
 READY_TIMEOUT_S = 20.0
+SAFE_PATH = "-P"  # Note [safe path]
+SAFE_PATH_ENV = {"PYTHONSAFEPATH": "1"}  # the same for the interpreters a process starts
+
+
+def is_python(program: str) -> bool:
+    """Whether `program` names a Python interpreter (python, python3, /x/bin/python3.11)."""
+    return Path(program).name.startswith("python")
+
+
+def python_argv(python: str, *args: str) -> list[str]:
+    """`python -P ARGS`: a Python process that does not read the current folder."""
+    return [python, SAFE_PATH, *args]
+
+
+def isolated(argv: Sequence[str]) -> list[str]:
+    """argv with -P after a leading Python interpreter (once); any other argv as it is
+    (PYTHONSAFEPATH in its environment covers the interpreters it starts)."""
+    argv = list(argv)
+    if argv and is_python(argv[0]) and argv[1:2] != [SAFE_PATH]:
+        return python_argv(argv[0], *argv[1:])
+    return argv
 
 
 def spawn_group(argv: Sequence[str], env: dict[str, str] | None = None,
@@ -62,8 +91,9 @@ def spawn_group(argv: Sequence[str], env: dict[str, str] | None = None,
 
 def env_with_repo(env: dict[str, str] | None = None) -> dict[str, str]:
     """env (None: os.environ) with this repository first on PYTHONPATH, so that a helper
-    started as `python -m bench...` inside a namespace imports this checkout."""
-    out = dict(os.environ if env is None else env)
+    started as `python -P -m bench...` inside a namespace imports this checkout, and
+    PYTHONSAFEPATH=1 (Note [safe path])."""
+    out = {**(os.environ if env is None else env), **SAFE_PATH_ENV}
     out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), out.get("PYTHONPATH")]))
     return out
 

@@ -37,7 +37,7 @@ from bench.launch.competing import (
     competing_record,
     run_events,
 )
-from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, stop_group
+from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, python_argv, stop_group
 from bench.net.executor import format_argv
 from bench.net.probe import PhaseWindow
 from bench.net.scenario import LinkSpec, NetworkScenario
@@ -414,7 +414,7 @@ def probe_timeline(hosts: Launcher, src: int, dst: int, duration_s: float, log_d
     ends through `hosts.spawn`, so on any launcher); the receiver's reply: `t0_unix`,
     `bin_s`, `bytes` per bin. Logs go to `log_dir` (a folder the hosts can write)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    python = [sys.executable, "-m", "bench.net.probe"]
+    python = python_argv(sys.executable, "-m", "bench.net.probe")
     server_log, client_log = log_dir / f"timeline-{src}-{dst}-recv.log", \
         log_dir / f"timeline-{src}-{dst}-send.log"
     server = hosts.spawn(dst, [*python, "stream-serve", "--addr", hosts.addr(dst), "--port",

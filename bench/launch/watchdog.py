@@ -32,6 +32,7 @@ from bench.launch.process import (
     ProcessIdentity,
     env_with_repo,
     kill_identified,
+    python_argv,
     spawn_group,
     stop_group,
 )
@@ -53,8 +54,9 @@ class Watchdog:
     def start(cls, state_dir: Path | str) -> Watchdog:
         """A watchdog for this process's launcher state files in state_dir."""
         me = ProcessIdentity.of(os.getpid())
-        argv = [sys.executable, "-m", "bench.launch.watchdog", "--state-dir",
-                str(Path(state_dir).resolve()), "--harness", json.dumps(me.to_dict())]
+        argv = python_argv(sys.executable, "-m", "bench.launch.watchdog", "--state-dir",
+                           str(Path(state_dir).resolve()), "--harness",
+                           json.dumps(me.to_dict()))
         return cls(spawn_group(argv, env_with_repo(), stdin_pipe=True))
 
     def _tell(self, message: dict) -> None:

@@ -69,7 +69,7 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
                         "(unshaped)")
     p.add_argument("--hostfile", type=Path, default=None,
                    help="--launcher ssh: the hosts, `HOST slots=N interface=DEV ...` a line, "
-                        "or YAML (bench/launch/ssh/hostfile.py; default: none)")
+                        "or YAML (bench/launch/hostfile.py; default: none)")
     p.add_argument("--no-shaping", action="store_true",
                    help="--launcher ssh: shape nothing; probe and record the real links")
     p.add_argument("--fresh", action="store_true",

@@ -26,6 +26,7 @@ from bench.launch.docker.spec import (
     TUN_DEVICE,
     WORKER_USER,
 )
+from bench.launch.process import python_argv
 from bench.net.executor import Argv, CommandError, Executor
 from bench.net.scenario import NetworkScenario
 from bench.net.tc import Capabilities, mechanisms_for
@@ -165,7 +166,7 @@ def check_delay_lines(containers: list, history: list[Argv]) -> None:
 
 def check_host_python(container, python: str, image: str) -> None:
     """The host's interpreter `python` must run in the image as the worker user."""
-    code, out = container.exec_run([python, "-c", "import torch"], user=WORKER_USER)
+    code, out = container.exec_run(python_argv(python, "-c", "import torch"), user=WORKER_USER)
     if code != 0:
         raise RuntimeError(
             f"this host's Python ({python}) does not run in image {image} as "
@@ -179,7 +180,7 @@ def check_plugins(container, python: str, plugins: Sequence[Plugin], image: str)
     every plug-in it lacks or has another copy of."""
     if not plugins:
         return
-    argv = [python, "-m", "aqsgd.compress.plugins", *(p.source for p in plugins)]
+    argv = python_argv(python, "-m", "aqsgd.compress.plugins", *(p.source for p in plugins))
     code, (out, err) = container.exec_run(argv, user=WORKER_USER, demux=True)
     out, err = (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
     if code != 0:

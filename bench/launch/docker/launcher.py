@@ -44,7 +44,7 @@ from bench.launch.docker.spec import (
 )
 from bench.launch.docker.state import teardown_docker, write_state
 from bench.launch.hosts import ShapedHosts
-from bench.launch.process import TEARDOWN_GRACE_S, spawn_group, stop_all
+from bench.launch.process import SAFE_PATH_ENV, TEARDOWN_GRACE_S, isolated, spawn_group, stop_all
 from bench.net.executor import Argv
 from bench.net.scenario import NetworkScenario
 from bench.net.shaping import Interface, ShapingPlan
@@ -53,7 +53,7 @@ from bench.net.tc import Capabilities, mechanisms_for
 __all__ = ["DockerLauncher"]
 
 MAX_NAME_DRAWS = 5
-ENTRYPOINT = ("python3", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
+ENTRYPOINT = ("python3", "-P", "/usr/local/bin/aqsgd-entrypoint")  # docker/Dockerfile
 HOST_CACHE = "/run/aqsgd/host-cache"  # the host's .cache, read-only, seeds the run's volume
 PYTHONS = ("host", "image")
 # An interpreter installed here belongs to the system: mounted at its own path it would
@@ -296,6 +296,7 @@ class DockerLauncher(ShapedHosts):
             full.update({k: v for k, v in env.items()
                          if os.environ.get(k) != v or k.startswith(PASSED_PREFIXES)})
         full.update(self.worker_env(i))
+        full.update(SAFE_PATH_ENV)  # bench.launch.process, Note [safe path]
         full.pop("DOCKER_HOST", None)
         full["PYTHONPATH"] = str(REPO_ROOT)
         cwd = Path.cwd()
@@ -306,7 +307,7 @@ class DockerLauncher(ShapedHosts):
             flags += ["-e", f"{k}={v}"]
         tie = [*ENTRYPOINT, "--tied"] if tied else []
         return ["docker", "exec", *flags, "-u", user, "-w", str(workdir),
-                self.spec.container(i), *tie, *argv]
+                self.spec.container(i), *tie, *isolated(argv)]
 
     def spawn(self, i: int, argv: list[str], env: dict[str, str] | None = None,
               log_path: Path | str | None = None) -> subprocess.Popen:

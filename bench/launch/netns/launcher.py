@@ -38,7 +38,7 @@ from bench.launch.netns.topology import (
     switch_argvs,
     tun_argvs,
 )
-from bench.launch.process import TEARDOWN_GRACE_S, spawn_group, stop_all
+from bench.launch.process import TEARDOWN_GRACE_S, isolated, spawn_group, stop_all
 from bench.launch.schedules import LinkChange
 from bench.net.competing import sent_bytes
 from bench.net.delayline import set_link
@@ -196,7 +196,7 @@ class NetnsLauncher(ShapedHosts):
         kill it and its children). Environment: `env` (default: this process's) with
         worker_env(i) on top; stdout and stderr go to log_path (appended). A straggler
         host's processes run in its CPU cgroup from their start."""
-        command = ["ip", "netns", "exec", self.netns(i), *argv]
+        command = ["ip", "netns", "exec", self.netns(i), *isolated(argv)]
         if i in self._cgroups:
             command = self.cgroups.enter_argv(self._cgroups[i], command)
         proc = spawn_group(command, self.worker_environ(i, env), log_path)
@@ -213,8 +213,8 @@ class NetnsLauncher(ShapedHosts):
         """argv in host i's namespace (a leading "python": `python`, the helpers'
         interpreter). Not stopped by teardown: removing the namespaces kills what runs
         inside."""
-        argv = [self.python, *argv[1:]] if argv[:1] == ["python"] else list(argv)
-        return ["ip", "netns", "exec", self.netns(i), *argv]
+        argv = [self.python, *argv[1:]] if argv[:1] == ["python"] else argv
+        return ["ip", "netns", "exec", self.netns(i), *isolated(argv)]
 
     # -- links that change (ScheduledLinks) -------------------------------------------
     def _schedule_plan(self) -> tuple[ShapingPlan, tuple[Interface, ...]]:

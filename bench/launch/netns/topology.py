@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bench.launch.netns.names import MTU, TopologyNames, host_addr
 from bench.launch.netns.state import StateFiles
-from bench.launch.process import env_with_repo, read_ready_line, spawn_group
+from bench.launch.process import env_with_repo, python_argv, read_ready_line, spawn_group
 from bench.net.delayline import DelayLineConfig
 from bench.net.executor import Argv, Executor
 from bench.net.scenario import NetworkScenario
@@ -107,8 +107,9 @@ def start_delay_line(cfg: DelayLineConfig, names: TopologyNames, files: StateFil
     wait until it is ready. Returns the process and its scheduling ("fifo:10" when it
     got a real-time priority, else "normal")."""
     cfg.save(files.delay_line_config)
-    proc = spawn_group(["ip", "netns", "exec", names.switch_ns, python, "-m",
-                        "bench.net.delayline", "--config", str(files.delay_line_config)],
+    proc = spawn_group(["ip", "netns", "exec", names.switch_ns,
+                        *python_argv(python, "-m", "bench.net.delayline", "--config",
+                                     str(files.delay_line_config))],
                        env_with_repo(), files.delay_line_log, pipe_stdout=True)
     line = read_ready_line(proc, "ready", "delay line", files.delay_line_log)
     return proc, line.removeprefix("ready ")

@@ -5,15 +5,17 @@
     found = check_machines(remote, needs_netem=False, shaping=True, gpus=None,
                            results_dir=out)           # both, and shares_folder(remote, out)
 
-Each host must answer (SSH, key auth), run the suite's checkout where the hostfile says
-(`hostside facts` there), have the interface (with an IPv4 address, and no root qdisc of
-someone else's on it when it is to be shaped), the same Python version and the same
-versions of the suite's pinned packages as this machine, the same commit of the suite,
-root and tc when it is to be shaped, GPUs for its ranks when the run uses GPUs, and the
-same copy of every plug-in the cells run (`python -m aqsgd.compress.plugins` there: the
-file at the same absolute path, or the module installed, with the same source hash); and,
-once the killed runs recorded in the state dir are removed (just before shaping), no
-root qdisc on the interface but the kernel's default (`check_interfaces_free`).
+Each host must answer (SSH, key auth, its host key known here), run the suite's checkout
+where the hostfile says (`hostside facts` there, with its `python=`), have the interface
+(with an IPv4 address, and no root qdisc of someone else's on it when it is to be
+shaped), the same Python version and the same versions of the suite's pinned packages
+as this machine, the same commit of the suite, root and tc when it is to be shaped, GPUs
+for its ranks when the run uses GPUs, the same copy of every plug-in the cells run
+(`python -m aqsgd.compress.plugins` there: the file at the same absolute path, or the
+module installed, with the same source hash), and an SFTP session when it does not share
+the results folder (the cells' files travel over it); and, once the killed runs
+recorded in the state dir are removed (just before shaping), no root qdisc on the
+interface but the kernel's default (`check_interfaces_free`). Wording: messages.py.
 Check and refuse, not install (why: docs/multihost.md, step 2). Every failing host is
 named in one HostCheckError (a ValueError: bad input, exit 2) with its reasons.
 `shares_folder`: the hosts that see the results folder as this machine's files
@@ -36,8 +38,10 @@ import tomllib
 
 from aqsgd.filecache import atomic_write_text
 from bench import REPO_ROOT
-from bench.launch.ssh.hostfile import HostEntry
-from bench.launch.ssh.remote import HostUnreachable, Remote
+from bench.launch.hostfile import HostEntry
+from bench.launch.process import python_argv
+from bench.launch.ssh import messages
+from bench.launch.ssh.remote import HostKeyUnknown, HostUnreachable, NoSftp, Remote
 
 if TYPE_CHECKING:
     from aqsgd.compress.plugins import Plugin
@@ -105,8 +109,8 @@ def host_env(h: HostEntry) -> list[str]:
 
 
 def hostside_argv(h: HostEntry, *args: str) -> list[str]:
-    """`python -m bench.launch.ssh.hostside ARGS` on h, in its checkout of the suite."""
-    return [*host_env(h), h.python, "-m", "bench.launch.ssh.hostside", *args]
+    """`python -P -m bench.launch.ssh.hostside ARGS` on h, in its checkout of the suite."""
+    return [*host_env(h), *python_argv(h.python, "-m", "bench.launch.ssh.hostside", *args)]
 
 
 def gather_facts(remote: Remote, needs_netem: bool, plugins: Sequence[Plugin] = ()
@@ -117,6 +121,9 @@ def gather_facts(remote: Remote, needs_netem: bool, plugins: Sequence[Plugin] = 
     for i, h in enumerate(remote.hosts):
         try:
             remote.connect(i)
+        except HostKeyUnknown as err:
+            out.append(HostFacts(None, None, messages.unknown_host_key(h, str(err))))
+            continue
         except HostUnreachable as err:
             out.append(HostFacts(None, None, f"does not answer over SSH ({err})"))
             continue
@@ -124,14 +131,21 @@ def gather_facts(remote: Remote, needs_netem: bool, plugins: Sequence[Plugin] = 
         done = remote.run(i, hostside_argv(h, *args, *(["--netem"] if needs_netem else [])),
                           check=False)
         if done.returncode != 0:
-            out.append(HostFacts(None, None, f"the suite at {h.suite} with {h.python} did not "
-                                 f"run (exit {done.returncode}): "
-                                 f"{done.stderr.strip()[-500:] or done.stdout.strip()[-500:]}"))
+            out.append(HostFacts(None, None, _why_no_facts(remote, i, h, done.returncode,
+                                                           done.stderr or done.stdout)))
             continue
         commit = remote.run(i, ["git", "-C", h.suite, "rev-parse", "HEAD"], check=False)
         out.append(HostFacts(json.loads(done.stdout), commit.stdout.strip() or None,
                              plugins=_plugin_copies(remote, i, h, plugins)))
     return out
+
+
+def _why_no_facts(remote: Remote, i: int, h: HostEntry, code: int, said: str) -> str:
+    """Why `hostside facts` failed on host i: its `python=` does not run, is another
+    Python (too old for -P, say), or runs but cannot run the suite's checkout."""
+    bare = remote.run(i, [*host_env(h), h.python, "-c", messages.PYTHON_VERSION], check=False)
+    return messages.no_facts(h, code, said, bare.returncode, bare.stdout.strip()
+                             or bare.stderr, _python_version())
 
 
 def _plugin_copies(remote: Remote, i: int, h: HostEntry, plugins: Sequence[Plugin]
@@ -140,8 +154,8 @@ def _plugin_copies(remote: Remote, i: int, h: HostEntry, plugins: Sequence[Plugi
     if not plugins:
         return {}
     sources = [p.source for p in plugins]
-    done = remote.run(i, [*host_env(h), h.python, "-m", "aqsgd.compress.plugins", *sources],
-                      check=False)
+    done = remote.run(i, [*host_env(h), *python_argv(h.python, "-m", "aqsgd.compress.plugins",
+                                                     *sources)], check=False)
     if done.returncode != 0:
         why = (f"loading them failed (exit {done.returncode}): "
                f"{done.stderr.strip()[-500:] or done.stdout.strip()[-500:]}")
@@ -160,10 +174,8 @@ def _reasons(h: HostEntry, f: HostFacts, here: dict[str, Any], *, shaping: bool,
     elif dev["addr"] is None:
         why.append(f"interface {h.interface} has no IPv4 address")
     if d["python"] != here["python"]:
-        why.append(f"Python {d['python']}, here {here['python']}")
-    for name, version in here["packages"].items():
-        if d["packages"].get(name) != version:
-            why.append(f"{name} {d['packages'].get(name)}, here {version}")
+        why.append(messages.python_differs(h, d["python"], here["python"]))
+    why += messages.packages_differ(d["packages"], here["packages"])
     if f.commit != here["commit"]:
         why.append(f"suite commit {f.commit} at {h.suite}, here {here['commit']}")
     if shaping:
@@ -201,20 +213,24 @@ def check_interfaces_free(remote: Remote) -> None:
 
 
 def check_hosts(hosts: tuple[HostEntry, ...], facts: list[HostFacts], *, shaping: bool,
-                gpus: bool | None, plugins: Sequence[Plugin] = ()) -> bool:
+                gpus: bool | None, plugins: Sequence[Plugin] = (),
+                more: Sequence[list[str]] = ()) -> bool:
     """Raise HostCheckError naming every host that cannot take part (see module doc).
     `gpus`: True: every host needs a GPU per rank; False: none are used; None: GPUs when
     every host has them (all or none: ranks on CPU and on GPU would mix gloo and NCCL).
     `plugins`: the plug-ins the cells run (facts from gather_facts with the same).
+    `more`: further reasons per host, found otherwise (check_machines's SFTP session).
     Returns whether the ranks use GPUs."""
     names = pinned_packages()
     here = {"python": _python_version(), "packages": _local_versions(names),
             "commit": local_commit()}
     counts = [f.facts["gpus"] for f in facts if f.facts is not None]
     use_gpus = bool(gpus) if gpus is not None else bool(counts) and min(counts) > 0
-    problems = [f"{h.name}: {'; '.join(why)}" for h, f in zip(hosts, facts, strict=True)
+    more = list(more) or [[] for _ in hosts]
+    problems = [f"{h.name}: {'; '.join(why)}"
+                for h, f, extra in zip(hosts, facts, more, strict=True)
                 if (why := _reasons(h, f, here, shaping=shaping, use_gpus=use_gpus,
-                                    plugins=plugins))]
+                                    plugins=plugins) + extra)]
     if gpus is None and counts and 0 < max(counts) and min(counts) == 0:
         problems.append(f"GPUs differ between hosts ({counts}): every rank must run on the "
                         f"same kind of device")
@@ -224,19 +240,23 @@ def check_hosts(hosts: tuple[HostEntry, ...], facts: list[HostFacts], *, shaping
     return use_gpus
 
 
-def shares_folder(remote: Remote, folder: Path) -> list[bool]:
+def shares_folder(remote: Remote, folder: Path, ask: Sequence[bool] | None = None
+                  ) -> list[bool]:
     """Whether each host of `remote` sees `folder` (or, before it exists, its nearest
     existing parent) as the same files as this machine: a marker file with a random
     token written here and read back at the same path over SSH (why a token and not
     device and inode: docs/multihost.md, "Shared file systems"). The marker is removed
-    afterwards; a host that cannot read it does not share."""
+    afterwards; a host that cannot read it does not share, nor one not in `ask` (None:
+    every host; False: one that did not answer, not contacted)."""
+    ask = [True] * len(remote.hosts) if ask is None else list(ask)
     anchor = next(p for p in (folder.resolve(), *folder.resolve().parents) if p.is_dir())
     token = secrets.token_hex(16)
     marker = anchor / f".aqsgd-fs-check-{token[:12]}"
     atomic_write_text(marker, token)
     try:
-        return [remote.run(i, ["cat", "--", str(marker)], check=False).stdout.strip() == token
-                for i in range(len(remote.hosts))]
+        return [asked and remote.run(i, ["cat", "--", str(marker)], check=False
+                                     ).stdout.strip() == token
+                for i, asked in enumerate(ask)]
     finally:
         marker.unlink(missing_ok=True)
 
@@ -255,12 +275,26 @@ class CheckedHosts:
 def check_machines(remote: Remote, *, needs_netem: bool, shaping: bool, gpus: bool | None,
                    results_dir: Path | None, plugins: Sequence[Plugin] = ()) -> CheckedHosts:
     """Every host of `remote` checked (gather_facts, check_hosts: HostCheckError naming
-    each that fails), and whether it shares `results_dir` (None: nothing is mirrored)."""
+    each that fails), and whether it shares `results_dir` (None: nothing is mirrored); a
+    host that does not must open an SFTP session."""
     facts = gather_facts(remote, needs_netem=needs_netem, plugins=plugins)
-    use_gpus = check_hosts(remote.hosts, facts, shaping=shaping, gpus=gpus, plugins=plugins)
+    answered = [f.facts is not None for f in facts]
     shared = ([False] * len(remote.hosts) if results_dir is None
-              else shares_folder(remote, results_dir))
+              else shares_folder(remote, results_dir, answered))
+    sftp = [[] if not ok or results_dir is None or same else _sftp_reasons(remote, i)
+            for i, (ok, same) in enumerate(zip(answered, shared, strict=True))]
+    use_gpus = check_hosts(remote.hosts, facts, shaping=shaping, gpus=gpus, plugins=plugins,
+                           more=sftp)
     return CheckedHosts(tuple(facts), use_gpus, tuple(shared))
+
+
+def _sftp_reasons(remote: Remote, i: int) -> list[str]:
+    """[] when host i opens an SFTP session, else why not."""
+    try:
+        remote.open_sftp(i)
+    except NoSftp as err:
+        return [messages.no_sftp(str(err))]
+    return []
 
 
 def _python_version() -> str:

@@ -17,8 +17,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.launch.hostfile import HostEntry
+from bench.launch.process import SAFE_PATH, SAFE_PATH_ENV, is_python, isolated, python_argv
 from bench.launch.ssh.checks import host_env
-from bench.launch.ssh.hostfile import HostEntry
 
 __all__ = ["FREE_PORT", "LOCAL_ONLY", "PASSED_PREFIXES", "Rendezvous", "mirrored",
            "remote_argv", "torchrun_argv"]
@@ -32,27 +33,30 @@ FREE_PORT = ("import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0));
 
 
 def _on_host(h: HostEntry, argv: list[str]) -> list[str]:
-    """argv with a leading python replaced by the host's interpreter."""
-    if argv and Path(argv[0]).name.startswith("python"):
-        return [h.python, *argv[1:]]
+    """argv with a leading python replaced by the host's interpreter, with -P
+    (bench.launch.process, Note [safe path])."""
+    if argv and is_python(argv[0]):
+        return isolated([h.python, *argv[1:]])
     return list(argv)
 
 
 def remote_argv(h: HostEntry, record_dir: str, argv: list[str], env: dict[str, str] | None,
                 worker_env: dict[str, str]) -> list[str]:
     """argv as host `h` runs it: in its checkout of the suite, with the variables the
-    caller set (and this process's PASSED_PREFIXES ones) and `worker_env`, under
-    `hostside tied` recording in `record_dir`."""
+    caller set (and this process's PASSED_PREFIXES ones), `worker_env` and
+    PYTHONSAFEPATH=1, under `hostside tied` recording in `record_dir`."""
     given = {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES)}
     if env is not None:
         given.update({k: v for k, v in env.items()
                       if os.environ.get(k) != v or k.startswith(PASSED_PREFIXES)})
     given.update(worker_env)
+    given.update(SAFE_PATH_ENV)  # torchrun starts its workers as `python -u -m ...`
     for key in LOCAL_ONLY:
         given.pop(key, None)
     settings = [f"{k}={v}" for k, v in sorted(given.items())]
-    return [*host_env(h), *settings, h.python, "-m", "bench.launch.ssh.hostside", "tied",
-            "--dir", record_dir, "--", *_on_host(h, argv)]
+    return [*host_env(h), *settings,
+            *python_argv(h.python, "-m", "bench.launch.ssh.hostside", "tied", "--dir",
+                         record_dir, "--"), *_on_host(h, argv)]
 
 
 @dataclass
@@ -80,10 +84,13 @@ def torchrun_argv(h: HostEntry, i: int, argv: list[str], job: Rendezvous, rdzv_a
             "--max-restarts=0"]
     # Note [own store] (docs/multihost.md): the workers' own `--master-addr/--master-port`
     # store, not the agent's (torchrun would otherwise tell rank 0 not to host the store)
-    head = ["env", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", h.python, "-m",
-            "torch.distributed.run", *opts]
-    if argv and Path(argv[0]).name.startswith("python"):
-        return [*head, *argv[1:]]
+    head = ["env", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
+            *python_argv(h.python, "-m", "torch.distributed.run"), *opts]
+    if argv and is_python(argv[0]):
+        # torchrun takes the module (-m) itself; its workers get PYTHONSAFEPATH instead
+        # of -P (remote_argv), which torchrun would read as an option of its own
+        args = argv[1:]
+        return [*head, *(args[1:] if args[:1] == [SAFE_PATH] else args)]
     return [*head, "--no-python", *argv]
 
 

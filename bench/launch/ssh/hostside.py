@@ -12,7 +12,9 @@ in `procs/` per running `tied`. `tied` starts ARGV and stops its whole process t
 (proctree.py) when its standard input closes; `teardown` stops the recorded trees, runs
 the removal commands (each once; one already gone is skipped), deletes D and prints what
 it removed as JSON. Why the tree: docs/multihost.md. Imports the standard library,
-psutil (through proctree) and bench.launch.process only.
+psutil (through proctree, for `tied` and `teardown` only) and bench.launch.process:
+`facts` runs under any Python 3.11, so that a host's wrong `python=` is named by the
+checks (its version, its packages) instead of failing on an import.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from importlib import metadata
 from pathlib import Path
 
 from bench.launch.process import STOP_GRACE_S, TEARDOWN_GRACE_S, ProcessIdentity
-from bench.launch.ssh.proctree import become_subreaper, stop_tree
 
 __all__ = ["HOST_RECORD_ROOT", "facts", "main", "teardown"]
 
@@ -94,6 +95,8 @@ def _record(directory: Path, state: dict) -> None:
 def tied(directory: Path, argv: list[str]) -> None:
     """Run argv (see module doc), then exit this process with its exit status (128 + N
     for a signal N)."""
+    from bench.launch.ssh.proctree import become_subreaper, stop_tree  # psutil: module doc
+
     become_subreaper()  # orphans below stay below: the tree stays whole (module doc)
     me = ProcessIdentity.of(os.getpid())
     mark = directory / "procs" / f"{me.pid}.json"
@@ -119,6 +122,8 @@ def tied(directory: Path, argv: list[str]) -> None:
 
 def teardown(directory: Path, commands: list[list[str]]) -> list[str]:
     """What D records (see module doc), removed; returns what was removed."""
+    from bench.launch.ssh.proctree import stop_tree  # psutil: module doc
+
     removed = []
     procs = sorted((directory / "procs").glob("*.json")) if directory.is_dir() else []
     for p in procs:

@@ -30,8 +30,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from bench.launch.hostfile import HostEntry, load_hostfile
 from bench.launch.hosts import ShapedHosts
-from bench.launch.process import TEARDOWN_GRACE_S, env_with_repo, spawn_group, stop_all
+from bench.launch.process import (
+    TEARDOWN_GRACE_S,
+    env_with_repo,
+    python_argv,
+    spawn_group,
+    stop_all,
+)
 from bench.launch.ssh.checks import (
     CheckedHosts,
     HostFacts,
@@ -40,7 +47,6 @@ from bench.launch.ssh.checks import (
     hostside_argv,
 )
 from bench.launch.ssh.commands import FREE_PORT, Rendezvous, mirrored, remote_argv, torchrun_argv
-from bench.launch.ssh.hostfile import HostEntry, load_hostfile
 from bench.launch.ssh.hostside import HOST_RECORD_ROOT
 from bench.launch.ssh.relay import relay_argv
 from bench.launch.ssh.remote import Remote
@@ -131,9 +137,14 @@ class SshLauncher(ShapedHosts):
     @classmethod
     def host_count(cls, scenario: NetworkScenario) -> int:
         """The scenario's hosts the hostfile gives: its machines x the scenario's ranks
-        per machine, at most the scenario's hosts (read from the file, nobody contacted)."""
+        per machine, at most the scenario's hosts (read from the file, nobody contacted);
+        a ValueError naming a machine among them whose `slots` differ from the ranks per
+        machine (machines_for), which would otherwise read as too few hosts."""
         listed = load_hostfile(cls.hostfile).hosts
-        return min(scenario.n_hosts, len(listed) * scenario.layout.ranks_per_machine)
+        per_machine = scenario.layout.ranks_per_machine
+        count = min(scenario.n_hosts, len(listed) * per_machine)
+        machines_for(listed, count, per_machine, cls.hostfile, scenario.name)
+        return count
 
     @classmethod
     def checked_for(cls, needs: list[tuple[NetworkScenario, int]], results_dir: Path
@@ -332,8 +343,8 @@ class SshLauncher(ShapedHosts):
         (a new one when host i is in it already or it is full)."""
         job = self._job
         if job is None or job.full_or_has(i):
-            port = int(self.remote.run(0, [self.hosts[0].python, "-c", FREE_PORT,
-                                           self.addr(0)]).stdout)
+            port = int(self.remote.run(0, python_argv(self.hosts[0].python, "-c", FREE_PORT,
+                                                      self.addr(0))).stdout)
             job = self._job = Rendezvous(f"{self.prefix}-{secrets.token_hex(3)}", port,
                                          world_size)
         job.hosts.add(i)

@@ -32,7 +32,8 @@ import signal
 import sys
 from pathlib import Path
 
-from bench.launch.ssh.hostfile import HostEntry
+from bench.launch.hostfile import HostEntry
+from bench.launch.process import python_argv
 from bench.launch.ssh.remote import connect_options, get_tree_async
 
 __all__ = ["HOST_LOST", "main", "relay_argv"]
@@ -44,8 +45,8 @@ STOP_WAIT_S = 15.0  # after SIGTERM, how long the host has to report the exit st
 def relay_argv(python: str, host: HostEntry, label: str, argv: list[str], *, raw: bool = False,
                put: list[tuple[str, str]] = (), get: list[tuple[str, str]] = ()) -> list[str]:
     """The local command line running argv on `host` through this module."""
-    out = [python, "-m", "bench.launch.ssh.relay", "--host", json.dumps(host.to_dict()),
-           "--label", label]
+    out = python_argv(python, "-m", "bench.launch.ssh.relay", "--host",
+                      json.dumps(host.to_dict()), "--label", label)
     if raw:
         out.append("--raw")
     for a, b in put:

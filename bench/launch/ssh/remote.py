@@ -5,13 +5,23 @@
         remote.run_all(1, argvs)                     # each must exit 0 (RemoteCommandError)
         remote.put(0, local_file, remote_path)       # SFTP
         remote.get_tree(0, remote_dir, local_dir)    # SFTP, every file below remote_dir
+        remote.open_sftp(0)                          # NoSftp unless its sshd offers SFTP
 
 One connection per host, opened on first use and kept; all of them driven by one event
 loop in a thread of this object, so the launcher's synchronous code calls plain
 methods. A command is an argv list, quoted for the remote shell by shlex.join (never a
 string built by hand). Connections carry keepalives (KEEPALIVE_INTERVAL_S x
 KEEPALIVE_COUNT_MAX): a host that stops answering fails every call within that time,
-as HostUnreachable naming the host, instead of hanging.
+as HostUnreachable naming the host, instead of hanging; a host whose key is not in
+known_hosts as HostKeyUnknown (a HostUnreachable).
+
+Note [dependency warnings]: asyncssh touches cryptography's DSA names when it is
+imported, and each touch warns (CryptographyDeprecationWarning, ten lines on stderr of
+every process that imports it, rank logs and meta.json's failure.log_tail included).
+The filters below, set before any import of asyncssh (this module is the one path to
+it: relay.py imports it after this module), drop the deprecation warnings raised from
+asyncssh's own modules and nothing else: they are its maintainers' to act on, not a
+benchmark user's.
 """
 
 from __future__ import annotations
@@ -20,15 +30,21 @@ import asyncio
 import os
 import shlex
 import threading
+import warnings
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.launch.ssh.hostfile import HostEntry
+from bench.launch.hostfile import HostEntry
 
-__all__ = ["CONNECT_TIMEOUT_S", "HostUnreachable", "Remote", "RemoteCommandError",
-           "RemoteResult", "connect_options", "get_tree_async"]
+__all__ = ["CONNECT_TIMEOUT_S", "HostKeyUnknown", "HostUnreachable", "NoSftp", "Remote",
+           "RemoteCommandError", "RemoteResult", "connect_options", "get_tree_async"]
+
+# Note [dependency warnings] (module doc); `module` is matched against the module that
+# raised the warning (CryptographyDeprecationWarning is a UserWarning: the message says it)
+warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"asyncssh(\.|$)")
+warnings.filterwarnings("ignore", message=r".* is deprecated", module=r"asyncssh(\.|$)")
 
 CONNECT_TIMEOUT_S = 15.0
 KEEPALIVE_INTERVAL_S = 2.0
@@ -38,6 +54,14 @@ COMMAND_TIMEOUT_S = 120.0
 
 class HostUnreachable(RuntimeError):
     """A host that does not answer (connect, authentication, or a lost connection)."""
+
+
+class HostKeyUnknown(HostUnreachable):
+    """A host whose key is not in the known_hosts file (or differs from the one there)."""
+
+
+class NoSftp(RuntimeError):
+    """A host whose sshd refuses the sftp subsystem."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +129,8 @@ class Remote:
             h = self.hosts[i]
             try:
                 conn = await asyncssh.connect(**connect_options(h))
+            except asyncssh.HostKeyNotVerifiable as err:
+                raise HostKeyUnknown(f"host {h.name}: {type(err).__name__}: {err}") from None
             except (OSError, asyncssh.Error, asyncio.TimeoutError) as err:
                 raise unreachable(h, err) from None
             self._conns[i] = conn
@@ -174,6 +200,23 @@ class Remote:
         """Copy every file below `remote_dir` on host i into local_dir (same relative
         paths); returns the local files written ([] when remote_dir does not exist)."""
         return self._call(self._sftp(i, "get", remote_dir, local_dir))
+
+    async def _open_sftp(self, i: int) -> None:
+        import asyncssh
+
+        conn = await self._conn(i)
+        try:
+            async with conn.start_sftp_client():
+                pass
+        except asyncssh.ChannelOpenError as err:  # the session's subsystem request refused
+            raise NoSftp(f"host {self.hosts[i].name}: {type(err).__name__}: {err}") from None
+        except (OSError, asyncssh.Error) as err:
+            self._conns.pop(i, None)
+            raise unreachable(self.hosts[i], err) from None
+
+    def open_sftp(self, i: int) -> None:
+        """Open and close an SFTP session on host i: NoSftp where its sshd offers none."""
+        self._call(self._open_sftp(i))
 
     def close(self) -> None:
         async def _close():

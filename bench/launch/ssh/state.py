@@ -19,9 +19,9 @@ import json
 from pathlib import Path
 
 from aqsgd.filecache import atomic_write_text
+from bench.launch.hostfile import HostEntry
 from bench.launch.process import ProcessIdentity
 from bench.launch.ssh.checks import hostside_argv
-from bench.launch.ssh.hostfile import HostEntry
 from bench.launch.ssh.remote import HostUnreachable, Remote, RemoteCommandError
 from bench.launch.state import launcher_fields
 from bench.net.executor import Argv, Executor

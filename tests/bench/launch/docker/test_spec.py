@@ -118,10 +118,12 @@ def test_exec_argv_runs_as_the_worker_with_only_the_worker_env(monkeypatch):
     env = {**os.environ, "EXTRA": "1"}
     argv = hosts.exec_argv(1, [sys.executable, "-m", "aqsgd.train.worker"], env)
     # the host's interpreter by default on a CPU run: same stdlib text, same torch
-    assert hosts.python == "host" and argv[:2] == ["docker", "exec"] and argv[-4:] == [
-        hosts.spec.container(1), sys.executable, "-m", "aqsgd.train.worker"]
+    # -P and PYTHONSAFEPATH: the working folder is not on its path (bench.launch.process)
+    assert hosts.python == "host" and argv[:2] == ["docker", "exec"] and argv[-5:] == [
+        hosts.spec.container(1), sys.executable, "-P", "-m", "aqsgd.train.worker"]
+    assert "PYTHONSAFEPATH=1" in argv
     image = DockerLauncher(load_scenario("100mbps"), 2, run_id="t", gpus=False, python="image")
-    assert image.exec_argv(1, [sys.executable, "-c", "1"])[-3:] == ["python3", "-c", "1"]
+    assert image.exec_argv(1, [sys.executable, "-c", "1"])[-4:] == ["python3", "-P", "-c", "1"]
     assert str(Path(sys.base_prefix).resolve()) in hosts._mounts()
     with pytest.raises(ValueError, match="python: expected one of host, image, got 'conda'"):
         DockerLauncher(load_scenario("100mbps"), 2, gpus=False, python="conda")

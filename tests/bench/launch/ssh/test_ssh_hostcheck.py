@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
+from bench.launch.hostfile import load_hostfile
 from bench.launch.ssh import checks
-from bench.launch.ssh.hostfile import load_hostfile
 from bench.launch.ssh.hostside import HOST_RECORD_ROOT
 from bench.launch.ssh.launcher import SshLauncher
 from bench.launch.ssh.remote import Remote

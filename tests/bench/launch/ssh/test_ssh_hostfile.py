@@ -7,7 +7,7 @@ import pytest
 
 from bench.__main__ import build_parser, launcher_options
 from bench.launch.choice import LAUNCHERS, TEARDOWNS, choose_launcher, state_teardown
-from bench.launch.ssh.hostfile import HostfileError, load_hostfile
+from bench.launch.hostfile import HostfileError, load_hostfile
 from bench.launch.ssh.launcher import SshLauncher, real_links
 from bench.net.scenario import load_scenario
 

@@ -14,7 +14,7 @@ import pytest
 
 from bench.harness.run import run_sweep
 from bench.harness.sweep import SweepSpec, Workload, parse_mode
-from bench.launch.ssh.hostfile import HostEntry
+from bench.launch.hostfile import HostEntry
 from bench.launch.ssh.launcher import machines_for
 from bench.net.scenario import ScenarioError, load_scenario, parse_scenario
 

@@ -15,8 +15,8 @@ from aqsgd.compress.registry import load_plugins, unload_plugins
 from bench import REPO_ROOT
 from bench.harness.run import run_sweep
 from bench.harness.sweep import SweepSpec, Workload, parse_mode
+from bench.launch.hostfile import load_hostfile
 from bench.launch.ssh.checks import HostCheckError
-from bench.launch.ssh.hostfile import load_hostfile
 from bench.launch.ssh.launcher import SshLauncher
 from bench.launch.ssh.remote import Remote
 from bench.net.scenario import load_scenario

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.launch.ssh.hostfile import load_hostfile
+from bench.launch.hostfile import load_hostfile
 from bench.launch.ssh.remote import HostUnreachable, Remote, RemoteCommandError
 
 pytestmark = pytest.mark.netns
