@@ -38,16 +38,20 @@ __all__ = ["orthogonalize_", "should_compress", "power_step", "Layout",
 
 
 def orthogonalize_(p: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
-    """Gram-Schmidt on the columns of `p` (n, r), in place. Each column is cleared of the
-    ones before it twice ("twice is enough"): once leaves rounding noise along them when
-    P has lower rank than r (a gradient of rank < r), which normalising would blow up.
-    A column of norm 0 stays 0 (torch's eps = 0 would make it NaN)."""
+    """Gram-Schmidt on the columns of `p` (n, r), in place: each column cleared of the
+    ones before it, twice ("twice is enough"), then divided by its norm (+ eps). A column
+    left with under sqrt(machine eps) of its norm lay in the span of those before it (P of
+    rank < r: a gradient of rank < r, or zero) and is set to 0; what is left of it is
+    rounding, often along those columns, which normalising would count twice."""
+    tol = torch.finfo(p.dtype).eps ** 0.5
     for i in range(p.shape[1]):
         col = p[:, i]
+        before = col.norm()
         for _ in range(2 if i else 0):
             col.sub_(p[:, :i] @ (p[:, :i].T @ col))
-        norm = col.norm() + eps
-        col.mul_(torch.where(norm > 0, 1.0 / norm, torch.zeros_like(norm)))
+        norm = col.norm()
+        keep = (norm > tol * before) & (norm + eps > 0)
+        col.mul_(torch.where(keep, 1.0 / (norm + eps), torch.zeros_like(norm)))
     return p
 
 
