@@ -32,6 +32,7 @@ from aqsgd.compress.message import (
     message_spec,
 )
 from aqsgd.compress.modes.base import FMT_RAW, FMT_WARMUP
+from aqsgd.compress.registry import origin
 
 __all__ = ["Compressor", "make_compressor"]
 
@@ -202,6 +203,16 @@ class Compressor:
                 f"sample_shape {self.sample_shape}"
             )
 
+    def _run(self, method, *args):
+        """A method of the mode; an exception it raises carries a note naming the mode and
+        where it comes from (a plug-in's file), read by the worker's failure line."""
+        try:
+            return method(*args)
+        except Exception as err:
+            err.add_note(f"in {method.__name__} of activation mode {self.cfg.mode!r} "
+                         f"({origin(self.cfg.mode)}), {self.role} side")
+            raise
+
     # --- sender ---------------------------------------------------------------------------
     def encode(self, x: torch.Tensor, sample_ids, training: bool = True) -> list[torch.Tensor]:
         """Code a micro-batch (B, *S) into the tensors that ``wire_spec`` describes.
@@ -226,10 +237,10 @@ class Compressor:
             if lay.cached:
                 q_ids = _take(lay.ids, lay.q_rows)
                 m = self.cache.gather_checked(q_ids, self._m_dtype)  # fresh copy, updated in place
-                out += coder.encode(rows, self._generator, m)
+                out += self._run(coder.encode, rows, self._generator, m)
                 self.cache.scatter_checked(q_ids, m)  # rounds to the stored dtype once
             else:
-                out += coder.encode(rows, self._generator)
+                out += self._run(coder.encode, rows, self._generator)
         self.last_bits = self.bits if lay.q_rows.numel() else 0
         if training:
             self.bits = self._next_bits
@@ -259,14 +270,14 @@ class Compressor:
             if lay.cached:
                 q_ids = _take(lay.ids, lay.q_rows)
                 m = self.cache.gather_checked(q_ids, self._m_dtype)  # (n_q, *S)
-                rows = coder.decode(coded, q_shape, m)  # m updated in place
+                rows = self._run(coder.decode, coded, q_shape, m)  # m updated in place
                 stored = self.cache.stored_dtype
                 if stored is not None:  # aqsgd: the stage input is the stored row m[i]
                     rows = rows.to(stored)
                 self.cache.scatter_checked(q_ids, rows)
                 rows = rows.float()
             else:
-                rows = coder.decode(coded, q_shape)
+                rows = self._run(coder.decode, coded, q_shape)
             parts.append((lay.q_rows, rows))
         self.last_bits = self.bits if lay.q_rows.numel() else 0
         self.bits = next_bits

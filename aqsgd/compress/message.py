@@ -28,7 +28,7 @@ from pydantic import Field, model_validator
 from aqsgd import quant
 from aqsgd.compress.cache import CacheSpec
 from aqsgd.compress.modes.base import ActivationMode
-from aqsgd.compress.registry import ACTIVATION_MODES, Names
+from aqsgd.compress.registry import ACTIVATION_MODES, Names, not_loaded_note
 from aqsgd.compress.wire import WireSpec, prefix_spec
 from specfile.declared import check_fields
 
@@ -94,7 +94,8 @@ class CompressionConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "widths", tuple(self.widths))
         if self.mode not in MODES:
-            raise ValueError(f"CompressionConfig.mode must be one of {MODES}, got {self.mode!r}")
+            raise ValueError(f"CompressionConfig.mode must be one of {MODES}, got {self.mode!r}"
+                             f"{not_loaded_note()}")
         check_fields(self)
         if self.uses_cache and self.cache_storage == "mmap" and not self.cache_dir:
             raise ValueError("CompressionConfig.cache_dir is required when cache_storage='mmap'")

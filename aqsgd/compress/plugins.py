@@ -30,8 +30,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["ENTRY_POINT_GROUP", "Plugin", "PluginError", "copy_problems",
-           "entry_point_modules", "host_copies", "identify", "import_source", "is_file_source"]
+__all__ = ["ENTRY_POINT_GROUP", "Plugin", "PluginError", "PluginWarning", "RegistryError",
+           "copy_problems", "entry_point_modules", "entry_point_name", "host_copies",
+           "identify", "import_entry_point", "import_source", "installed_entry_points",
+           "is_file_source"]
 
 # the entry-point group an installed package lists its plug-in modules under
 # (pyproject.toml: [project.entry-points."aqsgd.compressors"] NAME = "pkg.module")
@@ -40,6 +42,16 @@ ENTRY_POINT_GROUP = "aqsgd.compressors"
 
 class PluginError(ValueError):
     """A plug-in that cannot be loaded or registered; the message names its module or file."""
+
+
+class RegistryError(PluginError):
+    """Two compressors that cannot both be registered, or one that is incomplete
+    (aqsgd.compress.contract, aqsgd.compress.trial)."""
+
+
+class PluginWarning(UserWarning):
+    """An installed plug-in that the registry leaves out (it fails to import or breaks the
+    contract): the suite runs without it; the message names its entry point."""
 
 
 @dataclass(frozen=True)
@@ -106,23 +118,37 @@ def import_source(source: str, base: Path | None = None) -> tuple[ModuleType, st
                           f"({err}); install its package or give its .py file") from None
 
 
-def entry_point_modules() -> list[tuple[ModuleType, str]]:
-    """(module, distribution version) of every ENTRY_POINT_GROUP entry point of the
-    installed packages, by entry-point name; a PluginError naming one that fails."""
-    out = []
+def installed_entry_points() -> list[importlib.metadata.EntryPoint]:
+    """The ENTRY_POINT_GROUP entry points of the installed packages, by name (nothing is
+    imported)."""
     points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    for point in sorted(points, key=lambda p: p.name):
-        where = f"entry point {point.name!r} = {point.value!r} of group {ENTRY_POINT_GROUP}"
-        if point.attr:
-            raise PluginError(f"{where}: must name a module ('pkg.module'), not an object")
-        try:
-            module = importlib.import_module(point.module)
-        except Exception as err:
-            raise PluginError(f"{where}: importing {point.module} failed: "
-                              f"{type(err).__name__}: {err}") from err
-        dist = getattr(point, "dist", None)
-        out.append((module, dist.version if dist is not None else ""))
-    return out
+    return sorted(points, key=lambda p: p.name)
+
+
+def entry_point_name(point: importlib.metadata.EntryPoint) -> str:
+    """How an error names an entry point: its name, its value and its group."""
+    return f"entry point {point.name!r} = {point.value!r} of group {ENTRY_POINT_GROUP}"
+
+
+def import_entry_point(point: importlib.metadata.EntryPoint) -> tuple[ModuleType, str]:
+    """(module, distribution version) of an entry point; a PluginError naming it (its
+    name, value and group) when it names an object or its module fails to import."""
+    where = entry_point_name(point)
+    if point.attr:
+        raise PluginError(f"{where}: must name a module ('pkg.module'), not an object")
+    try:
+        module = importlib.import_module(point.module)
+    except Exception as err:
+        raise PluginError(f"{where}: importing {point.module} failed: "
+                          f"{type(err).__name__}: {err}") from err
+    dist = getattr(point, "dist", None)
+    return module, dist.version if dist is not None else ""
+
+
+def entry_point_modules() -> list[tuple[ModuleType, str]]:
+    """(module, distribution version) of every installed entry point, by entry-point
+    name; a PluginError naming the first that fails."""
+    return [import_entry_point(point) for point in installed_entry_points()]
 
 
 def _source_files(module: ModuleType) -> tuple[Path, list[Path]]:

@@ -294,8 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as e:  # noqa: BLE001 - every failure must end the process
         if isinstance(e, SystemExit) and not e.code:
             raise
-        print(f"aqsgd.train.worker: {where} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        # the traceback, then the one line last, where a cell's log tail ends: the
+        # exception's notes name a compressor's mode and its plug-in (aqsgd.compress)
         traceback.print_exc(file=sys.stderr)
+        notes = "".join(f" [{note}]" for note in getattr(e, "__notes__", ()))
+        print(f"aqsgd.train.worker: {where} failed: {type(e).__name__}: {e}{notes}",
+              file=sys.stderr)
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(1)  # Note [failure handling]

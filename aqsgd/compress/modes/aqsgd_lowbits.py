@@ -18,6 +18,7 @@ __all__ = ["AQSGDLowBits", "MODE", "COMPARISONS"]
 class AQSGDLowBits(AQSGD):
     name = "aqsgd-lowbits"
     rank = 3
+    wire_format = 7  # aqsgd's wire, a header[0] of its own (every mode has one)
     quantized_cache = True
     bench_cases = tuple(("fp32", b) for b in (2, 4, 8))
     smoke_case = ("fp32", 3)

@@ -246,6 +246,7 @@ def _module(name: str, **attrs) -> types.ModuleType:
 class _Fresh(DirectQ):
     name = "fresh"
     rank = 9
+    wire_format = 99
 
 
 def _registries(*mode_modules, codec_modules=()):
