@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from aqsgd.compress.gradient import GradCompressionConfig
+from aqsgd.train.config import load_config
+from bench.harness.cells import run_config, write_run_config
 from bench.harness.modes import DEFAULT_GRID, GRAD_COMPRESSORS, ModeSpec, parse_mode
 from bench.harness.sweep import CellSpec, SweepSpec, Timing, Variant, Workload, load_sweep
 
@@ -15,6 +18,8 @@ from bench.harness.sweep import CellSpec, SweepSpec, Timing, Variant, Workload, 
     ("aqsgd+gc/ef21:2/4", "aqsgd+gc", "ef21", "aqsgd+gc-ef21-fw2-bw4", "aqsgd+gc/ef21:2/4"),
     ("aqsgd+gc/natural:3/6", "aqsgd+gc", "natural", "aqsgd+gc-natural-fw3-bw6",
      "aqsgd+gc/natural:3/6"),
+    ("aqsgd+gc/powersgd:2/4", "aqsgd+gc", "powersgd", "aqsgd+gc-powersgd-fw2-bw4",
+     "aqsgd+gc/powersgd:2/4"),
     ("aqsgd-lowbits", "aqsgd-lowbits", "qadam", "aqsgd-lowbits-fw2-bw4", "aqsgd-lowbits:2/4"),
     ("directq:2/4", "directq", "qadam", "directq-fw2-bw4", "directq:2/4"),
 ])
@@ -27,7 +32,7 @@ def test_mode_syntax_names_the_gradient_compressor(text, name, grad, label, cano
 @pytest.mark.parametrize("text, match", [
     ("aqsgd/ef21:2/4", r"only aqsgd\+gc selects a gradient compressor"),
     ("fp32/qadam", r"only aqsgd\+gc selects a gradient compressor"),
-    ("aqsgd+gc/topk:2/4", "gradient compressor must be one of qadam, ef21, natural"),
+    ("aqsgd+gc/topk:2/4", "gradient compressor must be one of qadam, ef21, natural, powersgd"),
     ("aqsgd+gc/:2/4", "gradient compressor must be one of"),
 ])
 def test_bad_gradient_compressor_is_refused(text, match):
@@ -38,7 +43,19 @@ def test_bad_gradient_compressor_is_refused(text, match):
 def test_grad_mode_belongs_to_aqsgd_gc_only():
     with pytest.raises(ValueError, match="selects the gradient compressor of aqsgd"):
         ModeSpec("aqsgd", 2, 4, grad_mode="ef21")
-    assert set(GRAD_COMPRESSORS) == {"qadam", "ef21", "natural"}
+    assert set(GRAD_COMPRESSORS) == {"qadam", "ef21", "natural", "powersgd"}
+
+
+def test_powersgd_runs_at_the_default_rank_unless_a_sweep_overrides_it(tmp_path):
+    # the spelling's bits are the activations'; PowerSGD's rank is grad.powersgd_rank
+    mode = parse_mode("aqsgd+gc/powersgd:2/4")
+    grad = run_config(CellSpec("loopback", mode, Workload(replicas=2)), tmp_path).grad
+    assert (grad.mode, grad.powersgd_rank) == ("powersgd", GradCompressionConfig.powersgd_rank)
+    cell = CellSpec("loopback", mode, Workload(replicas=2,
+                                               overrides={"grad.powersgd_rank": 8}))
+    config = run_config(cell, tmp_path)
+    assert (config.forward.bits, config.backward.bits, config.grad.powersgd_rank) == (2, 4, 8)
+    assert load_config(write_run_config(config, tmp_path / "config.yaml")).grad == config.grad
 
 
 def test_default_grid_has_directq_beside_aqsgd_at_2_4():
