@@ -5,6 +5,7 @@ network namespaces, each running its own sshd (Debian's openssh-server).
         sshd_hosts.hostfile                      # a hostfile naming the N hosts
         sshd_hosts.run(1, ["tc", "qdisc", "show"])   # a command inside host 1
     def test_y(sshd_hosts_shared): ...           # hosts that share the results folder
+    def test_z(sshd_hosts_no_sftp): ...          # host 1's sshd offers no sftp subsystem
 
 Layout (every name from one per-run prefix P, removed by that name afterwards):
 namespaces P-h0..P-h{N-1} and the switch P-sw, whose bridge P-br joins one veth per host
@@ -73,6 +74,7 @@ class SshdHosts:
     workdir: Path
     results: Path
     share_results: bool = False  # the results folder: this machine's, or a tmpfs a host
+    no_sftp: frozenset[int] = frozenset()  # hosts whose sshd_config has no Subsystem sftp
     sshd: list[subprocess.Popen] = field(default_factory=list)
     made_privsep: bool = False
 
@@ -167,7 +169,8 @@ class SshdHosts:
             f"AuthorizedKeysFile {self.workdir / 'authorized_keys'}",
             f"PidFile {self.workdir / f'sshd{i}.pid'}", "UsePAM no", "StrictModes no",
             "PermitRootLogin prohibit-password", "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no", "Subsystem sftp internal-sftp",
+            "KbdInteractiveAuthentication no",
+            *([] if i in self.no_sftp else ["Subsystem sftp internal-sftp"]),
             "MaxSessions 64", "MaxStartups 64", "LogLevel ERROR",
             # a client gone silent (its host dropped) is given up after about 6 s: the
             # session closes, and `hostside tied` stops what it started
@@ -218,13 +221,13 @@ class SshdHosts:
             PRIVSEP_DIR.rmdir()
 
 
-def _sshd_hosts(tmp_path: Path, share_results: bool):
+def _sshd_hosts(tmp_path: Path, share_results: bool, no_sftp: frozenset[int] = frozenset()):
     if not Path(SSHD).exists():
         pytest.skip(f"{SSHD} not installed (Debian's openssh-server; .ci/run installs it)")
     workdir = tmp_path / "sshd"
     workdir.mkdir()
     hosts = SshdHosts(f"sh{secrets.token_hex(2)}", HOSTS, _free_subnet(), workdir,
-                      tmp_path / "results", share_results)
+                      tmp_path / "results", share_results, no_sftp)
     try:
         hosts.build()
         yield hosts
@@ -242,6 +245,12 @@ def sshd_hosts(tmp_path, netns_usable):
 def sshd_hosts_shared(tmp_path, netns_usable):
     """As sshd_hosts, but every host sees the results folder as this machine's files."""
     yield from _sshd_hosts(tmp_path, share_results=True)
+
+
+@pytest.fixture
+def sshd_hosts_no_sftp(tmp_path, netns_usable):
+    """As sshd_hosts, but host 1's sshd offers no sftp subsystem."""
+    yield from _sshd_hosts(tmp_path, share_results=False, no_sftp=frozenset({1}))
 
 
 @pytest.fixture
