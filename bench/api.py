@@ -5,6 +5,7 @@ result files as pandas DataFrames, compare two runs. docs/api.md walks through i
     row = api.run_cell("100mbps", "aqsgd:2/4", "results/nb", launcher="local", steps=2)
     table = api.summarize(["results/nb"])        # one row per cell (summary.csv's columns)
     metrics = api.load_results(["results/nb"])   # one row per rank per step
+    records = api.load_records(["results/nb"])   # each cell's meta.json, typed
     result = api.compare("results/before", "results/after", metric="bytes")
 
 The names in __all__ are the stable surface; the modules they come from may move. A run
@@ -29,11 +30,12 @@ from bench.net.scenario import available_scenarios
 from bench.report.compare import Comparison
 from bench.report.compare import compare_results as compare
 from bench.report.summary import summarize
-from bench.results.files import load_results
+from bench.results.files import load_records, load_results
+from bench.results.record import CellRecord
 
-__all__ = ["Comparison", "ModeSpec", "SweepSpec", "Workload", "compare", "load_plugins",
-           "load_results", "load_sweep", "parse_mode", "run_cell", "run_sweep", "scenarios",
-           "summarize"]
+__all__ = ["CellRecord", "Comparison", "ModeSpec", "SweepSpec", "Workload", "compare",
+           "load_plugins", "load_records", "load_results", "load_sweep", "parse_mode",
+           "run_cell", "run_sweep", "scenarios", "summarize"]
 
 
 def run_sweep(sweep: SweepSpec | str | Path, out: str | Path, *, launcher: str = "auto",

@@ -47,7 +47,7 @@ from bench.harness.preflight import load_checked_sweep
 from bench.harness.run import pending_cells, run_sweep
 from bench.harness.sweep import SweepSpec, Workload
 from bench.launch.choice import choose_launcher
-from bench.results.files import ResultFileError, read_meta
+from bench.results.files import ResultFileError, read_record
 
 __all__ = ["SIZES", "ChaosSize", "register", "run_chaos"]
 
@@ -169,13 +169,13 @@ class Driver:
                 break
             time.sleep(0.1)
         try:
-            meta = read_meta(self.results / cell)
+            record = read_record(self.results / cell)
         except ResultFileError as err:
             return f"unreadable meta.json: {err}"
-        if meta is None or path.stat().st_mtime < run.started_unix:
+        if record is None or path.stat().st_mtime < run.started_unix:
             return "nothing (no meta.json from this run)"
-        reason = (meta.get("failure") or {}).get("reason", "")
-        return f"{meta['status']}" + (f": {reason}" if reason else "")
+        reason = "" if record.failure is None else record.failure.reason
+        return record.status + (f": {reason}" if reason else "")
 
     def workers_left(self, cell: str) -> str:
         """'N of its workers running' (the run goes on: its hosts stay up)."""
@@ -265,10 +265,10 @@ def _ok_cells(results: Path, names: list[str]) -> list[str]:
     ok = []
     for name in names:
         try:
-            meta = read_meta(results / name)
+            record = read_record(results / name)
         except ResultFileError:
             continue
-        if meta is not None and meta["status"] == "ok":
+        if record is not None and record.ok:
             ok.append(name)
     return ok
 

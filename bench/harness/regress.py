@@ -26,7 +26,7 @@ from bench import REPO_ROOT, SCENARIO_DIR
 from bench.launch.choice import LAUNCHERS
 from bench.report.summary import summarize
 from bench.report.tables import text_table
-from bench.results.files import BYTE_KINDS, find_cells, load_metas, provenance, write_json
+from bench.results.files import BYTE_KINDS, find_cells, load_records, provenance, write_json
 
 __all__ = [
     "LOSS_ABS_TOL",
@@ -159,7 +159,7 @@ def format_checks(checks: list[Check], only_failures: bool = False) -> str:
 
 
 def _write_baseline(baseline_dir: Path, rows: pd.DataFrame, results_dir: Path) -> None:
-    metas = load_metas([results_dir])
+    records = load_records([results_dir])
     prov = provenance(REPO_ROOT)  # before writing: the rewrite itself would make the tree dirty
     atomic_write_text(baseline_dir / "regress.csv", rows.to_csv(index=False))
     write_json(baseline_dir / "regress.json", {
@@ -168,7 +168,7 @@ def _write_baseline(baseline_dir: Path, rows: pd.DataFrame, results_dir: Path) -
                        "speedup_floor": SPEEDUP_FLOOR, "slow_scenario": SLOW_SCENARIO,
                        "headline": HEADLINE_LABEL},
         "provenance": prov,
-        "launchers": sorted({m["cell"]["launcher"] for m in metas}),
+        "launchers": sorted({r.cell.launcher for r in records}),
     })
 
 

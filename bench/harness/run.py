@@ -47,11 +47,12 @@ from bench.net.scenario import NetworkScenario, load_scenario
 from bench.report.tables import text_table
 from bench.results.files import (
     ResultFileError,
+    SchemaError,
     file_digests,
     log_tail,
     metrics_frame,
     provenance,
-    read_meta,
+    read_record,
     reuse_refusal,
     write_csv,
     write_json,
@@ -147,10 +148,10 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
                                 for r in range(cell.world_size)])
         if block is not None:
             meta["schedule"] = block
-    meta.update(status="ok" if failure is None else "failed", failure=failure,
-                wall_s=round(wall_s, 3), finished_at=_now())
+    status = "ok" if failure is None else "failed"
+    meta.update(status=status, failure=failure, wall_s=round(wall_s, 3), finished_at=_now())
     write_json(cell_dir / "meta.json", meta)
-    return CellOutcome(cell_dir.name, meta["status"], wall_s,
+    return CellOutcome(cell_dir.name, status, wall_s,
                        "" if failure is None else failure["reason"])
 
 
@@ -238,11 +239,11 @@ def machine_factor(spec: SweepSpec, sweep_dir: Path,
     for cell in spec.cells():
         name = cell.name if choice is None else cell_dir_name(cell, choice)
         try:
-            meta = read_meta(sweep_dir / name)
-        except ResultFileError:
+            record = read_record(sweep_dir / name)
+        except ResultFileError:  # unreadable, or of another schema: not timed
             continue
-        if meta is not None and meta.get("status") == "ok" and meta.get("spec_key") == cell.key:
-            wall_s += meta["wall_s"]
+        if record is not None and record.ok and record.spec_key == cell.key:
+            wall_s += record.wall_s
             estimate_s += spec.timing.cell_s(cell)
             count += 1
     return (wall_s / estimate_s, count) if count and estimate_s > 0 else None
@@ -335,13 +336,15 @@ def sweep_listing(spec: SweepSpec, cells: list[CellSpec], sweep_dir: Path,
     others = []
     for name in listed:
         try:
-            meta = read_meta(sweep_dir / name)
+            record = read_record(sweep_dir / name)
+        except SchemaError:
+            continue  # of another schema: never reused, nor read by the reports
         except ResultFileError:
             if name not in mine:
                 others.append(name)  # kept: the readers name what is wrong with it
             continue
-        spec_name = None if meta is None else meta.get("cell", {}).get("spec_name")
-        if name not in mine and spec_name in keys and meta.get("spec_key") == keys[spec_name]:
+        spec_name = None if record is None else record.cell.spec_name
+        if name not in mine and spec_name in keys and record.spec_key == keys[spec_name]:
             others.append(name)
     return {"spec": dataclasses.asdict(spec), "cells": mine + others}
 

@@ -234,7 +234,7 @@ def run_profile(args) -> int:
     if args.out.is_dir():
         raise ValueError(f"--out {args.out} is a directory: name the profile file, e.g. "
                          f"{args.out / (args.name + '.yaml')}")
-    fp32 = [c for c in load_cells(args.cells) if c.meta["cell"]["mode"] == "fp32"]
+    fp32 = [c for c in load_cells(args.cells) if c.record.cell.mode == "fp32"]
     if args.cells and not fp32:
         raise ValueError(f"--cells {' '.join(map(str, args.cells))}: no finished fp32 cell "
                          f"with measured steps to fit the runtime's costs on; name the "

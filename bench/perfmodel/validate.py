@@ -8,8 +8,9 @@ measured steps). Two predictions per cell: `predicted_s` ("in situ": the cell's 
 measured compute and coding times, the network and the overlap the model's: it checks
 the model of communication) and `predicted_profile_s` (compute from the profile alone,
 shared over its cores: it checks the whole model). Links as the placement in meta.json
-keeps them, a host-limited link at its achieved rate. docs/performance-model.md,
-"Validation result", says how each is built and what it measured.
+keeps them (bench.results.record), a host-limited link at its achieved rate.
+docs/performance-model.md, "Validation result", says how each is built and what it
+measured.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ import numpy as np
 import pandas as pd
 
 from aqsgd.train.config import config_from_dict
+from bench.net.placement import LinkUse, Placement, RankPlace
 from bench.perfmodel.predict import predict
 from bench.perfmodel.profile import CommProfile, Profile
 from bench.perfmodel.workload import StepWorkload, UnprofiledShape, step_workload
-from bench.results.files import load_metas, metrics_frame
+from bench.results.files import load_records, metrics_frame
+from bench.results.record import CellRecord
 
 __all__ = ["TARGET", "MeasuredCell", "measured_step_s", "load_cells", "in_situ",
            "validate_cells", "fit_comm", "worst_cell", "why_it_misses"]
@@ -51,7 +54,7 @@ def measured_step_s(frame: pd.DataFrame) -> float:
 @dataclass(frozen=True)
 class MeasuredCell:
     name: str
-    meta: dict
+    record: CellRecord
     step_s: float
     compute_s: dict[int, float]  # per rank, median over measured steps
     compress_s: dict[int, float]
@@ -60,14 +63,14 @@ class MeasuredCell:
 
 
 def load_cells(paths: Iterable[str | Path]) -> list[MeasuredCell]:
-    """Every finished cell under `paths` with at least one measured step and the run
-    config the harness records (a meta.json without `run_config` cannot be modelled)."""
+    """Every finished cell under `paths` with at least one measured step (each has the
+    run config the harness records, the model's input)."""
     out = []
-    for meta in load_metas(paths):
-        if meta["status"] != "ok" or "run_config" not in meta:
+    for record in load_records(paths):
+        if not record.ok:
             continue
-        jsonl = sorted((Path(meta["cell_dir"]) / "metrics").glob("rank*.jsonl"))
-        frame, _ = metrics_frame(jsonl, meta["cell"]["name"])
+        jsonl = sorted((record.cell_dir / "metrics").glob("rank*.jsonl"))
+        frame, _ = metrics_frame(jsonl, record.name)
         m = _measured(frame)
         if m.empty:
             continue
@@ -77,27 +80,29 @@ def load_cells(paths: Iterable[str | Path]) -> list[MeasuredCell]:
                           - num["comm_wait_s"]).clip(lower=0.0)
         med = num.groupby("rank").median()
         sent = pd.to_numeric(m["bytes_sent_total"]).groupby(m["step"]).sum().median()
-        out.append(MeasuredCell(meta["cell"]["name"], meta, measured_step_s(frame),
+        out.append(MeasuredCell(record.name, record, measured_step_s(frame),
                                 med["compute_s"].to_dict(), med["compress_s"].to_dict(),
                                 med["other_s"].to_dict(), float(sent)))
     return out
 
 
-def _placement(meta: dict) -> dict:
-    """meta.json's placement with host-limited links at the rate the probe achieved."""
-    placement = dict(meta["placement"])
+def _placement(record: CellRecord) -> Placement:
+    """The cell's placement with host-limited links at the rate the probe achieved."""
+    p = record.placement
     # meta.json's `probe` is the launcher's ProbeRecords, every field filled ([] unprobed)
-    achieved = {(p["src"], p["dst"]): p["rate_mbit_achieved"] for p in meta["probe"]
-                if p["host_limited"]}
-    placement["links"] = [
-        {**u, "rate_mbit": achieved.get((u["src"], u["dst"]), u["rate_mbit"])}
-        for u in placement["links"]]
-    return placement
+    achieved = {(r.src, r.dst): r.rate_mbit_achieved for r in record.probe if r.host_limited}
+    return Placement(
+        p.scenario, p.stages, p.replicas, p.n_hosts,
+        tuple(RankPlace(r.rank, r.host, r.stage, r.replica, r.machine) for r in p.ranks),
+        tuple(LinkUse(u.src, u.dst, u.traffic, achieved.get((u.src, u.dst), u.rate_mbit),
+                      u.delay_ms, u.kind) for u in p.links),
+        p.ranks_per_machine, p.within_machine)
 
 
 def _workload(cell: MeasuredCell, profile: Profile) -> StepWorkload:
-    config = config_from_dict(cell.meta["run_config"])
-    return step_workload(config, _placement(cell.meta), profile)
+    assert cell.record.run_config is not None, "an ok cell has its run config"
+    config = config_from_dict(dict(cell.record.run_config))
+    return step_workload(config, _placement(cell.record), profile)
 
 
 def _coding_per_step(work: StepWorkload, s: int) -> float:
@@ -128,21 +133,21 @@ def in_situ(work: StepWorkload, cell: MeasuredCell) -> StepWorkload:
 
 
 def _row(cell: MeasuredCell, profile: Profile) -> dict:
-    c = cell.meta["cell"]
+    c = cell.record.cell
     work = _workload(cell, profile)
     situ = predict(in_situ(work, cell), profile, cores=False)
     alone = predict(work, profile, cores=True)
     return {
-        "sweep": c["sweep"], "cell": cell.name, "scenario": c["scenario"], "mode": c["mode"],
-        "label": c["label"], "stages": c["stages"], "replicas": c["replicas"],
-        "rate_mbit": c["rate_mbit"], "delay_ms": c["delay_ms"],
-        "host_limited": bool(c["host_limited"]), "measured_s": cell.step_s,
+        "sweep": c.sweep, "cell": cell.name, "scenario": c.scenario, "mode": c.mode,
+        "label": c.label, "stages": c.stages, "replicas": c.replicas,
+        "rate_mbit": c.rate_mbit, "delay_ms": c.delay_ms,
+        "host_limited": c.host_limited, "measured_s": cell.step_s,
         "predicted_s": situ.step_s, "error": situ.step_s / cell.step_s - 1.0,
         "predicted_profile_s": alone.step_s,
         "error_profile": alone.step_s / cell.step_s - 1.0,
         "bytes_measured": cell.bytes_per_step, "bytes_predicted": situ.bytes_per_step,
         "compute_spread": _spread(cell), "links": _links_text(work),
-        "preset": c["preset"], "compute_s_mean": float(np.mean(list(cell.compute_s.values()))),
+        "preset": c.preset, "compute_s_mean": float(np.mean(list(cell.compute_s.values()))),
         "cores": profile.cores,
     }
 
@@ -175,7 +180,7 @@ def validate_cells(paths_or_cells, profile: Profile,
         except UnprofiledShape as err:
             if skipped is None:
                 raise
-            skipped.append(f"{c.meta['cell']['sweep']}/{c.name}: {err}")
+            skipped.append(f"{c.record.cell.sweep}/{c.name}: {err}")
     table = pd.DataFrame(rows)
     if not table.empty:
         # how loaded the machine was while the cell ran: its compute per step over the

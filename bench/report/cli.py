@@ -33,11 +33,11 @@ def finish_sweep(sweep_dir: Path, title: str | None = None) -> int:
     from bench.report.plots import make_figures, print_figure_paths
     from bench.report.summary import SUMMARY_FILES, summarize
     from bench.report.tables import print_table, write_report
-    from bench.results.files import load_metas
+    from bench.results.files import load_records
 
     summary = summarize([sweep_dir])
     print_table(summary)
-    for bound in fp32_bounds(load_metas([sweep_dir]), summary):
+    for bound in fp32_bounds(load_records([sweep_dir]), summary):
         print(bound.text())
     figures = make_figures([sweep_dir], sweep_dir / "figures")
     report = write_report(sweep_dir, summary, figures, title=title)
@@ -54,7 +54,7 @@ def finish_sweep(sweep_dir: Path, title: str | None = None) -> int:
 def _check_has_cells(path: Path) -> None:
     """A ValueError unless `path` holds result cells (bench.results.files.find_cells) and
     one of them can be read."""
-    from bench.results.files import find_cells, load_metas
+    from bench.results.files import find_cells, load_records
 
     if path.is_file():
         raise ValueError(f"{path} is a file: name a results directory (a sweep's, a cell's "
@@ -64,7 +64,7 @@ def _check_has_cells(path: Path) -> None:
         raise ValueError(f"no result cells under {path} (no */meta.json): write them with "
                          f"`python -m bench run --scenario NAME --out {path}` or "
                          f"`python -m bench sweep FILE --out {path}`")
-    if not load_metas([path]):
+    if not load_records([path]):
         raise ValueError(f"no readable result cell under {path}: the meta.json of each of "
                          f"its {len(cells)} cell(s) is truncated or corrupt (named above); "
                          f"the next run of its sweep measures them again")

@@ -32,7 +32,8 @@ from rich.text import Text
 from aqsgd.filecache import atomic_write_text
 from bench.report.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, _check_has_cells
 from bench.report.summary import summarize
-from bench.results.files import load_metas
+from bench.results.files import load_records
+from bench.results.record import CellRecord
 from bench.results.records import records_json
 
 __all__ = ["COMPARE_COLUMNS", "DEFAULT_THRESHOLD_PCT", "METRICS", "Comparison", "Metric",
@@ -85,17 +86,17 @@ def _flat(tree: dict, depth: int, prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def comparison_key(meta: dict) -> dict[str, str]:
-    """What a cell of another run must share with `meta`'s to be compared with it, as
+def comparison_key(record: CellRecord) -> dict[str, str]:
+    """What a cell of another run must share with `record`'s to be compared with it, as
     flat 'part.field' -> JSON text: meta.json's `identity` without the machine, the
     commit and the mechanisms (which follow from them), the cell's `spec` (its mode's and
     workload's fields) and `cell` block without its names and its repeat (a cell's
     repeats share a key)."""
-    spec = meta.get("spec") or {}
+    identity, cell = record.identity.to_dict(), record.cell.to_dict()
     return _flat({
-        "identity": {k: v for k, v in meta["identity"].items() if k not in _IDENTITY_LEFT_OUT},
-        "spec": {k: v for k, v in spec.items() if k not in _SPEC_LEFT_OUT},
-        "cell": {k: v for k, v in meta["cell"].items() if k not in _CELL_LEFT_OUT}}, depth=2)
+        "identity": {k: v for k, v in identity.items() if k not in _IDENTITY_LEFT_OUT},
+        "spec": {k: v for k, v in record.spec.items() if k not in _SPEC_LEFT_OUT},
+        "cell": {k: v for k, v in cell.items() if k not in _CELL_LEFT_OUT}}, depth=2)
 
 
 def _cells(path: Path, metric: Metric) -> tuple[pd.DataFrame, list[str], str]:
@@ -103,18 +104,17 @@ def _cells(path: Path, metric: Metric) -> tuple[pd.DataFrame, list[str], str]:
     `value` of the metric); the cells that did not finish; the commits they ran at."""
     _check_has_cells(path)
     rows, not_ok, commits = [], [], set()
-    for meta in load_metas([path]):
-        cell = meta["cell"]
-        commits.add(str(meta["identity"].get("git_commit"))[:12])
-        if meta["status"] != "ok":
-            not_ok.append(f"{cell['name']} ({meta['status']})")
+    for record in load_records([path]):
+        commits.add(str(record.identity.git_commit)[:12])
+        if not record.ok:
+            not_ok.append(f"{record.name} ({record.status})")
             continue
-        summary = summarize([meta["cell_dir"]])  # this cell's row, known by its directory
+        summary = summarize([record.cell_dir])  # this cell's row, known by its directory
         if summary["status"].iloc[0] != "ok":  # its metrics.csv is unreadable
-            not_ok.append(f"{cell['name']} ({summary['status'].iloc[0]})")
+            not_ok.append(f"{record.name} ({summary['status'].iloc[0]})")
             continue
-        rows.append({"name": cell["name"], "repeat": cell.get("repeat", 0),
-                     "flat": comparison_key(meta),
+        rows.append({"name": record.name, "repeat": record.cell.repeat,
+                     "flat": comparison_key(record),
                      "value": pd.to_numeric(summary[metric.column], errors="coerce").iloc[0]})
     frame = pd.DataFrame(rows, columns=["name", "repeat", "flat", "value"])
     return frame.sort_values(["name", "repeat"]), not_ok, ", ".join(sorted(commits))

@@ -61,7 +61,7 @@ from bench.report.timetoquality import (
     time_to_quality_under_schedule,
     timed_bands,
 )
-from bench.results.files import find_cells, load_metas, load_results
+from bench.results.files import find_cells, load_records, load_results
 
 __all__ = ["DEFAULT_SCENARIO", "Convergence", "analyse", "quality_rows", "time_rows",
            "schedule_rows", "source_rows", "default_shape", "dropout_rows", "verdict_rows",
@@ -131,7 +131,7 @@ def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
     # time axes for the default variant: a variant changes the model, not the link
     timed = timed_bands(bands[bands["variant"] == ""], facts, times, scenario)
     ttq = time_to_quality(quality, bands, facts, times)
-    dynamic = (schedule_cells(load_metas([dynamic_dir]))
+    dynamic = (schedule_cells(load_records([dynamic_dir]))
                if dynamic_dir is not None and _has_cells(dynamic_dir) else [])
     schedule_ttq = time_to_quality_under_schedule(quality, bands, facts, dynamic)
     inrun = (inrun_time_to_quality(inrun_curves(load_results([inrun_dir])))

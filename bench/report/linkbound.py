@@ -2,7 +2,7 @@
 from the bytes each used link carried (peers.csv) and its rate (meta.json's placement).
 
     from bench.report.linkbound import cell_bound
-    b = cell_bound(meta, samples_per_step=64, measured_samples_s=105.6)
+    b = cell_bound(record, samples_per_step=64, measured_samples_s=105.6)  # read_record's
     print(b.text())
 
 Two bounds, both leaving compute out: the slowest used link (its bytes per step at its
@@ -22,6 +22,7 @@ import pandas as pd
 
 from bench.report.markdown import markdown_table
 from bench.report.timeline import scheduled_rates
+from bench.results.record import CellRecord, PlacedLink
 
 __all__ = ["LinkBound", "bound_lines", "cell_bound", "fp32_bounds"]
 
@@ -100,28 +101,29 @@ def _phase_s(times: list[float], delays_s: list[float], micro_batches: int) -> f
     return sum(times) + (micro_batches - 1) * max(times) + sum(delays_s)
 
 
-def cell_bound(meta: dict, samples_per_step: float,
+def cell_bound(record: CellRecord, samples_per_step: float,
                measured_samples_s: float) -> LinkBound | None:
-    """The bounds of one finished cell (meta.json with `cell_dir`), None when no used
-    pipeline link is shaped or none carried bytes."""
-    placement = meta["placement"]
-    pipeline = meta["run_config"]["pipeline"]
-    host_of = {r["rank"]: r["host"] for r in placement["ranks"]}
-    stage_of = {r["host"]: (r["stage"], r["replica"]) for r in placement["ranks"]}
-    nbytes = _link_bytes(Path(meta["cell_dir"]), host_of)
+    """The bounds of one finished cell, None when no used pipeline link is shaped or
+    none carried bytes."""
+    placement, pipeline = record.placement, record.pipeline
+    assert pipeline is not None, "an ok cell has its run config (bench.results.record)"
+    host_of = {r.rank: r.host for r in placement.ranks}
+    stage_of = {r.host: (r.stage, r.replica) for r in placement.ranks}
+    nbytes = _link_bytes(record.cell_dir, host_of)
     # a scheduled link at its time-weighted mean rate: what it carried over the run
-    scheduled = scheduled_rates(meta)
-    rate_of = {(link["src"], link["dst"]): scheduled.get((link["src"], link["dst"]),
-                                                        (link["rate_mbit"], None))
-               for link in placement["links"]}
-    m = pipeline["num_micro_batches"]
-    busiest, worst_s, phases = None, 0.0, []
-    for replica in range(placement["replicas"]):
+    scheduled = scheduled_rates(record)
+    rate_of = {(link.src, link.dst): scheduled.get((link.src, link.dst),
+                                                    (link.rate_mbit, None))
+               for link in placement.links}
+    m = pipeline.micro_batches
+    busiest: PlacedLink | None = None
+    worst_s, phases = 0.0, []
+    for replica in range(placement.replicas):
         fwd, fwd_delay, bwd, bwd_delay = [], [], [], []
-        for link in placement["links"]:
-            src, dst = link["src"], link["dst"]
+        for link in placement.links:
+            src, dst = link.src, link.dst
             (s_src, r_src), (s_dst, r_dst) = stage_of[src], stage_of[dst]
-            if link["rate_mbit"] is None or r_src != replica or r_dst != replica:
+            if link.rate_mbit is None or r_src != replica or r_dst != replica:
                 continue  # unshaped, or a data-parallel pair
             rate = rate_of[(src, dst)][0]
             seconds = nbytes.get((src, dst), 0.0) * 8 / (rate * 1e6) if rate else math.inf
@@ -129,42 +131,41 @@ def cell_bound(meta: dict, samples_per_step: float,
                 busiest, worst_s = link, seconds
             chain = (fwd, fwd_delay) if s_dst == s_src + 1 else (bwd, bwd_delay)
             chain[0].append(seconds / m)
-            chain[1].append(link["delay_ms"] / 1e3)
+            chain[1].append(link.delay_ms / 1e3)
         forward, backward = _phase_s(fwd, fwd_delay, m), _phase_s(bwd, bwd_delay, m)
-        phases.append(forward + backward if pipeline["schedule"] == "gpipe"
+        phases.append(forward + backward if pipeline.schedule == "gpipe"
                       else max(forward, backward))
     if busiest is None:
         return None
-    rate, slowest = rate_of[(busiest["src"], busiest["dst"])]
+    rate, slowest = rate_of[(busiest.src, busiest.dst)]
     return LinkBound(
-        cell=meta["cell"]["name"], schedule=pipeline["schedule"], micro_batches=m,
-        busiest=(busiest["src"], busiest["dst"]), busiest_rate_mbit=rate,
+        cell=record.name, schedule=pipeline.schedule, micro_batches=m,
+        busiest=(busiest.src, busiest.dst), busiest_rate_mbit=rate,
         busiest_slowest_phase_mbit=slowest,
-        busiest_bytes_per_step=nbytes[(busiest["src"], busiest["dst"])], busiest_s=worst_s,
+        busiest_bytes_per_step=nbytes[(busiest.src, busiest.dst)], busiest_s=worst_s,
         schedule_s=max(phases), samples_per_step=samples_per_step,
         measured_samples_s=measured_samples_s)
 
 
-def fp32_bounds(metas: list[dict], summary: pd.DataFrame) -> list[LinkBound]:
+def fp32_bounds(records: list[CellRecord], summary: pd.DataFrame) -> list[LinkBound]:
     """The bounds of every finished fp32 cell on a shaped link (summary: bench.report.
     summary.summarize of the same cells)."""
     rows = []
     by_cell = summary.set_index("cell")
-    for meta in metas:
-        name = meta["cell"]["name"]
-        if meta["status"] != "ok" or meta["cell"]["mode"] != "fp32" or name not in by_cell.index:
+    for record in records:
+        if not record.ok or record.cell.mode != "fp32" or record.name not in by_cell.index:
             continue
-        row = by_cell.loc[name]
+        row = by_cell.loc[record.name]
         measured = float(row["throughput_samples_s"])
-        bound = cell_bound(meta, float(row["samples_per_step"]), measured)
+        bound = cell_bound(record, float(row["samples_per_step"]), measured)
         if bound is not None:
             rows.append(bound)
     return rows
 
 
-def bound_lines(metas: list[dict], summary: pd.DataFrame) -> list[str]:
+def bound_lines(records: list[CellRecord], summary: pd.DataFrame) -> list[str]:
     """The report's section: one row per finished fp32 cell on a shaped link."""
-    rows = fp32_bounds(metas, summary)
+    rows = fp32_bounds(records, summary)
     if not rows:
         return []
     headers = ["cell", "slowest used link", "MB/step on it", "link time (ms)",

@@ -23,7 +23,8 @@ from aqsgd.compress.registry import COMPARISONS, SPEEDUP_REFERENCES, View
 from aqsgd.filecache import atomic_write_text
 from bench.report.linkbound import cell_bound
 from bench.report.timeline import links_change, scheduled_rates
-from bench.results.files import BYTE_KINDS, load_metas, load_results
+from bench.results.files import BYTE_KINDS, load_records, load_results
+from bench.results.record import CellRecord
 from bench.results.records import records_json
 
 __all__ = ["MEDIAN_STEP", "MODE_RANK", "OVER_TIME", "UNKNOWN_RANK", "SPEEDUP_REFERENCES",
@@ -32,7 +33,7 @@ __all__ = ["MEDIAN_STEP", "MODE_RANK", "OVER_TIME", "UNKNOWN_RANK", "SPEEDUP_REF
 
 SUMMARY_COLUMNS = (
     "sweep", "cell", "spec_name", "scenario", "mode", "label", "fw_bits", "bw_bits",
-    "grad_mode", "stages", "replicas", "seed", "variant", "repeat", "dropout",
+    "grad_mode", "stages", "replicas", "schedule", "seed", "variant", "repeat", "dropout",
     "dropout_masks", "epochs",
     "steps_per_epoch", "warmup_epochs", "eval_windows",
     "launcher", "shaping", "launcher_label", "shaped", "rate_mbit", "rate_mbit_slowest_phase",
@@ -187,25 +188,26 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
     the file in a ResultFileWarning). No cells (no paths, or none under them): an empty
     table with every column."""
     paths = list(paths)
-    metas = load_metas(paths)
+    records = load_records(paths)
     frames = load_results(paths)
     rows = []
-    for meta in metas:
-        cell = meta["cell"]
+    for record in records:
+        cell = record.cell.to_dict()
         row = {k: cell[k] for k in SUMMARY_COLUMNS if k in cell}
-        row["cell"] = cell["name"]
-        row["status"] = meta["status"]
-        row["wall_s"] = meta["wall_s"]
-        rates = scheduled_rates(meta)
+        row["cell"] = record.name
+        row["schedule"] = record.schedule
+        row["status"] = record.status
+        row["wall_s"] = record.wall_s
+        rates = scheduled_rates(record)
         if rates:  # the first scheduled link's time-weighted mean and slowest phase
             row["rate_mbit"], row["rate_mbit_slowest_phase"] = rates[min(rates)]
-        if meta["status"] == "ok":
-            mine = frames[frames["cell_dir"] == meta["cell_dir"]]
+        if record.ok:
+            mine = frames[frames["cell_dir"] == str(record.cell_dir)]
             if mine.empty:
                 row["status"] = "unreadable"
             else:
-                row.update(summarize_cell(mine, links_change(meta)))
-                row["link_share"] = _link_share(meta, row)
+                row.update(summarize_cell(mine, links_change(record)))
+                row["link_share"] = _link_share(record, row)
         rows.append(row)
     table = pd.DataFrame(rows)
     for col in SUMMARY_COLUMNS:
@@ -224,13 +226,13 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
     return table[list(SUMMARY_COLUMNS) + extra]
 
 
-def _link_share(meta: dict, row: dict) -> float:
+def _link_share(record: CellRecord, row: dict) -> float:
     """Measured samples/s over the link's schedule bound (NaN: no shaped used link, or
     no measured step)."""
     measured = row.get("throughput_samples_s", np.nan)  # absent: no measured step
     if not np.isfinite(measured):
         return np.nan
-    bound = cell_bound(meta, row["samples_per_step"], measured)
+    bound = cell_bound(record, row["samples_per_step"], measured)
     return np.nan if bound is None else measured / bound.schedule_samples_s
 
 

@@ -36,7 +36,8 @@ from bench.report.summary import (
     write_summary_files,
 )
 from bench.report.timeline import timeline_section
-from bench.results.files import load_metas
+from bench.results.files import load_records
+from bench.results.record import CellRecord
 
 __all__ = ["TABLE_COLUMNS", "DROP_ORDER", "compute_bound_note", "fit_columns", "format_table",
            "held_out_header",
@@ -56,6 +57,7 @@ TABLE_COLUMNS = (
     ("mode_text", "mode", str),
     ("launcher_label", "launcher", str),
     ("replicas", "dp", lambda v: f"{int(v)}"),
+    ("schedule", "schedule", str),
     ("seed", "seed", lambda v: f"{int(v)}"),
     ("throughput_samples_s", "samples/s", lambda v: f"{v:.2f}"),
     ("throughput_tokens_s", "tokens/s", lambda v: f"{v:.0f}"),
@@ -194,6 +196,7 @@ def format_table(summary: pd.DataFrame) -> str:
 # terminal (summary column names; the others are always shown). report.md, summary.csv
 # and summary.json keep every column.
 DROP_ORDER = (
+    "schedule",
     *(f"speedup_e2e_vs_{ref}" for ref in reversed(SPEEDUP_REFERENCES)),
     "throughput_tokens_s", "comm_compute_ratio", "speedup_vs_unshaped_fp32",
     *(f"speedup_vs_{ref}" for ref in reversed(SPEEDUP_REFERENCES[1:])),
@@ -285,21 +288,20 @@ def print_table(summary: pd.DataFrame, console: Console | None = None) -> None:
                            f"COLUMNS)"), overflow="fold")
 
 
-def _provenance_lines(metas: list[dict]) -> list[str]:
-    if not metas:
+def _provenance_lines(records: list[CellRecord]) -> list[str]:
+    if not records:
         return []
-    meta = metas[0]
-    prov = meta["provenance"]
-    git, versions, hw = prov["git"], prov["versions"], prov["hardware"]
-    launchers = sorted({m["cell"]["launcher"] for m in metas})
+    prov = records[0].provenance
+    hw = prov.hardware
+    launchers = sorted({r.cell.launcher for r in records})
     lines = [
-        f"- git: `{git['commit']}`{' (dirty)' if git['dirty'] else ''}",
-        "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
-        f"- hardware: {hw['cpu_model']}, {hw['cpu_cores']} cores, "
-        f"{hw['memory_gib']} GiB" + (f", GPUs {hw['gpus']}" if hw["gpus"] else ""),
+        f"- git: `{prov.git_commit}`{' (dirty)' if prov.git_dirty else ''}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in prov.versions.items() if v),
+        f"- hardware: {hw.cpu_model}, {hw.cpu_cores} cores, "
+        f"{hw.memory_gib} GiB" + (f", GPUs {list(hw.gpus)}" if hw.gpus else ""),
         f"- launcher(s): {', '.join(launchers)}",
     ]
-    if any(m["cell"]["launcher"] == "local" for m in metas):
+    if any(r.cell.launcher == "local" for r in records):
         lines.append("- **WARNING: some cells ran on unshaped links (local launcher); their "
                      "scenario names do not describe the network they saw.**")
     return lines
@@ -309,64 +311,67 @@ def _fmt_or_dash(value, fmt: str) -> str:
     return "-" if _missing(value) else format(value, fmt)
 
 
-def _carried(metas: list[dict], scenario: str) -> dict[tuple[int, int], list[str]]:
+_KIND_TEXT = {"machine": ["inside a machine"], "network": ["between machines"], None: []}
+
+
+def _carried(records: list[CellRecord], scenario: str) -> dict[tuple[int, int], list[str]]:
     """What each directed host link of `scenario` carries, over all its cells' placements
     (meta.json's `placement.links`)."""
     carried: dict[tuple[int, int], list[str]] = {}
-    for meta in metas:
-        if meta["cell"]["scenario"] != scenario:
+    for record in records:
+        if record.cell.scenario != scenario:
             continue
-        for link in meta["placement"]["links"]:
-            traffic = carried.setdefault((link["src"], link["dst"]), [])
-            kind = {"machine": ["inside a machine"], "network": ["between machines"]}.get(
-                link.get("kind"), [])  # a kind only with several ranks per machine
-            traffic.extend(t for t in [*kind, *link["traffic"]] if t not in traffic)
+        for link in record.placement.links:
+            traffic = carried.setdefault((link.src, link.dst), [])
+            # a kind only with several ranks per machine
+            traffic.extend(t for t in [*_KIND_TEXT[link.kind], *link.traffic]
+                           if t not in traffic)
     return carried
 
 
-def _placement_lines(metas: list[dict]) -> list[str]:
+def _placement_lines(records: list[CellRecord]) -> list[str]:
     """Where each rank ran, once per scenario and layout (meta.json's `placement`)."""
     seen, lines = set(), []
-    for meta in metas:
-        p = meta["placement"]
-        key = (p["scenario"], p["stages"], p["replicas"])
+    for record in records:
+        p = record.placement
+        key = (p.scenario, p.stages, p.replicas)
         if key in seen:
             continue
         seen.add(key)
-        machines = p.get("ranks_per_machine", 1) > 1
-        rule = (f"{p['ranks_per_machine']} ranks per machine, a machine holding "
-                f"{p['within_machine']}" if machines else "rank = replica * stages + stage")
-        lines += [f"{p['stages']} stages x {p['replicas']} replica(s) on {p['scenario']} "
-                  f"({p['n_hosts']} hosts; {rule}):", "",
+        machines = p.ranks_per_machine > 1
+        rule = (f"{p.ranks_per_machine} ranks per machine, a machine holding "
+                f"{p.within_machine}" if machines else "rank = replica * stages + stage")
+        lines += [f"{p.stages} stages x {p.replicas} replica(s) on {p.scenario} "
+                  f"({p.n_hosts} hosts; {rule}):", "",
                   markdown_table(["host", "rank", "stage", "replica",
                                   *(["machine"] if machines else [])],
-                                 [[r["host"], r["rank"], r["stage"], r["replica"],
-                                   *([r["machine"]] if machines else [])]
-                                  for r in p["ranks"]]), ""]
+                                 [[r.host, r.rank, r.stage, r.replica,
+                                   *([r.machine] if machines else [])]
+                                  for r in p.ranks]), ""]
     return ["## Placement", "", *lines] if lines else []
 
 
-def _probe_lines(metas: list[dict]) -> list[str]:
+def _probe_lines(records: list[CellRecord]) -> list[str]:
     """Rows of the link-probe table, once per scenario: meta.json's `probe` records
     (ProbeRecord.to_dict() of the launcher's probe: every field present), each with the
     traffic the cells' placements put on it."""
     seen, rows = set(), []
-    for meta in metas:
-        scenario = meta["cell"]["scenario"]
-        if scenario in seen or not meta["probe"]:
+    for record in records:
+        scenario = record.cell.scenario
+        if scenario in seen or not record.probe:
             continue
         seen.add(scenario)
-        carried = _carried(metas, scenario)
-        for link in meta["probe"]:
-            want, got = link["rate_mbit_configured"], link["rate_mbit_achieved"]
-            ratio = got / want if want else None
-            rows.append([scenario, f"{link['src']} -> {link['dst']}",
+        carried = _carried(records, scenario)
+        for link in record.probe:
+            want, got = link.rate_mbit_configured, link.rate_mbit_achieved
+            ratio = got / want if want and got is not None else None
+            rows.append([scenario, f"{link.src} -> {link.dst}",
                          _fmt_or_dash(want, ".1f"), _fmt_or_dash(got, ".1f"),
                          _fmt_or_dash(ratio, ".3f"),
-                         _fmt_or_dash(link["rate_mbit_ceiling"], ".1f"),
-                         "**yes**" if link["host_limited"] else "no",
-                         _fmt_or_dash(link["rtt_ms"], ".3f"),
-                         "; ".join(carried.get((link["src"], link["dst"]), [])) or "-"])
+                         _fmt_or_dash(link.rate_mbit_ceiling, ".1f"),
+                         "**yes**" if link.host_limited else "no",
+                         _fmt_or_dash(link.rtt_ms, ".3f"),
+                         "; ".join(carried.get((link.src, link.dst), [])) or "-"])
     if not rows:
         return []
     headers = ["scenario", "link", "configured (Mbit/s)", "achieved (Mbit/s)",
@@ -381,16 +386,16 @@ def _probe_lines(metas: list[dict]) -> list[str]:
             "(a shaping error).", ""]
 
 
-def _failure_lines(metas: list[dict]) -> list[str]:
+def _failure_lines(records: list[CellRecord]) -> list[str]:
     lines = []
-    for meta in metas:
-        if meta["status"] == "ok":
+    for record in records:
+        failure = record.failure
+        if record.ok or failure is None:
             continue
-        failure = meta["failure"]
-        lines += [f"### {meta['cell']['name']}", "", f"{failure['reason']}", ""]
-        if "log_tail" in failure:  # only when the failing rank is known
-            lines += [f"Tail of rank {failure['rank']}'s log:", "", "```",
-                      failure["log_tail"], "```", ""]
+        lines += [f"### {record.name}", "", f"{failure.reason}", ""]
+        if failure.log_tail is not None:  # only when the failing rank is known
+            lines += [f"Tail of rank {failure.rank}'s log:", "", "```",
+                      failure.log_tail, "```", ""]
     return (["## Failed cells", "", *lines]) if lines else []
 
 
@@ -399,11 +404,11 @@ def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
     """Write `sweep_dir/report.md`: table, figures, link probe, provenance, failures; and
     beside it summary.csv and summary.json (bench.report.summary.write_summary_files)."""
     sweep_dir = Path(sweep_dir)
-    metas = load_metas([sweep_dir])
+    records = load_records([sweep_dir])
     headers, rows = _rows(summary)
     pngs = [Path(f) for f in figures if str(f).endswith(".png")]
     lines = [f"# {title or 'Benchmark report: ' + sweep_dir.name}", "",
-             *_provenance_lines(metas), "",
+             *_provenance_lines(records), "",
              "## Summary", "", markdown_table(headers, rows), "",
              *[line for note in host_limited_notes(summary) + compute_bound_note(summary)
                for line in (f"**{note}**", "")],
@@ -419,10 +424,10 @@ def write_report(sweep_dir: str | Path, summary: pd.DataFrame,
         for png in pngs:
             rel = os.path.relpath(png, sweep_dir)
             lines += [f"![{png.stem}]({rel})", ""]
-    lines += timeline_section(metas, sweep_dir / "figures", sweep_dir)
-    lines += _placement_lines(metas)
-    lines += bound_lines(metas, summary)
-    lines += _probe_lines(metas)
-    lines += _failure_lines(metas)
+    lines += timeline_section(records, sweep_dir / "figures", sweep_dir)
+    lines += _placement_lines(records)
+    lines += bound_lines(records, summary)
+    lines += _probe_lines(records)
+    lines += _failure_lines(records)
     write_summary_files(sweep_dir, summary)
     return atomic_write_text(sweep_dir / "report.md", "\n".join(lines) + "\n")

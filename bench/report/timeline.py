@@ -2,14 +2,16 @@
 under, throughput per phase, and a timeline figure of step times above the scheduled
 rates. Made from result files only (docs/results-schema.md).
 
-    phases = phase_spans(meta)               # one row per applied phase of each link
-    events = event_spans(meta)               # links held still: one row per stretch
-    steps = step_times(frame, meta)          # per train step: start, end, wall time, samples
+    phases = phase_spans(record)             # one row per applied phase of each link
+    events = event_spans(record)             # links held still: one row per stretch
+    steps = step_times(frame, record)        # per train step: start, end, wall time, samples
     table = phase_table(steps, phases)       # per phase: steps, median step, samples/s
-    loop, timed = phase_step_times(meta, table)  # (duration, median step) per phase
+    loop, timed = phase_step_times(record, table)  # (duration, median step) per phase
     plot_timeline(steps, phases, "timeline.png", title=...)
     time_under_schedule(12, [(3.0, 0.2), (3.0, 0.6), (1.5, math.inf)], loop=True)
-    lines = timeline_section(metas, out_dir, report_dir)  # report.md's section
+    lines = timeline_section(records, out_dir, report_dir)  # report.md's section
+
+`record` is a cell's meta.json as bench.results.record.read_record gives it.
 
 The clock (t = 0 is the schedule runner's start), which phase a step belongs to and the
 stretches of competing flows and stragglers: docs/network.md, "What a scheduled cell's
@@ -28,6 +30,8 @@ import pandas as pd
 
 from bench.report.markdown import markdown_table
 from bench.results.files import load_results
+from bench.results.record import CellRecord
+from bench.results.record_links import CompetingFlow, ScheduleRun
 
 __all__ = ["has_schedule", "has_events", "links_change", "scheduled_rates", "phase_spans",
            "event_spans", "step_times", "phase_table", "phase_step_times", "phases_visited",
@@ -36,59 +40,60 @@ __all__ = ["has_schedule", "has_events", "links_change", "scheduled_rates", "pha
 PHASE_COLUMNS = ("src", "dst", "phase", "lap", "start_s", "end_s", "rate_mbit", "down")
 
 
-def has_schedule(meta: dict) -> bool:
+def _run(record: CellRecord) -> ScheduleRun | None:
+    """The schedule runner's record of the cell (None: no schedule, or never started)."""
+    return None if record.link_schedule is None else record.link_schedule.run
+
+
+def _stop_s(run: ScheduleRun) -> float:
+    return run.stopped_unix - run.started_unix if run.stopped_unix else math.inf
+
+
+def has_schedule(record: CellRecord) -> bool:
     """True when the cell ran with link schedules (meta.json has its `schedule` block
     only then) and applied at least one change."""
-    if "schedule" not in meta:
-        return False
-    run = meta["launcher"]["schedule"]["run"]
-    return run is not None and any("kind" not in c for c in run["changes"])
+    run = _run(record)
+    return record.outages is not None and run is not None and bool(run.link_changes)
 
 
-def phase_spans(meta: dict) -> pd.DataFrame:
+def phase_spans(record: CellRecord) -> pd.DataFrame:
     """One row per applied phase of each scheduled link: `src, dst, phase, lap`,
     `start_s` (when its change was applied, on the schedule's clock), `end_s` (the next
     change of that link, or the run's stop), `rate_mbit` (the phase's, or the link's
     own when the phase leaves it), `down`. The restoring change (phase -1) ends the last."""
-    schedule = meta["launcher"]["schedule"]
-    run = schedule["run"]
-    stop_s = (run["stopped_unix"] - run["started_unix"]) if run["stopped_unix"] else math.inf
-    own_rate = {(link["src"], link["dst"]): meta["scenario"]["link"]["rate_mbit"]
-                for link in schedule["links"]}
+    run = _run(record)
+    assert run is not None and record.scenario is not None, "phase_spans of a static cell"
+    stop_s = _stop_s(run)
+    own_rate = record.scenario.link_rate_mbit
     rows = []
-    # a link's changes; competing flows' and stragglers' entries carry a `kind` instead
-    links = [c for c in run["changes"] if "kind" not in c]
-    changes = sorted(links, key=lambda c: (c["src"], c["dst"], c["applied_s"]))
+    changes = sorted(run.link_changes, key=lambda c: (c.src, c.dst, c.applied_s))
     for k, change in enumerate(changes):
-        if change["phase"] < 0:
+        if change.phase < 0:
             continue
         nxt = changes[k + 1] if k + 1 < len(changes) else None
-        same_link = nxt is not None and (nxt["src"], nxt["dst"]) == (change["src"],
-                                                                     change["dst"])
-        rate = change["rate_mbit"]
-        rows.append({"src": change["src"], "dst": change["dst"], "phase": change["phase"],
-                     "lap": change["lap"], "start_s": float(change["applied_s"]),
-                     "end_s": float(nxt["applied_s"]) if same_link else stop_s,
-                     "rate_mbit": float(own_rate[(change["src"], change["dst"])]
-                                        if rate is None else rate),
-                     "down": bool(change["down"])})
+        same_link = nxt is not None and (nxt.src, nxt.dst) == (change.src, change.dst)
+        rate = own_rate if change.rate_mbit is None else change.rate_mbit
+        rows.append({"src": change.src, "dst": change.dst, "phase": change.phase,
+                     "lap": change.lap, "start_s": change.applied_s,
+                     "end_s": nxt.applied_s if same_link else stop_s,
+                     "rate_mbit": float(rate), "down": change.down})
     return pd.DataFrame(rows, columns=list(PHASE_COLUMNS)).sort_values(
         ["start_s", "src", "dst"], kind="stable").reset_index(drop=True)
 
 
-def links_change(meta: dict) -> bool:
+def links_change(record: CellRecord) -> bool:
     """True when the cell's links did not hold still: a schedule applied a change, or
     competing flows or a straggler ran (its throughput is then samples over time)."""
-    return "schedule" in meta.get("launcher", {}) and (has_schedule(meta) or has_events(meta))
+    return has_schedule(record) or has_events(record)
 
 
-def scheduled_rates(meta: dict) -> dict[tuple[int, int], tuple[float, float]]:
+def scheduled_rates(record: CellRecord) -> dict[tuple[int, int], tuple[float, float]]:
     """Per scheduled link (src, dst): (the rate averaged over the time the run spent in
     each phase, a down phase counted at 0; the slowest phase's rate that was not down),
     in Mbit/s. Empty for a cell without a schedule."""
-    if not has_schedule(meta):
+    if not has_schedule(record):
         return {}
-    spans = phase_spans(meta)
+    spans = phase_spans(record)
     spans = spans[np.isfinite(spans["end_s"]) & (spans["end_s"] > spans["start_s"])]
     out = {}
     for (src, dst), link in spans.groupby(["src", "dst"], sort=True):
@@ -100,65 +105,63 @@ def scheduled_rates(meta: dict) -> dict[tuple[int, int], tuple[float, float]]:
     return out
 
 
-def has_events(meta: dict) -> bool:
+def has_events(record: CellRecord) -> bool:
     """True when the cell's links held still but competing flows or a straggler ran on
     the schedule's clock (the scenario has them and the run applied at least one)."""
-    if "competing" not in meta["scenario"] and "stragglers" not in meta["scenario"]:
+    scenario, run = record.scenario, _run(record)
+    if scenario is None or not (scenario.competing or scenario.stragglers) or run is None:
         return False
-    run = meta["launcher"]["schedule"]["run"]
-    return run is not None and not any("kind" not in c for c in run["changes"]) and any(
-        c["kind"] in EVENT_KINDS for c in run["changes"])
+    return not run.link_changes and any(e.kind in EVENT_KINDS for e in run.events)
 
 
 EVENT_KINDS = ("flow_start", "flow_stop", "cpu")
 
 
-def _what(flows: set[int], caps: dict[int, float], meta: dict) -> str:
+def _what(flows: set[int], caps: dict[int, float], competing: Sequence[CompetingFlow]) -> str:
     said = []
     if flows:
-        links = dict.fromkeys(f"{meta['scenario']['competing'][k]['src']} -> "
-                              f"{meta['scenario']['competing'][k]['dst']}" for k in sorted(flows))
+        links = dict.fromkeys(f"{competing[k].src} -> {competing[k].dst}" for k in sorted(flows))
         said.append(f"{len(flows)} competing flow{'s' if len(flows) > 1 else ''} on "
                     f"{', '.join(links)}")
     said += [f"host {h} {f:g}x slower" for h, f in sorted(caps.items())]
     return "; ".join(said) or "training alone"
 
 
-def event_spans(meta: dict) -> pd.DataFrame:
+def event_spans(record: CellRecord) -> pd.DataFrame:
     """For a cell with competing flows or stragglers (has_events): one row per stretch
     between their changes, in phase_spans' columns (`phase` the stretch's index, `lap` 0,
     the links' own rate, never down; src/dst the first flow's link, else 0 -> 1) plus
     `from_s` (the stretch's scheduled start) and `what` (what ran in it)."""
-    run = meta["launcher"]["schedule"]["run"]
-    stop_s = (run["stopped_unix"] - run["started_unix"]) if run["stopped_unix"] else math.inf
-    competing = meta["scenario"]["competing"] if "competing" in meta["scenario"] else []
-    stragglers = meta["scenario"]["stragglers"] if "stragglers" in meta["scenario"] else []
+    run, scenario = _run(record), record.scenario
+    assert run is not None and scenario is not None, "event_spans of a cell without events"
+    stop_s = _stop_s(run)
+    competing = scenario.competing
     # the scenario's own times: not the stops and lifts the launcher applies at the end
-    scheduled = {t for e in [*competing, *stragglers]
-                 for t in (e["start_s"], e["start_s"] + e["duration_s"])}
-    events = sorted((c for c in run["changes"] if c["kind"] in EVENT_KINDS and "error" not in c
-                     and c["t_s"] in scheduled), key=lambda c: (c["t_s"], c["applied_s"]))
-    src, dst = (competing[0]["src"], competing[0]["dst"]) if competing else (0, 1)
-    rate = float(meta["scenario"]["link"]["rate_mbit"])
+    scheduled = {t for e in [*competing, *scenario.stragglers]
+                 for t in (e.start_s, e.start_s + e.duration_s)}
+    events = sorted((e for e in run.events if e.kind in EVENT_KINDS and not e.failed
+                     and e.t_s in scheduled), key=lambda e: (e.t_s, e.applied_s))
+    src, dst = (competing[0].src, competing[0].dst) if competing else (0, 1)
+    rate = float(scenario.link_rate_mbit)
     flows: set[int] = set()
     caps: dict[int, float] = {}
-    bounds = [(0.0, 0.0, _what(flows, caps, meta))]  # (scheduled, applied, what from then)
-    for t_s in dict.fromkeys(c["t_s"] for c in events):
-        at = [c for c in events if c["t_s"] == t_s]
-        for c in at:
-            if c["kind"] == "flow_start":
-                flows.add(c["flow"])
-            elif c["kind"] == "flow_stop":
-                flows.discard(c["flow"])
-            elif c["factor"] is None:
-                caps.pop(c["host"], None)
+    bounds = [(0.0, 0.0, _what(flows, caps, competing))]  # (scheduled, applied, what then)
+    for t_s in dict.fromkeys(e.t_s for e in events):
+        at = [e for e in events if e.t_s == t_s]
+        for e in at:
+            if e.kind == "flow_start":
+                flows.add(e.flow)
+            elif e.kind == "flow_stop":
+                flows.discard(e.flow)
+            elif e.factor is None:
+                caps.pop(e.host, None)
             else:
-                caps[c["host"]] = float(c["factor"])
-        applied = max(float(c["applied_s"]) for c in at)
+                caps[e.host] = e.factor
+        applied = max(e.applied_s for e in at)
         if t_s == 0.0:
-            bounds[0] = (0.0, 0.0, _what(flows, caps, meta))
+            bounds[0] = (0.0, 0.0, _what(flows, caps, competing))
         else:
-            bounds.append((float(t_s), applied, _what(flows, caps, meta)))
+            bounds.append((t_s, applied, _what(flows, caps, competing)))
     rows = []
     for k, (from_s, start_s, what) in enumerate(bounds):
         end_s = bounds[k + 1][1] if k + 1 < len(bounds) else stop_s
@@ -170,16 +173,18 @@ def event_spans(meta: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*PHASE_COLUMNS, "from_s", "what"])
 
 
-def step_times(frame: pd.DataFrame, meta: dict) -> pd.DataFrame:
+def step_times(frame: pd.DataFrame, record: CellRecord) -> pd.DataFrame:
     """Per train step of one cell's tidy metrics: `step`, `warmup`, `end_s` and
     `start_s` on the schedule's clock, `wall_s` (slowest rank's step time), `samples`
     (summed over the stage-0 rank of every replica)."""
-    started = float(meta["launcher"]["schedule"]["run"]["started_unix"])
+    run = _run(record)
+    assert run is not None, "step_times of a cell without a schedule run"
+    started = run.started_unix
     train = frame[frame["kind"] == "train"].copy()
     for col in ("end_unix", "step_time_s", "samples", "stage"):
         train[col] = pd.to_numeric(train[col], errors="coerce")
     if train["end_unix"].isna().any():
-        raise ValueError(f"cell {meta['cell']['name']}: its metrics have no end_unix "
+        raise ValueError(f"cell {record.name}: its metrics have no end_unix "
                          f"(written before the workers stamped their steps): measure it "
                          f"again for a timeline")
     by_step = train.groupby("step")
@@ -233,19 +238,20 @@ def phase_table(steps: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
                                        "step_time_s", "samples_s"])
 
 
-def phase_step_times(meta: dict, table: pd.DataFrame) -> tuple[bool, list[tuple[float, float]]]:
+def phase_step_times(record: CellRecord,
+                     table: pd.DataFrame) -> tuple[bool, list[tuple[float, float]]]:
     """The first scheduled link's schedule as time_under_schedule takes it: whether it
     loops, and per phase of its phase list (duration_s from meta.json's schedule, the
     median measured step time from `table`, phase_table's): inf for a down phase, NaN
     for one no measured step fell in."""
-    first = min(meta["launcher"]["schedule"]["links"], key=lambda link: (link["src"],
-                                                                       link["dst"]))
+    assert record.link_schedule is not None, "phase_step_times of a cell without a schedule"
+    first = min(record.link_schedule.links, key=lambda link: (link.src, link.dst))
     step_s = dict(zip(table["phase"], table["step_time_s"], strict=True))
     out = []
-    for k, phase in enumerate(first["phases"]):
-        own = math.inf if phase["down"] else float(step_s.get(k, math.nan))
-        out.append((float(phase["duration_s"]), own))
-    return bool(first["loop"]), out
+    for k, phase in enumerate(first.phases):
+        own = math.inf if phase.down else float(step_s.get(k, math.nan))
+        out.append((phase.duration_s, own))
+    return first.loop, out
 
 
 def phases_visited(phases: Sequence[tuple[float, float]], loop: bool, t0: float,
@@ -355,40 +361,39 @@ def _fmt(value: float, spec: str) -> str:
         else format(value, spec)
 
 
-def _outage_lines(meta: dict) -> list[str]:
+def _outage_lines(record: CellRecord) -> list[str]:
     """What the cell's outages cost (meta.json's `schedule` block): [] without any."""
-    if not has_schedule(meta) or not meta["schedule"]["outages"]:
+    block = record.outages
+    if not has_schedule(record) or block is None or not block.outages:
         return []
-    block = meta["schedule"]
-    outages = block["outages"]
-    down = sum(o["up_s"] - o["down_s"] for o in outages if o["up_s"] is not None)
-    lost = block["time_lost_s"]
-    links = ", ".join(dict.fromkeys(f"{o['src']} -> {o['dst']}" for o in outages))
+    outages = block.outages
+    down = sum(o.up_s - o.down_s for o in outages if o.up_s is not None)
+    lost = block.time_lost_s
+    links = ", ".join(dict.fromkeys(f"{o.src} -> {o.dst}" for o in outages))
     return [f"Outages: {len(outages)} ({down:.1f} s down in all, links {links}); "
             f"the measured steps took {'-' if lost is None else f'{lost:.1f}'} s beyond the "
             f"median step in all (the time the outages and any other slow step cost); the "
-            f"workers' process-group timeout of {block['dist_timeout_s']:g} s survives "
-            f"outages up to {block['survivable_outage_s']:g} s.", ""]
+            f"workers' process-group timeout of {block.dist_timeout_s:g} s survives "
+            f"outages up to {block.survivable_outage_s:g} s.", ""]
 
 
-def _shares(meta: dict) -> dict[float, float]:
+def _shares(record: CellRecord) -> dict[float, float]:
     """The training's share of the competing flows' link per interval, by its scheduled
     start (the launcher record's `competing` block; {} without flows)."""
-    schedule = meta["launcher"]["schedule"]
-    if "competing" not in schedule:
-        return {}
-    return {float(iv["start_s"]): iv["training_share"]
-            for iv in schedule["competing"]["intervals"] if iv["training_share"] is not None}
+    schedule = record.link_schedule
+    return {} if schedule is None else {
+        iv.start_s: iv.training_share for iv in schedule.intervals
+        if iv.training_share is not None}
 
 
-def timeline_section(metas: list[dict], out_dir: str | Path,
+def timeline_section(records: list[CellRecord], out_dir: str | Path,
                      report_dir: str | Path) -> list[str]:
-    """report.md's "Links that change" section for the ok cells of `metas` that ran on a
+    """report.md's "Links that change" section for the ok cells of `records` that ran on a
     schedule: per cell its timeline figure (written to `out_dir/timeline_<cell>.png`,
     linked relative to `report_dir`, where the report lies) and
     its per-phase table beside its overall throughput (samples over summed step wall
     time, measured steps). [] when no cell ran on a schedule."""
-    cells = [m for m in metas if m["status"] == "ok" and (has_schedule(m) or has_events(m))]
+    cells = [r for r in records if r.ok and links_change(r)]
     if not cells:
         return []
     out_dir = Path(out_dir)
@@ -402,11 +407,10 @@ def timeline_section(metas: list[dict], out_dir: str | Path,
              "flows or ran a straggler has stretches instead: from one start or stop of a "
              "flow or CPU cap to the next, with the training's share of the link (bytes "
              "of the link's class that were not the flows') where flows ran.", ""]
-    for meta in cells:
-        cell_dir = Path(meta["cell_dir"])
-        name = meta["cell"]["name"]
-        steps = step_times(load_results([cell_dir]), meta)
-        phases = phase_spans(meta) if has_schedule(meta) else event_spans(meta)
+    for record in cells:
+        name = record.name
+        steps = step_times(load_results([record.cell_dir]), record)
+        phases = phase_spans(record) if has_schedule(record) else event_spans(record)
         table = phase_table(steps, phases)
         png = plot_timeline(steps, phases, out_dir / f"timeline_{name}.png",
                             title=f"{name}: step times on the scheduled links")
@@ -416,7 +420,7 @@ def timeline_section(metas: list[dict], out_dir: str | Path,
         total = ["all", "", _fmt(float(steps["end_s"].max()), ".1f"), str(len(measured)),
                  _fmt(float(measured["wall_s"].median()), ".3f") if len(measured) else "-",
                  _fmt(overall, ".1f")]
-        if has_schedule(meta):
+        if has_schedule(record):
             rows = [[str(r.phase), "down" if r.down else _fmt(r.rate_mbit, "g"),
                      _fmt(r.time_s, ".1f"), str(r.steps), _fmt(r.step_time_s, ".3f"),
                      _fmt(r.samples_s, ".1f")] for r in table.itertuples()]
@@ -424,7 +428,7 @@ def timeline_section(metas: list[dict], out_dir: str | Path,
             header = ["phase", "Mbit/s", "time in phase (s)", "steps", "median step (s)",
                       "samples/s"]
         else:
-            shares = _shares(meta)
+            shares = _shares(record)
             rows = [[f"from {span.from_s:g} s", span.what, _fmt(r.time_s, ".1f"), str(r.steps),
                      _fmt(r.step_time_s, ".3f"), _fmt(r.samples_s, ".1f"),
                      _fmt(shares.get(span.from_s), ".2f")]
@@ -434,6 +438,6 @@ def timeline_section(metas: list[dict], out_dir: str | Path,
                       "samples/s", "training's share"]
         rel = os.path.relpath(png, report_dir)
         lines += [f"### {name}", "", f"![timeline_{name}]({rel})", "",
-                  *_outage_lines(meta),
+                  *_outage_lines(record),
                   markdown_table(header, rows), ""]
     return lines

@@ -6,7 +6,7 @@ cells of that scenario.
     times = step_times(load_results(["results/paper"]))
     timed = timed_bands(bands, facts, times, "100mbps")     # bands with `time_s`
     ttq = time_to_quality(quality, bands, facts, times)     # series x scenario
-    dyn = schedule_cells(load_metas(["results/dynamic"]))   # cells whose links changed
+    dyn = schedule_cells(load_records(["results/dynamic"]))   # cells whose links changed
     sched = time_to_quality_under_schedule(quality, bands, facts, dyn)  # x dynamic scenario
 
 Which throughput cell serves a series, the elapsed time after s steps, time to quality
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -34,6 +33,7 @@ from bench.report.timeline import (
 )
 from bench.report.timeline import step_times as schedule_step_times
 from bench.results.files import load_results
+from bench.results.record import CellRecord
 
 __all__ = ["format_seconds", "step_times", "series_facts", "elapsed_s", "match_step_time",
            "timed_bands", "time_to_quality", "ScheduleCell", "schedule_cells",
@@ -216,18 +216,19 @@ class ScheduleCell:
     phases: tuple[tuple[float, float], ...]
 
 
-def schedule_cells(metas: list[dict]) -> list[ScheduleCell]:
-    """The ok cells of `metas` (bench.results.files.load_metas) that ran on a schedule."""
+def schedule_cells(records: list[CellRecord]) -> list[ScheduleCell]:
+    """The ok cells of `records` (bench.results.files.load_records) that ran on a
+    schedule."""
     out = []
-    for meta in metas:
-        if meta["status"] != "ok" or not has_schedule(meta):
+    for record in records:
+        if not record.ok or not has_schedule(record):
             continue
-        frame = load_results([Path(meta["cell_dir"])])
-        steps = schedule_step_times(frame, meta)
-        loop, phases = phase_step_times(meta, phase_table(steps, phase_spans(meta)))
+        frame = load_results([record.cell_dir])
+        steps = schedule_step_times(frame, record)
+        loop, phases = phase_step_times(record, phase_table(steps, phase_spans(record)))
         head = frame.iloc[0]
         out.append(ScheduleCell(
-            cell=meta["cell"]["name"], scenario=str(head["scenario"]), label=str(head["label"]),
+            cell=record.name, scenario=str(head["scenario"]), label=str(head["label"]),
             stages=int(head["stages"]), replicas=int(head["replicas"]),
             samples_per_step=float(steps.loc[~steps["warmup"], "samples"].median()),
             loop=loop, phases=tuple(phases)))

@@ -1,11 +1,13 @@
 """Result files of the harness: JSON/CSV writers (atomic, through aqsgd.filecache), the
-per-rank JSONL reader and the tidy loader; provenance is bench.results.provenance.
+per-rank JSONL reader and the tidy loader; meta.json is read by bench.results.record
+only, provenance is bench.results.provenance.
 
     results/<sweep>/<cell>/metrics.csv   one row per rank per step (tidy)
     results/<sweep>/<cell>/peers.csv     bytes per (rank, step, peer)
     results/<sweep>/<cell>/meta.json     provenance, identity and status, written LAST
 
     python -c "from bench.results.files import load_results as l; print(l(['results/100mbps']))"
+    records = load_records(["results/100mbps"])    # every cell's typed meta.json
 
 Everything downstream reads these files only. A finished cell is reused only by a run
 of the same identity (`reuse_refusal` says why not); an unreadable file is a
@@ -27,6 +29,16 @@ import pandas as pd
 
 from aqsgd.filecache import atomic_write_text
 from bench.results.provenance import provenance  # here too: the harness imports it from here
+from bench.results.record import CellRecord, parse_record, read_json, read_record
+from bench.results.schema import (
+    BYTE_KINDS,
+    CELL_KEYS,
+    IDENTITY_KEYS,
+    SCHEMA_VERSION,
+    ResultFileError,
+    ResultFileWarning,
+    SchemaError,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -38,7 +50,7 @@ __all__ = [
     "ResultFileWarning",
     "write_json",
     "write_csv",
-    "read_meta",
+    "read_record",
     "read_metrics",
     "reuse_refusal",
     "is_finished",
@@ -50,23 +62,10 @@ __all__ = [
     "metrics_frame",
     "find_cells",
     "load_results",
-    "load_metas",
+    "load_records",
     "log_tail",
 ]
 
-# 2: the `cell` block names the seed, the variant, dropout and its masks, the epochs and
-# the held-out windows of an evaluation (CELL_KEYS); reports read those keys directly.
-# 3: meta.json has `placement` (bench.net.placement.Placement.to_dict(): which rank ran
-# on which host, the links each used and what they carried).
-# 4: the `cell` block names the `repeat` of a repeated cell; train and eval records (and
-# metrics.csv) carry `end_unix`, the wall clock at the end of the step.
-# 5: meta.json has `identity` (IDENTITY_KEYS and the mechanisms the launcher used), the
-# `cell` block `spec_name` and `shaping`, and `name` carries the launcher's tag.
-SCHEMA_VERSION = 5
-# What a run must share with a finished cell to reuse it (meta.json `identity`; the
-# harness builds them, bench.harness.meta.expected_identity, Note [cell identity] there).
-IDENTITY_KEYS = ("spec_key", "scenario_key", "launcher", "machine", "git_commit")
-BYTE_KINDS = ("activation", "gradient", "dp")
 # Columns every metrics.csv has, in this order; unknown scalar fields a
 # worker adds later are kept after them (forward compatible).
 METRIC_COLUMNS = (
@@ -85,31 +84,6 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 def write_csv(path: str | Path, frame: pd.DataFrame) -> Path:
     return atomic_write_text(path, frame.to_csv(index=False))
-
-
-class ResultFileError(ValueError):
-    """A result file that cannot be read (truncated, not JSON, columns missing): the
-    message names the path and what is wrong."""
-
-
-class ResultFileWarning(UserWarning):
-    """A cell the loaders skipped because a file of it cannot be read (ResultFileError's
-    message, and that its cell is measured again by the next run of its sweep)."""
-
-
-def read_meta(cell_dir: str | Path) -> dict | None:
-    """The cell's meta.json, or None when the cell never finished; ResultFileError
-    naming the file when it is not a JSON object (truncated, corrupt)."""
-    path = Path(cell_dir) / "meta.json"
-    if not path.is_file():
-        return None
-    try:
-        meta = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ResultFileError(f"{path}: not a JSON file ({err}); truncated or corrupt") from None
-    if not isinstance(meta, dict):
-        raise ResultFileError(f"{path}: expected a JSON object, got {type(meta).__name__}")
-    return meta
 
 
 def read_metrics(cell_dir: str | Path) -> pd.DataFrame:
@@ -145,47 +119,47 @@ def file_digests(cell_dir: str | Path, names: Iterable[str] = RECORDED_FILES) ->
     return out
 
 
-def check_digests(cell_dir: str | Path, meta: dict) -> None:
+def check_digests(record: CellRecord) -> None:
     """ResultFileError naming the file whose size or hash differs from meta.json's
-    `files` block (truncated, replaced) or that is gone. A meta.json without that block
-    (written before the harness recorded it) is not checked."""
-    if "files" not in meta:
-        return
-    for name, recorded in meta["files"].items():
-        path = Path(cell_dir) / name
+    `files` block (truncated, replaced) or that is gone. A record without that block
+    (a failed cell) is not checked."""
+    for name, recorded in (record.files or {}).items():
+        path = record.cell_dir / name
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise ResultFileError(f"{path}: missing (meta.json records {recorded['bytes']} "
+            raise ResultFileError(f"{path}: missing (meta.json records {recorded.bytes} "
                                   f"bytes)") from None
-        if len(data) != recorded["bytes"]:
+        if len(data) != recorded.bytes:
             raise ResultFileError(f"{path}: {len(data)} bytes, meta.json records "
-                                  f"{recorded['bytes']}; truncated or replaced")
-        if hashlib.sha256(data).hexdigest() != recorded["sha256"]:
+                                  f"{recorded.bytes}; truncated or replaced")
+        if hashlib.sha256(data).hexdigest() != recorded.sha256:
             raise ResultFileError(f"{path}: its sha256 differs from meta.json's "
-                                  f"({recorded['sha256'][:12]}...); edited or corrupt")
+                                  f"({recorded.sha256[:12]}...); edited or corrupt")
 
 
 def reuse_refusal(cell_dir: str | Path, identity: dict | None = None) -> str:
     """'' when the cell in `cell_dir` may be reused by a run of `identity` (the keys of
-    IDENTITY_KEYS it gives; None: any), else why not: never finished, failed, another
-    schema, an unreadable file (named), or the first identity key that differs. So a
-    run on another launcher, after a code change or a scenario edit, measures anew."""
+    IDENTITY_KEYS it gives; None: any), else why not: never finished, another schema,
+    failed, an unreadable file or a key missing (named), or the first identity key that
+    differs. So a run on another launcher, after a code change or a scenario edit,
+    measures anew. Reads an older meta.json only as far as its version and status."""
+    path = Path(cell_dir) / "meta.json"
     try:
-        meta = read_meta(cell_dir)
+        meta = read_json(cell_dir)
         if meta is None:
             return "not measured yet"
-        if meta.get("schema_version") != SCHEMA_VERSION:
-            return f"schema {meta.get('schema_version')!r}, not {SCHEMA_VERSION}"
-        if meta.get("status") != "ok":
-            return f"status {meta.get('status')!r}"
-        recorded = meta.get("identity")
-        if not isinstance(recorded, dict):
-            raise ResultFileError(f"{Path(cell_dir) / 'meta.json'}: no `identity` block")
+        if isinstance(meta, dict):  # an older file is told by its version, whatever it lacks
+            if meta.get("schema_version") != SCHEMA_VERSION:
+                return f"schema {meta.get('schema_version')!r}, not {SCHEMA_VERSION}"
+            if meta.get("status") != "ok":
+                return f"status {meta.get('status')!r}"
+        record = parse_record(meta, path)
         for key, value in (identity or {}).items():
-            if recorded.get(key) != value:
-                return f"{key} {recorded.get(key)!r} recorded, this run's {value!r}"
-        check_digests(cell_dir, meta)
+            recorded = getattr(record.identity, key)
+            if recorded != value:
+                return f"{key} {recorded!r} recorded, this run's {value!r}"
+        check_digests(record)
         read_metrics(cell_dir)
     except ResultFileError as err:
         return f"unreadable: {err}"
@@ -326,32 +300,7 @@ def find_cells(paths: Iterable[str | Path]) -> list[Path]:
     return sorted(set(cells))
 
 
-# Keys of meta.json's `cell` block that every schema-2 cell has and the loader copies
-# onto every metrics row (with `status`).
-CELL_KEYS = ("sweep", "spec_name", "scenario", "mode", "label", "fw_bits", "bw_bits",
-             "grad_mode", "preset", "stages", "replicas", "launcher", "shaped", "shaping",
-             "rate_mbit", "delay_ms",
-             "host_limited", "rate_mbit_achieved", "seed", "variant", "dropout",
-             "dropout_masks", "epochs", "steps_per_epoch", "warmup_epochs", "eval_windows")
 _META_COLUMNS = (*CELL_KEYS, "status")
-
-
-class SchemaError(ValueError):
-    """A meta.json this suite cannot read: another schema version, or a key missing."""
-
-
-def _check_schema(path: Path, meta: dict) -> None:
-    version = meta.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise SchemaError(f"{path}: schema_version {version!r}, this suite reads schema "
-                          f"{SCHEMA_VERSION} only (docs/results-schema.md); rerun the "
-                          f"sweep that wrote it to measure it again")
-    missing = [k for k in ("name", *CELL_KEYS) if k not in meta.get("cell", {})]
-    if missing:
-        raise SchemaError(f"{path}: the `cell` block lacks {', '.join(missing)} "
-                          f"(required by schema {SCHEMA_VERSION})")
-    if "placement" not in meta:
-        raise SchemaError(f"{path}: no `placement` (required by schema {SCHEMA_VERSION})")
 
 
 def _skipped(err: ResultFileError) -> None:
@@ -359,21 +308,22 @@ def _skipped(err: ResultFileError) -> None:
                   ResultFileWarning, stacklevel=3)
 
 
-def load_metas(paths: Iterable[str | Path]) -> list[dict]:
-    """meta.json of every cell under `paths`, each with its `cell_dir`; SchemaError
-    naming the file for a cell of another schema version or with a key missing. A
-    meta.json that cannot be read is skipped with a ResultFileWarning naming it."""
-    metas = []
+def load_records(paths: Iterable[str | Path]) -> list[CellRecord]:
+    """The record of every cell under `paths` (bench.results.record); SchemaError naming
+    the file for a cell of another schema version or with a key missing. A meta.json
+    that cannot be read is skipped with a ResultFileWarning naming it."""
+    records = []
     for cell_dir in find_cells(paths):
         try:
-            meta = read_meta(cell_dir)
+            record = read_record(cell_dir)
+        except SchemaError:
+            raise
         except ResultFileError as err:
             _skipped(err)
             continue
-        _check_schema(Path(cell_dir) / "meta.json", meta)
-        meta["cell_dir"] = str(cell_dir)
-        metas.append(meta)
-    return metas
+        assert record is not None  # find_cells found its meta.json
+        records.append(record)
+    return records
 
 
 def load_results(paths: Iterable[str | Path], include_failed: bool = False) -> pd.DataFrame:
@@ -382,22 +332,22 @@ def load_results(paths: Iterable[str | Path], include_failed: bool = False) -> p
     bits, launcher, link rate, ...) as columns. A finished cell whose metrics.csv
     cannot be read is skipped with a ResultFileWarning naming it."""
     frames = []
-    for meta in load_metas(paths):
-        if meta["status"] != "ok" and not include_failed:
+    for record in load_records(paths):
+        if not record.ok and not include_failed:
             continue
-        metrics_path = Path(meta["cell_dir"]) / "metrics.csv"
-        if not metrics_path.is_file() and meta["status"] != "ok":
+        if not (record.cell_dir / "metrics.csv").is_file() and not record.ok:
             continue  # a failed cell need not have metrics
         try:
-            check_digests(meta["cell_dir"], meta)
-            frame = read_metrics(meta["cell_dir"])
+            check_digests(record)
+            frame = read_metrics(record.cell_dir)
         except ResultFileError as err:
             _skipped(err)
             continue
-        cell = meta["cell"]
-        for col in _META_COLUMNS:
-            frame[col] = meta["status"] if col == "status" else cell[col]
-        frame["cell_dir"] = meta["cell_dir"]
+        cell = record.cell.to_dict()
+        for col in CELL_KEYS:
+            frame[col] = cell[col]
+        frame["status"] = record.status
+        frame["cell_dir"] = str(record.cell_dir)
         frames.append(frame)
     if not frames:
         return pd.DataFrame(columns=list(METRIC_COLUMNS) + list(_META_COLUMNS))

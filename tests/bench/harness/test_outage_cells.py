@@ -21,7 +21,7 @@ from bench.harness.run import run_sweep
 from bench.harness.sweep import load_sweep
 from bench.net.scenario import load_scenario, parse_scenario
 from bench.report.timeline import phase_spans, phase_table, step_times, timeline_section
-from bench.results.files import load_metas, load_results
+from bench.results.files import load_records, load_results, read_record
 
 SMOKE_SWEEP = "scenarios/sweeps/dynamic-smoke.yaml"
 
@@ -94,14 +94,15 @@ def test_dynamic_smoke_sweep_lives_through_its_outages_and_a_failure_names_them(
         assert run["error"] is None and run["changes"][-1]["phase"] == -1
         assert all(c["applied_s"] - c["t_s"] < 0.5 for c in run["changes"] if c["phase"] >= 0)
         # every measured step lies in a phase of the schedule's clock
-        steps = step_times(load_results([out / cell.name]), meta)
-        table = phase_table(steps, phase_spans(meta))
+        record = read_record(out / cell.name)
+        steps = step_times(load_results([out / cell.name]), record)
+        table = phase_table(steps, phase_spans(record))
         print(table.to_string())
         assert list(table["phase"]) == [0, 1, 2] and list(table["rate_mbit"][:2]) == [100, 25]
         assert table["steps"].sum() == (~steps["warmup"]).sum()
         assert (steps["start_s"] > 0).all() and steps["end_s"].max() < run["stopped_unix"] - \
             run["started_unix"]
-    section = timeline_section(load_metas([out]), out / "figures", out)
+    section = timeline_section(load_records([out]), out / "figures", out)
     assert section[0] == "## Links that change"
     assert sorted(p.name for p in (out / "figures").glob("timeline_*.png")) == sorted(
         f"timeline_{c.name}.png" for c in spec.cells())

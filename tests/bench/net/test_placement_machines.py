@@ -103,11 +103,13 @@ def test_compose_runs_each_rank_on_its_placed_host(tmp_path):
         compose_dict(s, config=tmp_path / "c.yaml", ranks=(0, 0, 1, 2))
 
 
-def test_the_reports_placement_and_probe_sections_name_machines_and_link_kinds():
+def test_the_reports_placement_and_probe_sections_name_machines_and_link_kinds(tmp_path):
+    from report_fixtures import fixture_record
+
     from bench.report.tables import _carried, _placement_lines
 
     p = place(parse_scenario(machines(), "m"), 2, 2).to_dict()
-    meta = {"placement": p, "cell": {"scenario": "m"}}
+    meta = fixture_record(tmp_path, placement=p, cell={"scenario": "m"})
     lines = _placement_lines([meta])
     assert "2 ranks per machine, a machine holding replicas" in lines[2]
     assert "machine" in lines[4].split("|")[5]
@@ -115,4 +117,5 @@ def test_the_reports_placement_and_probe_sections_name_machines_and_link_kinds()
     assert carried[(0, 1)] == ["inside a machine", "dp stage 0"]
     assert carried[(0, 2)][0] == "between machines"
     one = place(load_scenario("100mbps"), 2, 2).to_dict()
-    assert "rank = replica * stages + stage" in _placement_lines([{"placement": one}])[2]
+    assert "rank = replica * stages + stage" in _placement_lines(
+        [fixture_record(tmp_path, placement=one)])[2]

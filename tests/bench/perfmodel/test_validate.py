@@ -9,13 +9,11 @@ import json
 import pandas as pd
 import pytest
 
-from aqsgd.train.config import config_from_dict
 from bench.__main__ import main
 from bench.harness.run import run_sweep
 from bench.harness.sweep import SweepSpec, Workload, parse_mode
 from bench.perfmodel.profile import load_profile
-from bench.perfmodel.validate import in_situ, load_cells, measured_step_s, validate_cells
-from bench.perfmodel.workload import step_workload
+from bench.perfmodel.validate import _workload, in_situ, load_cells, measured_step_s, validate_cells
 from bench.report.summary import summarize_cell
 
 
@@ -66,8 +64,7 @@ def test_smoke_validation_on_real_cells(tmp_path, capsys):
     assert sorted(r["label"] for r in rows) == sorted(table.index)
     # in situ, each stage's compute per step is the cell's own
     for cell in cells:
-        work = in_situ(step_workload(config_from_dict(cell.meta["run_config"]),
-                                     cell.meta["placement"], profile), cell)
+        work = in_situ(_workload(cell, profile), cell)
         for s, st in enumerate(work.stage):
             assert work.micro_batches * (st.forward_s + st.backward_s) + st.optimizer_s == (
                 pytest.approx(cell.compute_s[s] + cell.other_s[s]))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from report_fixtures import fixture_record, launcher_block, outage_block, scheduled_link
 
 from bench.report.linkbound import cell_bound
 
 
-def _cell(tmp_path, schedule: str, delay_ms: float = 0.0) -> dict:
+def _blocks(tmp_path, schedule: str, delay_ms: float = 0.0) -> dict:
     # 3 stages on hosts 0, 1, 2; 0 <-> 1 at 100 Mbit/s, 1 <-> 2 at 50 Mbit/s; 2 micro-batches
     links = [{"src": a, "dst": b, "rate_mbit": rate, "delay_ms": d, "traffic": ["x"]}
              for a, b, rate, d in ((0, 1, 100.0, 0.0), (1, 0, 100.0, 0.0),
@@ -24,9 +25,13 @@ def _cell(tmp_path, schedule: str, delay_ms: float = 0.0) -> dict:
             metrics.append({"rank": rank, "step": step, "kind": "train", "warmup": step == 0})
     pd.DataFrame(peers).to_csv(tmp_path / "peers.csv", index=False)
     pd.DataFrame(metrics).to_csv(tmp_path / "metrics.csv", index=False)
-    return {"cell_dir": str(tmp_path), "cell": {"name": "c"},
-            "placement": {"replicas": 1, "ranks": ranks, "links": links},
+    return {"placement": {"scenario": "s", "stages": 3, "replicas": 1, "n_hosts": 3,
+                          "ranks": ranks, "links": links},
             "run_config": {"pipeline": {"num_micro_batches": 2, "schedule": schedule}}}
+
+
+def _cell(tmp_path, schedule: str, delay_ms: float = 0.0):
+    return fixture_record(tmp_path, cell={"name": "c"}, **_blocks(tmp_path, schedule, delay_ms))
 
 
 def test_gpipe_bound_is_both_phases_fill_and_drain(tmp_path):
@@ -49,19 +54,20 @@ def test_1f1b_overlaps_the_phases_and_delay_adds(tmp_path):
 def test_a_scheduled_link_counts_at_its_time_weighted_mean_rate(tmp_path):
     # 1 <-> 2 follow a schedule: 50 Mbit/s for 10 s, 12.5 for 10 s, down 5 s, 50 for 15 s
     # -> (500 + 125 + 0 + 750) / 40 = 34.375 Mbit/s on average, never its first 50
-    meta = _cell(tmp_path, "gpipe")
+    meta = _blocks(tmp_path, "gpipe")
     changes = [{"src": src, "dst": dst, "phase": phase, "lap": 0, "t_s": t, "applied_s": t,
                 "rate_mbit": rate, "down": down}
                for src, dst in ((1, 2), (2, 1))
                for phase, t, rate, down in ((0, 0.0, 50.0, False), (1, 10.0, 12.5, False),
                                             (2, 20.0, None, True), (0, 25.0, 50.0, False),
                                             (-1, 40.0, None, False))]
-    meta["schedule"] = {"outages": []}
+    meta["schedule"] = outage_block()
     meta["scenario"] = {"link": {"rate_mbit": 50.0}}
-    meta["launcher"] = {"schedule": {
-        "links": [{"src": 1, "dst": 2}, {"src": 2, "dst": 1}],
-        "run": {"started_unix": 0.0, "stopped_unix": 40.0, "changes": changes}}}
-    b = cell_bound(meta, samples_per_step=32, measured_samples_s=20.0)
+    meta["launcher"] = launcher_block(
+        [scheduled_link(1, 2), scheduled_link(2, 1)],
+        {"started_unix": 0.0, "stopped_unix": 40.0, "changes": changes})
+    b = cell_bound(fixture_record(tmp_path, cell={"name": "c"}, **meta),
+                   samples_per_step=32, measured_samples_s=20.0)
     assert b.busiest in ((1, 2), (2, 1))
     assert b.busiest_rate_mbit == pytest.approx(34.375)
     assert b.busiest_slowest_phase_mbit == 12.5

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from report_fixtures import write_fixture_cell
+from report_fixtures import launcher_block, outage_block, scheduled_link, write_fixture_cell
 
 from bench.report.summary import summarize
 from bench.report.tables import format_table, mode_text
@@ -120,10 +120,10 @@ def _on_a_schedule(cell_dir, phases):
                for k, (t, rate) in [*enumerate(phases), (-1, (40.0, None))]]
     for c in changes:
         c["down"] = c["down"] and c["phase"] >= 0
-    meta["schedule"] = {"outages": []}
-    meta["launcher"] = {"schedule": {
-        "links": [{"src": 0, "dst": 1}, {"src": 1, "dst": 0}],
-        "run": {"started_unix": 0.0, "stopped_unix": 40.0, "changes": changes}}}
+    meta["schedule"] = outage_block()
+    meta["launcher"] = launcher_block(
+        [scheduled_link(0, 1), scheduled_link(1, 0)],
+        {"started_unix": 0.0, "stopped_unix": 40.0, "changes": changes})
     path.write_text(json.dumps(meta))
 
 

@@ -5,9 +5,11 @@ per-phase throughput, the time to a number of steps under a schedule, and the fi
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_fixtures import fixture_record, launcher_block, outage_block, scheduled_link
 
 from bench.report.summary import MEDIAN_STEP, OVER_TIME, summarize_cell
 from bench.report.tables import compute_bound_note
@@ -36,13 +38,21 @@ def _change(phase, applied_s, *, lap=0, rate=None, down=False, src=0, dst=1):
             "commands": []}
 
 
+def _record(blocks: dict):
+    """A cell dyn__fp32 whose meta.json has `blocks` (the fixture's others)."""
+    return fixture_record(Path("results/dyn/dyn__fp32"), cell={"name": "dyn__fp32"}, **blocks)
+
+
+def _blocks(changes, stopped_s=9.0):
+    return {"scenario": {"link": {"rate_mbit": 100.0}}, "schedule": outage_block(),
+            "launcher": launcher_block(
+                [scheduled_link(0, 1), scheduled_link(1, 0)],
+                {"started_unix": T0, "stopped_unix": T0 + stopped_s, "error": None,
+                 "changes": changes})}
+
+
 def _meta(changes, stopped_s=9.0):
-    return {"cell": {"name": "dyn__fp32"}, "scenario": {"link": {"rate_mbit": 100.0}},
-            "schedule": {"outages": []},
-            "launcher": {"schedule": {
-                "links": [{"src": 0, "dst": 1}, {"src": 1, "dst": 0}],
-                "run": {"started_unix": T0, "stopped_unix": T0 + stopped_s, "error": None,
-                        "changes": changes}}}}
+    return _record(_blocks(changes, stopped_s))
 
 
 # both directions: 100 Mbit/s for 3 s, 25 for 3 s, down for 1 s, then 100 again (lap 1)
@@ -110,7 +120,7 @@ def test_per_phase_throughput_and_time():
 
 
 def test_a_cell_without_a_schedule_or_without_stamps():
-    assert not has_schedule({"launcher": {}})
+    assert not has_schedule(_record({}))
     assert has_schedule(_meta(CHANGES))
     frame = _frame(STEPS)
     frame["end_unix"] = None
@@ -151,12 +161,12 @@ def test_time_under_schedule_from_a_later_start(steps, phases, loop, start, expe
 
 
 def test_phase_step_times_take_the_schedules_durations():
-    meta = _meta(CHANGES)
-    phases = [{"duration_s": 3.0, "down": False}, {"duration_s": 3.0, "down": False},
-              {"duration_s": 1.0, "down": True}, {"duration_s": 5.0, "down": False}]
-    meta["launcher"]["schedule"]["links"] = [
-        {"src": 1, "dst": 0, "loop": False, "phases": phases[:1]},
-        {"src": 0, "dst": 1, "loop": True, "phases": phases}]  # the first link: 0 -> 1
+    blocks = _blocks(CHANGES)
+    phases = [(3.0, False), (3.0, False), (1.0, True), (5.0, False)]
+    blocks["launcher"]["schedule"]["links"] = [
+        scheduled_link(1, 0, phases[:1]),
+        scheduled_link(0, 1, phases, loop=True)]  # the first link: 0 -> 1
+    meta = _record(blocks)
     table = phase_table(step_times(_frame(STEPS), meta), phase_spans(meta))
     loop, timed = phase_step_times(meta, table)
     assert loop is True
@@ -177,7 +187,7 @@ def test_phases_visited(t0, t1, loop, expected):
     assert phases_visited([(3.0, 1.0), (3.0, 2.0), (1.0, 0.0)], loop, t0, t1) == expected
 
 
-def _event_meta():
+def _event_blocks():
     """Two flows on 0 -> 1 from 2 s to 6 s, host 1 capped 2x from 4 s to 8 s; the run
     stops at 9 s, when the launcher's own stop and lift come too."""
     ev = [{"t_s": 2.0, "kind": "flow_start", "flow": 0, "applied_s": 2.01},
@@ -189,12 +199,15 @@ def _event_meta():
           {"t_s": 8.0, "kind": "cpu", "host": 1, "factor": None, "applied_s": 8.0},
           {"t_s": 8.99, "kind": "cpu", "host": 1, "factor": None, "applied_s": 8.99}]
     flow = {"src": 0, "dst": 1, "start_s": 2.0, "duration_s": 4.0, "max_rate_mbit": None}
-    return {"cell": {"name": "dyn__fp32"},
-            "scenario": {"link": {"rate_mbit": 20.0}, "competing": [flow, flow],
+    return {"scenario": {"link": {"rate_mbit": 20.0}, "competing": [flow, flow],
                          "stragglers": [{"host": 1, "factor": 2.0, "start_s": 4.0,
                                          "duration_s": 4.0}]},
-            "launcher": {"schedule": {"links": [], "run": {
-                "started_unix": T0, "stopped_unix": T0 + 9.0, "error": None, "changes": ev}}}}
+            "launcher": launcher_block([], {"started_unix": T0, "stopped_unix": T0 + 9.0,
+                                            "error": None, "changes": ev})}
+
+
+def _event_meta():
+    return _record(_event_blocks())
 
 
 def test_competing_flows_and_a_straggler_give_stretches():
@@ -210,20 +223,21 @@ def test_competing_flows_and_a_straggler_give_stretches():
     table = phase_table(step_times(_frame(STEPS), meta), spans)
     assert table["steps"].sum() == len([s for s in STEPS if not s[2]])
     assert table["rate_mbit"].tolist() == [20.0] * 5
-    static = {**meta, "scenario": {"link": {"rate_mbit": 20.0}}}
+    static = _record({**_event_blocks(), "scenario": {"link": {"rate_mbit": 20.0}}})
     assert not has_events(static)
 
 
 def test_a_cells_outages_are_said_with_the_time_they_cost():
     from bench.report.timeline import _outage_lines
 
-    meta = _meta(CHANGES)
-    assert _outage_lines(meta) == []
-    meta["schedule"] = {"outages": [{"src": 0, "dst": 1, "down_s": 6.0, "up_s": 7.0},
-                                    {"src": 1, "dst": 0, "down_s": 6.0, "up_s": 7.0}],
-                        "time_lost_s": 2.35, "dist_timeout_s": 60.0,
-                        "survivable_outage_s": 15.0}
-    line = _outage_lines(meta)[0]
+    blocks = _blocks(CHANGES)
+    assert _outage_lines(_record(blocks)) == []
+    blocks["schedule"] = {"outages": [{"src": 0, "dst": 1, "down_s": 6.0, "up_s": 7.0},
+                                      {"src": 1, "dst": 0, "down_s": 6.0, "up_s": 7.0}],
+                          "longest_outage_s": 1.0, "time_lost_s": 2.35,
+                          "dist_timeout_s": 60.0, "survivable_outage_s": 15.0,
+                          "changes_applied": 8}
+    line = _outage_lines(_record(blocks))[0]
     assert line.startswith("Outages: 2 (2.0 s down in all, links 0 -> 1, 1 -> 0)")
     assert "2.4 s beyond the median step" in line and "up to 15 s" in line
 
@@ -235,8 +249,8 @@ def test_a_scheduled_links_rate_is_its_time_weighted_mean_and_slowest_phase():
     mean, slowest = rates[(0, 1)]
     assert mean == pytest.approx((100 * 3 + 25 * 3 + 0 * 1 + 100 * 2) / 9)
     assert slowest == 25.0
-    assert scheduled_rates({"launcher": {}}) == {}
-    assert links_change(_meta(CHANGES)) and not links_change({"launcher": {}})
+    assert scheduled_rates(_record({})) == {}
+    assert links_change(_meta(CHANGES)) and not links_change(_record({}))
 
 
 def test_a_cell_on_changing_links_headlines_samples_over_time():

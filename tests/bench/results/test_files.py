@@ -23,12 +23,12 @@ from bench.results.files import (
     file_digests,
     find_cells,
     is_finished,
-    load_metas,
+    load_records,
     load_results,
     metrics_frame,
     provenance,
-    read_meta,
     read_rank_jsonl,
+    read_record,
     reuse_refusal,
 )
 
@@ -114,12 +114,12 @@ def test_a_truncated_meta_json_is_named_its_cell_measured_again_and_the_others_r
     good = write_fixture_cell(tmp_path, mode="aqsgd", fw=2, bw=4, spec_key="k1")
     (broken / "meta.json").write_bytes(text.encode("latin-1"))
     with pytest.raises(ResultFileError, match=re.escape(str(broken / "meta.json"))):
-        read_meta(broken)
+        read_record(broken)
     why = reuse_refusal(broken, _identity())
     assert why.startswith(f"unreadable: {broken / 'meta.json'}: "), why
     with pytest.warns(ResultFileWarning, match=re.escape(str(broken / "meta.json"))):
-        metas = load_metas([tmp_path])
-    assert [m["cell_dir"] for m in metas] == [str(good)]
+        records = load_records([tmp_path])
+    assert [r.cell_dir for r in records] == [good]
     with pytest.warns(ResultFileWarning):
         table = summarize([tmp_path])
     assert table["cell"].tolist() == [good.name] and table["status"].tolist() == ["ok"]
@@ -205,7 +205,8 @@ def test_a_cell_of_schema_1_is_refused_by_name_and_version(tmp_path):
 def test_a_cell_block_without_a_schema_2_key_is_refused(tmp_path):
     cell_dir = write_fixture_cell(tmp_path)
     _rewrite_meta(cell_dir, lambda m: m["cell"].pop("eval_windows"))
-    with pytest.raises(SchemaError, match="the `cell` block lacks eval_windows"):
+    with pytest.raises(SchemaError, match=re.escape(
+            f"{cell_dir / 'meta.json'}: lacks cell.eval_windows (schema {SCHEMA_VERSION})")):
         load_results([tmp_path])
 
 
@@ -230,8 +231,8 @@ def test_a_sweep_directory_reads_only_the_cells_its_sweep_json_lists(tmp_path):
     stale = write_fixture_cell(sweep_dir, mode="aqsgd", fw=2, bw=4, spec_key="k2")
     _rewrite_meta(stale, lambda m: m.update(schema_version=1))
     with pytest.raises(SchemaError):
-        load_metas([sweep_dir])
+        load_records([sweep_dir])
     (sweep_dir / "sweep.json").write_text(json.dumps({"cells": [kept.name, "never-ran"]}))
     assert find_cells([sweep_dir]) == [kept]
-    assert [m["cell_dir"] for m in load_metas([sweep_dir])] == [str(kept)]
+    assert [r.cell_dir for r in load_records([sweep_dir])] == [kept]
     assert find_cells([tmp_path / "results"]) == [kept]
