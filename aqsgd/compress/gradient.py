@@ -52,8 +52,8 @@ class GradCompressionConfig:
     freeze_after_steps: int = 100
     v_floor: float = 0.01  # QuantizedAdam: frozen v >= v_floor x its tensor's mean v
     seed: int = 0
-    # PowerSGD (codec powersgd), torch's PowerSGDState's meanings; the defaults and where
-    # they differ from torch's: docs/compressors.md, "PowerSGD"
+    # PowerSGD (codec powersgd), with the meanings of torch's PowerSGDState; the defaults
+    # and where they differ from torch's: docs/powersgd.md
     powersgd_rank: Annotated[int, Field(ge=1, description=(
         "PowerSGD: rank r of each compressed gradient matrix (torch's "
         "matrix_approximation_rank, default 1)"))] = 4

@@ -14,8 +14,9 @@ averaged, M replaced by P mean(Q)^T, e (error feedback) what this replica did no
 Every other tensor goes exact, in the exchange of the Ps. Both exchanges are base.py's
 sharded fp32 average, so one rank sends per compressed step (U: elements sent exact)
     2 (W - 1) * 4 * (ceil((U + sum r_i n_i) / W) + ceil(sum r_i m_i / W))  bytes,
-the second term only when a matrix is compressed. docs/compressors.md, "PowerSGD", has
-the defaults and where and why they differ from torch's.
+the second term only when a matrix is compressed. torch's defaults: rank 1, start 1000,
+min rate 2, error feedback and warm start on, eps 0; here rank 4 and start 10, the rest
+torch's (docs/powersgd.md says why, and where this differs from torch's hook).
 """
 
 from __future__ import annotations
