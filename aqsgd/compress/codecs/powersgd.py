@@ -205,7 +205,7 @@ class PowerSGDDataParallel(DataParallel):
         self.steps = int(state["steps"])
         self.errors = [e.to(dev).clone() for e in state["errors"]]
         self.qs = [q.to(dev).clone() for q in state["qs"]]
-        self._generator.set_state(state["generator"])
+        self._generator.set_state(state["generator"].cpu())
         self.optimizer.load_state_dict(state["optimizer"])
 
     @classmethod
