@@ -337,11 +337,9 @@ def sweep_listing(spec: SweepSpec, cells: list[CellSpec], sweep_dir: Path,
     for name in listed:
         try:
             record = read_record(sweep_dir / name)
-        except SchemaError:
-            continue  # of another schema: never reused, nor read by the reports
-        except ResultFileError:
-            if name not in mine:
-                others.append(name)  # kept: the readers name what is wrong with it
+        except ResultFileError as err:  # another schema: dropped; unreadable: kept, named
+            if name not in mine and not isinstance(err, SchemaError):
+                others.append(name)
             continue
         spec_name = None if record is None else record.cell.spec_name
         if name not in mine and spec_name in keys and record.spec_key == keys[spec_name]:

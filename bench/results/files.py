@@ -141,7 +141,7 @@ def check_digests(record: CellRecord) -> None:
 def reuse_refusal(cell_dir: str | Path, identity: dict | None = None) -> str:
     """'' when the cell in `cell_dir` may be reused by a run of `identity` (the keys of
     IDENTITY_KEYS it gives; None: any), else why not: never finished, another schema,
-    failed, an unreadable file or a key missing (named), or the first identity key that
+    an unreadable file or a key missing (named), failed, or the first identity key that
     differs. So a run on another launcher, after a code change or a scenario edit,
     measures anew. Reads an older meta.json only as far as its version and status."""
     path = Path(cell_dir) / "meta.json"
@@ -149,12 +149,12 @@ def reuse_refusal(cell_dir: str | Path, identity: dict | None = None) -> str:
         meta = read_json(cell_dir)
         if meta is None:
             return "not measured yet"
-        if isinstance(meta, dict):  # an older file is told by its version, whatever it lacks
-            if meta.get("schema_version") != SCHEMA_VERSION:
-                return f"schema {meta.get('schema_version')!r}, not {SCHEMA_VERSION}"
-            if meta.get("status") != "ok":
-                return f"status {meta.get('status')!r}"
+        # an older file is told by its version, whatever else it lacks
+        if isinstance(meta, dict) and meta.get("schema_version") != SCHEMA_VERSION:
+            return f"schema {meta.get('schema_version')!r}, not {SCHEMA_VERSION}"
         record = parse_record(meta, path)
+        if not record.ok:
+            return f"status {record.status!r}"
         for key, value in (identity or {}).items():
             recorded = getattr(record.identity, key)
             if recorded != value:
