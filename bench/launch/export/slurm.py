@@ -204,6 +204,7 @@ def _body(job: SlurmJob) -> list[str]:
         "set -uo pipefail",
         f"export AQ_PYTHON={_q(job.python)}",
         f"export PYTHONPATH={_q(job.repo)}",
+        "export PYTHONSAFEPATH=1  # no caller's folder on sys.path (bench/launch/process.py)",
         f"OUT={_q(job.out)}",
         "LINKS=\"$OUT/.slurm/" + job.scenario.name + "/links-$SLURM_JOB_ID\"",
         f"cd {_q(job.repo)}",
