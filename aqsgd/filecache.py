@@ -22,8 +22,11 @@ __all__ = ["default_cache_dir", "build_once", "atomic_write", "atomic_write_byte
 
 
 def default_cache_dir() -> Path:
-    """`.cache/` at the repository root (git-ignored)."""
-    return Path(__file__).resolve().parent.parent / ".cache"
+    """The cache folder: $AQSGD_CACHE_DIR when set (read at each call, so a harness hands it
+    to its workers with their environment), else `.cache/` at the repository root
+    (git-ignored)."""
+    override = os.environ.get("AQSGD_CACHE_DIR")
+    return Path(override) if override else Path(__file__).resolve().parent.parent / ".cache"
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:

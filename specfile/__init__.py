@@ -9,12 +9,28 @@ YAML]). It imports only pydantic, yaml and the standard library, and is a packag
 own because aqsgd may import nothing of bench and bench.net nothing of aqsgd.
 """
 
-from specfile.declared import add_flags, bound, check_fields, description, flag_fields
+from specfile.declared import (
+    Default,
+    add_flags,
+    bound,
+    check_fields,
+    declaration,
+    declared_default,
+    description,
+    flag_fields,
+    or_none,
+    setting,
+)
 from specfile.errors import SpecError, Unit, describe
 from specfile.load import MAX_FILE_BYTES, SPEC_CONFIG, json_schema, raising, read_file, validate
 
 __all__ = [
+    "Default",
     "add_flags",
+    "declaration",
+    "declared_default",
+    "or_none",
+    "setting",
     "bound",
     "check_fields",
     "description",

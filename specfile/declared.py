@@ -2,9 +2,14 @@
 Field(ge=1, description="...")]`) is what files are validated against, what a value
 built in code is checked against, and what its command-line flag is made from.
 
-    stages: Annotated[int, Field(ge=1, description="pipeline stages")] = 2
+    Stages = Annotated[int, Field(ge=1, description="pipeline stages"), Default(2)]
+    stages: Stages = setting(Stages)              # the one default, from the declaration
     def __post_init__(self): check_fields(self)   # 'Workload.stages must be >= 1, got 0'
     add_flags(parser, Workload, ("steps", "seed"))  # --steps N (help: description, default)
+
+A setting two classes share (the worker's config and the harness's workload) is one
+such `Annotated` alias with its `Default`: both classes' fields are `setting(Alias)`, so
+neither can drift (`declaration(cls, name)` finds it again; a test walks them).
 
 `bound(hint)` is the one wording of a range ('>= 1', 'in 1..8', 'in (0, 1)'); specfile's
 pydantic errors use it too, so a file and a value built in code fail with the same words.
@@ -17,16 +22,53 @@ import dataclasses
 import functools
 import typing
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from specfile.errors import base_type, bound, constraints, expected, unwrap_optional
 
-__all__ = ["add_flags", "bound", "check_fields", "declared_fields", "description",
-           "flag_fields"]
+__all__ = ["Default", "add_flags", "bound", "check_fields", "declaration", "declared_default",
+           "declared_fields", "description", "flag_fields", "or_none", "setting"]
 
 _STRICT = ConfigDict(strict=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Default:
+    """`Annotated[int, Field(ge=1), Default(2)]`: the setting's one default (pydantic
+    ignores it; `setting` makes it the dataclass field's default)."""
+
+    value: Any
+
+
+def declared_default(hint: Any) -> Any:
+    """The `Default` value of a declared type; a TypeError when it declares none."""
+    values = [m.value for m in constraints(hint) if isinstance(m, Default)]
+    if not values:
+        raise TypeError(f"{hint!r} declares no Default(...)")
+    return values[-1]
+
+
+def setting(hint: Any) -> Any:
+    """The dataclass field of a declared setting, `name: Hint = setting(Hint)`: its
+    default is the declaration's, and the declaration rides in the field's metadata."""
+    return dataclasses.field(default=declared_default(hint), metadata={"declaration": hint})
+
+
+def or_none(hint: Any, none: str) -> Any:
+    """Declared type `hint` as an optional setting whose default None means `none`: the
+    same type and range, its help ending '(none: NONE)'."""
+    base, *meta = typing.get_args(hint)
+    text = f"{description(hint)} (none: {none})"
+    return Annotated[(base, *meta, Field(description=text), Default(None))] | None
+
+
+def declaration(cls: type, name: str) -> Any:
+    """The declared type of field `name` of dataclass `cls` when it was made by `setting`,
+    else None."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return field.metadata.get("declaration")
 
 
 def description(hint: Any) -> str:

@@ -14,13 +14,22 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import Field
 
 if TYPE_CHECKING:
     from transformers import GPT2Config
 
 __all__ = [
+    "Heads",
+    "Layers",
+    "MlpWidth",
     "ModelConfig",
+    "SHAPE_FIELDS",
+    "SeqLen",
+    "VocabSize",
+    "Width",
     "PRESETS",
     "PipelineDefaults",
     "TINY_FAMILY",
@@ -32,18 +41,30 @@ __all__ = [
 _ACTIVATIONS = ("gelu_new", "gelu", "relu")
 
 
+# The shape's settings, declared once (the harness's Workload offers each as an override
+# of the preset's: bench.harness.workload).
+Layers = Annotated[int, Field(ge=1, description="transformer blocks (n_layer)")]
+Width = Annotated[int, Field(ge=1, description="model width: channels of an activation")]
+Heads = Annotated[int, Field(ge=1, description="attention heads (they divide the width)")]
+VocabSize = Annotated[int, Field(ge=1, description="vocabulary: rows of the embedding and "
+                                                   "of the head")]
+SeqLen = Annotated[int, Field(ge=2, description="tokens per window (the context length)")]
+MlpWidth = Annotated[int, Field(ge=1, description="MLP width (none: 4 x the width)")]
+SHAPE_FIELDS = ("n_layer", "n_embd", "n_head", "vocab_size", "seq_len", "n_inner")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Shape of a GPT-2 model. `seq_len` is the context length (rows of wpe)."""
 
-    n_layer: int
-    n_embd: int
-    n_head: int
-    vocab_size: int
-    seq_len: int
+    n_layer: Layers
+    n_embd: Width
+    n_head: Heads
+    vocab_size: VocabSize
+    seq_len: SeqLen
     dropout: float = 0.1
     activation: str = "gelu_new"  # GPT-2's tanh approximation; "gelu" is cheaper on CPU
-    n_inner: int | None = None  # MLP width; None = 4 * n_embd
+    n_inner: MlpWidth | None = None  # None = 4 * n_embd
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
@@ -165,7 +186,14 @@ PRESETS: dict[str, ModelConfig] = {
     "gpt2": ModelConfig(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, seq_len=1024),
     "gpt2-medium": ModelConfig(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, seq_len=1024),
     "gpt2-large": ModelConfig(n_layer=36, n_embd=1280, n_head=20, vocab_size=50257, seq_len=1024),
+    # The AQ-SGD paper's model (its end-to-end runs: 8 stages of 6 blocks).
     "gpt2-xl": ModelConfig(n_layer=48, n_embd=1600, n_head=25, vocab_size=50257, seq_len=1024),
+    # ProtocolNanoGPT's shape (2026): 8 blocks of width 1024, 8 heads of 128, vocabulary
+    # 50304 (50257 rounded up to a multiple of 64), sequence 1024, one block per stage. Its
+    # blocks differ in detail (they are modded-nanogpt's); the bytes at a boundary and the
+    # FLOPs of a stage are the shape's, which is what a step time depends on.
+    "nanogpt-8x1024": ModelConfig(n_layer=8, n_embd=1024, n_head=8, vocab_size=50304,
+                                  seq_len=1024, dropout=0.0),
 }
 
 

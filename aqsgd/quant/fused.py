@@ -36,6 +36,7 @@ from aqsgd.quant.bitpack import packed_nbytes
 from aqsgd.quant.config import GOLDEN32, SCALE_DTYPE, QuantConfig
 
 __all__ = ["COMPILERS", "FLAGS", "SOURCES", "Library", "aqsgd_decode", "aqsgd_encode", "available",
+           "library_path",
            "dequantize_packed", "load_library", "quantize_packed", "status"]
 
 SOURCE = Path(__file__).with_name("fused_kernels.cpp")  # compiled; it includes the headers
@@ -73,7 +74,8 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
-def _library_path(cache_dir: Path) -> Path:
+def library_path(cache_dir: Path) -> Path:
+    """Where the kernels built for this machine (sources, flags, CPU) live under cache_dir."""
     key = hashlib.sha256()
     for part in (*(path.read_bytes() for path in SOURCES), " ".join(FLAGS).encode(),
                  platform.machine().encode(), _cpu_flags().encode()):
@@ -106,7 +108,7 @@ def load_library(cache_dir: Path, compilers: Sequence[str] = COMPILERS) -> Libra
     missing = [str(path) for path in SOURCES if not path.exists()]
     if missing:  # e.g. an installed wheel that left the C++ files out
         return Library(None, f"{', '.join(missing)} missing")
-    path = _library_path(cache_dir)
+    path = library_path(cache_dir)
     built = ""
     if not path.exists():
         compiler = next((c for c in compilers if shutil.which(c)), None)

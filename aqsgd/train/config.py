@@ -9,9 +9,10 @@ other keys override it), `pipeline`, `forward` and `backward`
 (aqsgd.compress.gradient.GradCompressionConfig),
 `train`, `data`, `dist`, `output`. Files and dicts are checked by specfile against the
 dataclasses' type hints: unknown keys and values of the wrong type are rejected with the
-full key path (`train.lr: expected a number, got 'fast'`); each setting's range is declared
-on its field (`Steps`, `Seed`, ...: specfile.declared), checked in files and in code
-(`train: steps must be >= 1, got 0`). `RunConfig.to_dict()` is the resolved configuration.
+full key path (`train.lr: expected a number, got 'fast'`). Each setting is declared once
+in aqsgd.train.settings (type, range, default, help), checked in files and in code
+(`train: total_steps must be >= 1, got 0`). `RunConfig.to_dict()` is the resolved
+configuration.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import Field
@@ -32,23 +33,39 @@ from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.compress.message import GRADIENT_MODES, CompressionConfig
 from aqsgd.compress.plugins import Plugin, PluginError
 from aqsgd.compress.registry import require_plugins
-from aqsgd.data.sources import DATASETS
 from aqsgd.model.config import PRESETS, ModelConfig
-from aqsgd.model.dropout import DROPOUT_MASKS
-from aqsgd.model.gpt2 import PRECISIONS
-from aqsgd.train.schedule import SCHEDULES
-from specfile import SPEC_CONFIG, SpecError, check_fields, raising, read_file, validate
+from aqsgd.train.settings import (
+    ClipNorm,
+    DataName,
+    DataPath,
+    DistBackend,
+    DistDevice,
+    DropoutMasks,
+    EvalAtStart,
+    EvalBatches,
+    EvalEvery,
+    EvalSamples,
+    InitFrom,
+    LearningRate,
+    LrWarmupSteps,
+    MaxSamples,
+    MicroBatchSize,
+    NumMicroBatches,
+    Precision,
+    Replicas,
+    Schedule,
+    Seed,
+    Stages,
+    TextField,
+    Threads,
+    TimeoutS,
+    Tokenizer,
+    TotalSteps,
+    WeightDecay,
+)
+from specfile import SPEC_CONFIG, SpecError, check_fields, raising, read_file, setting, validate
 
 __all__ = [
-    "MicroBatchSize",
-    "NumMicroBatches",
-    "Precision",
-    "Replicas",
-    "Seed",
-    "Stages",
-    "Steps",
-    "Threads",
-    "TimeoutS",
     "ConfigError",
     "PipelineConfig",
     "TrainConfig",
@@ -70,36 +87,24 @@ def _require(ok: bool, name: str, expected: str, value: Any) -> None:
         raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
-# The settings a run config shares with the harness's Workload (bench/harness/sweep.py),
-# each declared once: type, range and one line of help (specfile.declared).
-Stages = Annotated[int, Field(ge=1, description="pipeline stages")]
-Replicas = Annotated[int, Field(ge=1, description="data-parallel replicas of the pipeline")]
-MicroBatchSize = Annotated[int, Field(ge=1, description="samples per micro-batch")]
-NumMicroBatches = Annotated[int, Field(ge=1, description="micro-batches per optimizer step "
-                                                          "and replica")]
-Steps = Annotated[int, Field(ge=1, description="optimizer steps")]
-Seed = Annotated[int, Field(ge=0, description="seed of data order, dropout and init")]
-Threads = Annotated[int, Field(ge=1, description="torch threads of each worker process")]
-TimeoutS = Annotated[float, Field(gt=0, description="seconds init_process_group and every "
-                                                    "p2p or collective wait may take")]
-Precision = Annotated[Literal[tuple(PRECISIONS)], Field(description=(
-    "compute precision of every stage: fp32, or torch.autocast to bf16 or fp16 (fp16 with "
-    "dynamic loss scaling)"))]
 _AtLeast0 = Annotated[int, Field(ge=0)]
+
+
+# Each setting is declared once, in aqsgd.train.settings (type, range, default, help);
+# a field here is `setting(Declaration)`, so the harness's Workload, which builds its
+# fields from the same declarations, cannot disagree with it.
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    stages: Stages = 2
-    replicas: Replicas = 1
-    micro_batch_size: MicroBatchSize = 4
-    num_micro_batches: NumMicroBatches = 4
-    schedule: str = "gpipe"  # gpipe | 1f1b
+    stages: Stages = setting(Stages)
+    replicas: Replicas = setting(Replicas)
+    micro_batch_size: MicroBatchSize = setting(MicroBatchSize)
+    num_micro_batches: NumMicroBatches = setting(NumMicroBatches)
+    schedule: Schedule = setting(Schedule)
 
     def __post_init__(self):
         check_fields(self)
-        _require(self.schedule in SCHEDULES, "schedule", f"one of {sorted(SCHEDULES)}",
-                 self.schedule)  # fmt: skip
 
     @property
     def world_size(self) -> int:
@@ -112,27 +117,19 @@ class PipelineConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: Steps = 20
-    lr: Annotated[float, Field(gt=0, description="peak learning rate (AdamW)")] = 3e-4
-    weight_decay: Annotated[float, Field(ge=0)] = 0.01
-    # max global gradient norm across the pipeline; 0 = no clipping
-    clip: Annotated[float, Field(ge=0)] = 1.0
-    lr_warmup_steps: _AtLeast0 = 0  # linear warm-up to `lr`, then linear decay to 0 at `steps`
-    seed: Seed = 0
-    # Starting weights: None = random init from `seed`; "pretrained" = the cached
-    # starting checkpoint of aqsgd.model.pretrain; else a state-dict file or HF model directory.
-    init_from: str | None = None
-    threads: Threads = 1  # torch.set_num_threads
-    eval_every: _AtLeast0 = 0  # steps between evaluations; 0 = only after the last step
-    eval_batches: _AtLeast0 = 2  # micro-batches per replica in one evaluation; 0 = none
-    eval_at_start: bool = False  # also evaluate before the first step (an eval record at step 0)
-    # Dropout masks in training: "random" draws them from torch's RNG (the reference
-    # behaviour); "per_sample" from generators seeded by (seed, sample id, module), so a
-    # sample's masks repeat at every visit (aqsgd.model.dropout, docs/dropout-and-deltas.md).
-    dropout_masks: Literal["random", "per_sample"] = "random"
-    # weights, optimizer and the wire stay as they are (the wire's dtype is
-    # forward/backward.dtype); docs/precision.md
-    precision: Precision = "fp32"
+    total_steps: TotalSteps = setting(TotalSteps)
+    lr: LearningRate = setting(LearningRate)
+    weight_decay: WeightDecay = setting(WeightDecay)
+    clip: ClipNorm = setting(ClipNorm)
+    lr_warmup_steps: LrWarmupSteps = setting(LrWarmupSteps)
+    seed: Seed = setting(Seed)
+    init_from: InitFrom = setting(InitFrom)
+    threads: Threads = setting(Threads)
+    eval_every: EvalEvery = setting(EvalEvery)
+    eval_batches: EvalBatches = setting(EvalBatches)
+    eval_at_start: EvalAtStart = setting(EvalAtStart)
+    dropout_masks: DropoutMasks = setting(DropoutMasks)
+    precision: Precision = setting(Precision)
     # Test hooks (not for experiments): raise inside step `fail_at_step` on rank
     # `fail_rank`; write every rank's gradients after the first step to OUTPUT_DIR/grads.
     fail_at_step: _AtLeast0 | None = None
@@ -141,44 +138,33 @@ class TrainConfig:
 
     def __post_init__(self):
         check_fields(self)
-        _require(self.lr_warmup_steps <= self.steps, "lr_warmup_steps",
-                 f"in [0, steps={self.steps}]", self.lr_warmup_steps)  # fmt: skip
+        _require(self.lr_warmup_steps <= self.total_steps, "lr_warmup_steps",
+                 f"in [0, total_steps={self.total_steps}]", self.lr_warmup_steps)  # fmt: skip
         _require(not self.eval_at_start or self.eval_batches >= 1, "eval_at_start",
                  "false when eval_batches is 0 (no evaluation)", self.eval_at_start)
-        _require(self.dropout_masks in DROPOUT_MASKS, "dropout_masks",
-                 f"one of {DROPOUT_MASKS}", self.dropout_masks)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    # aqsgd.data.sources.DATASETS, or "synthetic" (no tokenizer; tests, benchmarks)
-    name: str = "pydoc"
-    path: str | None = None  # local file or directory for file-backed data sets
-    max_samples: Annotated[int, Field(ge=1)] | None = None  # cap on training windows (None: all)
-    eval_samples: _AtLeast0 = 64  # windows held out for evaluation
-    text_field: str = "text"  # column of parquet/arrow/JSON records that holds the text
-    # a tokenizer.json, or a vocab.json with merges.txt beside it; None: the suite's BPE
-    # of model.vocab_size (aqsgd.model.source.run_tokenizer; docs/models.md)
-    tokenizer: str | None = None
+    name: DataName = setting(DataName)
+    path: DataPath = setting(DataPath)  # local file or directory for file-backed data sets
+    max_samples: MaxSamples = setting(MaxSamples)
+    eval_samples: EvalSamples = setting(EvalSamples)
+    text_field: TextField = setting(TextField)
+    # None: the suite's BPE of model.vocab_size (aqsgd.model.source.run_tokenizer)
+    tokenizer: Tokenizer = setting(Tokenizer)
 
     def __post_init__(self):
-        names = (*DATASETS, "synthetic")
-        _require(self.name in names, "name", f"one of {names}", self.name)
         check_fields(self)
-        _require(isinstance(self.text_field, str) and self.text_field != "", "text_field",
-                 "a non-empty column name", self.text_field)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class DistConfig:
-    backend: Literal["auto", "gloo", "nccl"] = "auto"  # auto: nccl on cuda, else gloo
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    timeout_s: TimeoutS = 60.0
+    backend: DistBackend = setting(DistBackend)
+    device: DistDevice = setting(DistDevice)
+    timeout_s: TimeoutS = setting(TimeoutS)
 
     def __post_init__(self):
-        _require(self.backend in ("auto", "gloo", "nccl"), "backend", "auto|gloo|nccl",
-                 self.backend)  # fmt: skip
-        _require(self.device in ("auto", "cpu", "cuda"), "device", "auto|cpu|cuda", self.device)
         check_fields(self)
 
 
@@ -282,16 +268,29 @@ def _with_plugins(data: Any) -> Any:
     return data
 
 
+# Keys that were renamed: an old file is told the new name, not only "unknown key".
+_RENAMED = {("train", "steps"): "train.total_steps (every optimizer step, warm-up included)"}
+
+
+def _no_old_keys(data: Any) -> Any:
+    for (section, key), new in _RENAMED.items():
+        if isinstance(data, dict) and isinstance(data.get(section), dict) \
+                and key in data[section]:
+            raise SpecError(f"renamed: write {new}, got {data[section][key]!r}",
+                            f"{section}.{key}")
+    return data
+
+
 def config_from_dict(data: dict) -> RunConfig:
     with raising(ConfigError, render=_message):
-        return validate(RunConfig, _with_preset(_with_plugins(data)))
+        return validate(RunConfig, _with_preset(_with_plugins(_no_old_keys(data))))
 
 
 def load_config(path: str | Path) -> RunConfig:
     """Read a RunConfig from a .yaml/.yml or .json file."""
     data = read_file(path, error=ConfigError, what="run config")
     with raising(ConfigError, source=str(path), render=_message):
-        return validate(RunConfig, _with_preset(_with_plugins(data or {})))
+        return validate(RunConfig, _with_preset(_with_plugins(_no_old_keys(data or {}))))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,7 +134,7 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
     dp = make_data_parallel(cfg.grad, module.parameters(), dp_group,
                             {"lr": t.lr, "weight_decay": t.weight_decay})  # fmt: skip
     lr_sched = torch.optim.lr_scheduler.LambdaLR(
-        dp.optimizer, linear_warmup_decay(t.lr_warmup_steps, t.steps)
+        dp.optimizer, linear_warmup_decay(t.lr_warmup_steps, t.total_steps)
     )
     meter = StepMeter(topo.rank, trace=cfg.output.trace)
     masks = use_sample_dropout(module, t.seed) if t.dropout_masks == "per_sample" else None
@@ -156,9 +156,9 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
     )  # fmt: skip
     if t.eval_batches and t.eval_at_start:
         writer.write(runner.evaluate(0, t.eval_batches, p.micro_batch_size))
-    for step in range(t.steps):
+    for step in range(t.total_steps):
         writer.write(runner.train_step(step))
-        last = step == t.steps - 1
+        last = step == t.total_steps - 1
         if t.eval_batches and ((t.eval_every and (step + 1) % t.eval_every == 0) or last):
             writer.write(runner.evaluate(step + 1, t.eval_batches, p.micro_batch_size))
     if cfg.output.trace:

@@ -45,6 +45,7 @@ from aqsgd.train.config import (
 )
 from bench.harness.modes import ModeSpec
 from bench.harness.sweep import CellSpec, Workload
+from bench.harness.workload import SHAPE_OVERRIDES
 
 __all__ = ["FREEZE_FRACTION", "compression", "freeze_after_steps", "model_choice",
            "run_config", "write_run_config"]
@@ -127,10 +128,20 @@ def _apply_overrides(config: RunConfig, overrides: dict) -> RunConfig:
 
 
 def model_choice(workload: Workload) -> ModelChoice:
-    """The workload's model, shape and tokenizer resolved (aqsgd.model.source); a
-    ModelSourceError (a ValueError) naming the setting to change."""
+    """The workload's model, shape and tokenizer resolved (aqsgd.model.source): the
+    preset's shape with the workload's own shape settings over it; a ValueError naming
+    the setting to change (a ModelSourceError, or a shape that cannot be built)."""
     w = workload
-    return resolve_model(w.model, w.preset, w.tokenizer, w.seq_len)
+    choice = resolve_model(w.model, w.preset, w.tokenizer, w.seq_len)
+    shape = {k: getattr(w, k) for k in SHAPE_OVERRIDES
+             if k != "seq_len" and getattr(w, k) is not None}
+    if not shape:
+        return choice
+    try:
+        return dataclasses.replace(choice, config=choice.config.replace(**shape))
+    except ValueError as err:  # ModelConfig's words name n_embd and n_head
+        raise ValueError(f"Workload {', '.join(f'{k}={v}' for k, v in shape.items())} over "
+                         f"preset {w.preset!r}: {err}") from None
 
 
 def _init_from(w: Workload, choice: ModelChoice) -> str | None:
@@ -155,12 +166,12 @@ def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
         model=model,
         pipeline=PipelineConfig(stages=w.stages, replicas=w.replicas,
                                 micro_batch_size=w.micro_batch_size,
-                                num_micro_batches=w.num_micro_batches, schedule="gpipe"),
+                                num_micro_batches=w.num_micro_batches, schedule=w.schedule),
         forward=forward,
         backward=backward,
         grad=grad,
         # eval_every 0: the worker evaluates after the last step only
-        train=TrainConfig(steps=w.total_steps, lr=w.lr, seed=w.seed, threads=w.threads,
+        train=TrainConfig(total_steps=w.total_steps, lr=w.lr, seed=w.seed, threads=w.threads,
                           eval_every=w.steps_per_epoch if w.eval_each_epoch else 0,
                           eval_at_start=w.eval_each_epoch, eval_batches=w.eval_batches,
                           dropout_masks=w.dropout_masks,

@@ -108,10 +108,12 @@ def run_paper(args) -> int:
 
 
 def model_configs(preset: str | ModelConfig, stages: int, replicas: int, micro_batch_size: int,
-                  num_micro_batches: int, modes: list[str]) -> dict[str, RunConfig]:
+                  num_micro_batches: int, modes: list[str], *, schedule: str = "gpipe",
+                  shape: dict | None = None) -> dict[str, RunConfig]:
     """{mode: RunConfig} as a cell of that mode and layout would run (bench.harness.cells),
-    for the performance model; `preset` a preset name or a ModelConfig of its own. A mode
-    that compresses data-parallel gradients gets at least 2 replicas."""
+    for the performance model; `preset` a preset name or a ModelConfig of its own, `shape`
+    Workload's shape settings over the preset's. A mode that compresses data-parallel
+    gradients gets at least 2 replicas."""
     model = None
     if isinstance(preset, ModelConfig):
         model, preset = preset, "gpt2-xl"  # the layout is checked again with `model`
@@ -119,9 +121,11 @@ def model_configs(preset: str | ModelConfig, stages: int, replicas: int, micro_b
     for text in modes:
         mode = parse_mode(text)
         reps = max(2, replicas) if mode.compresses_dp else replicas
+        # the model's weights do not enter a step's time: random init needs no checkpoint
         workload = Workload(preset=preset, stages=stages, replicas=reps,
                             micro_batch_size=micro_batch_size,
-                            num_micro_batches=num_micro_batches)
+                            num_micro_batches=num_micro_batches, schedule=schedule,
+                            init_from=None, **(shape or {}))
         config = run_config(CellSpec("model", mode, workload), Path("model"))
         out[text] = dataclasses.replace(config, model=model) if model else config
     return out

@@ -29,11 +29,11 @@ from pathlib import Path
 
 from bench import REPO_ROOT
 from bench.harness.cells import run_config, write_run_config
-from bench.harness.checkpoint import prepare_checkpoints
 from bench.harness.lock import raise_if_full, sweep_lock
 from bench.harness.meta import cell_dir_name, expected_identity, meta_head
 from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
 from bench.harness.outages import survivable as survivable_config
+from bench.harness.prebuild import prepare_builds
 from bench.harness.preflight import SweepPlan, check_sweep, on_hosts, refuse_unsupported
 from bench.harness.progress import Progress
 from bench.harness.sweep import CellSpec, SweepSpec
@@ -393,7 +393,9 @@ def _run_locked(spec: SweepSpec, cells: list[CellSpec], scenarios: dict[str, Net
         if why[c.name] not in ("", "not measured yet"):
             echo(f"measure {cell_dir_name(c, choice)} again: {why[c.name]}")
     echo(estimate_line(spec, todo, sweep_dir, choice))
-    prepare_checkpoints(todo, REPO_ROOT, echo)
+    builds = prepare_builds(todo, REPO_ROOT, echo)  # nothing is built inside a cell
+    if builds:
+        write_json(sweep_dir / "builds.json", [b.to_dict() for b in builds])
     weights = {c.name: spec.timing.cell_s(c) if spec.timing else 1.0 for c in todo}
     with Progress(sum(weights.values()), quiet) as bar:
         for name, group in itertools.groupby(todo, key=lambda c: c.scenario):

@@ -1,7 +1,9 @@
 """What every worker of a cell trains: `Workload`, each field declared once with its type,
-range, default and one line of help. A sweep file's `workload:` keys, a variant's, and
-the `bench run` flags (bench.harness.commands.run) are its fields; bench.harness.cells
-turns it into each cell's RunConfig.
+range, default and one line of help (those it shares with the worker's config are
+aqsgd.train.settings' declarations, the model's shape aqsgd.model.config's). A sweep
+file's `workload:` keys, a variant's, and the `bench run` flags
+(bench.harness.commands.run) are its fields; bench.harness.cells turns it into each
+cell's RunConfig.
 
     Workload(steps=5, stages=4)            # 'Workload.steps must be >= 1, got 0' for 0
     dataclasses.replace(w, seed=1)         # checked again (specfile.check_fields)
@@ -16,91 +18,103 @@ from typing import Annotated
 from pydantic import Field
 
 from aqsgd.data.sources import DATASETS
-from aqsgd.model.config import PRESETS
-from aqsgd.model.dropout import DROPOUT_MASKS
-from aqsgd.train.config import (
+from aqsgd.model.config import PRESETS, Heads, Layers, MlpWidth, SeqLen, VocabSize, Width
+from aqsgd.train.settings import (
+    DataPath,
+    DropoutMasks,
+    EvalSamples,
+    InitFrom,
+    LearningRate,
     MicroBatchSize,
     NumMicroBatches,
     Precision,
     Replicas,
+    Schedule,
     Seed,
     Stages,
-    Steps,
     Threads,
     TimeoutS,
+    Tokenizer,
 )
-from specfile import SPEC_CONFIG, check_fields
+from specfile import SPEC_CONFIG, check_fields, or_none, setting
 
-__all__ = ["IDENTITY_IF_SET", "Workload"]
+__all__ = ["IDENTITY_IF_SET", "SHAPE_OVERRIDES", "Workload"]
 
 # Fields added after cells were recorded: in a cell's identity only when not at their
 # default (Workload.identity).
 IDENTITY_IF_SET = frozenset({"precision", "model", "tokenizer", "data", "data_path",
-                             "seq_len"})
+                             "seq_len", "schedule", "n_layer", "n_embd", "n_head",
+                             "vocab_size", "n_inner"})
+# The model shape a workload may set instead of the preset's (aqsgd.model.config.SHAPE_FIELDS)
+SHAPE_OVERRIDES = ("n_layer", "n_embd", "n_head", "vocab_size", "seq_len", "n_inner")
 
 _VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
+_PRESET = "the preset's"
 
 
 @dataclass(frozen=True)
 class Workload:
     """What every worker of a cell trains: model, layout, data, steps, evaluation.
 
-    Length: with `epochs` 0 (bench cells), the warm-up epochs (uncompressed, excluded
-    from throughput) run over `train_samples` windows first, then `steps` measured
-    optimizer steps; with `epochs` > 0 (convergence cells) the run is that many whole
-    passes over the training split, warm-up epochs included, and `steps` is not used.
-    Evaluation: once at the end, or with `eval_each_epoch` also before the first step
-    and after every epoch, each time over `eval_windows` held-out windows, uncompressed.
+    The settings it shares with the worker's config (stages, micro-batches, schedule,
+    learning rate, seed, ...) are aqsgd.train.settings' declarations, default included;
+    those that exist only for cells (the preset, measured steps, epochs, variants) are
+    declared here. Length: with `epochs` 0 (bench cells), the warm-up epochs
+    (uncompressed, excluded from throughput) run over `train_samples` windows first,
+    then `steps` measured optimizer steps; with `epochs` > 0 (convergence cells) the run
+    is that many whole passes over the training split, warm-up epochs included, and
+    `steps` is not used. Evaluation: once at the end, or with `eval_each_epoch` also
+    before the first step and after every epoch, each time over `eval_windows` held-out
+    windows, uncompressed.
     """
 
     __pydantic_config__ = SPEC_CONFIG  # a variant's workload is validated on its own
 
-    preset: Annotated[str, Field(description="model preset")] = "tiny"
-    stages: Stages = 2
-    replicas: Replicas = 1
-    micro_batch_size: MicroBatchSize = 16  # model.config.TINY_PIPELINE: comm-bound at 100 Mbit/s
-    num_micro_batches: NumMicroBatches = 4
-    steps: Annotated[Steps, Field(description="measured steps after the warm-up")] = 10
+    preset: Annotated[str, Field(description=(
+        "model preset: a named shape (aqsgd.model.config.PRESETS)"))] = "tiny"
+    # the shape, each the preset's unless set (a shape without a checkpoint)
+    n_layer: or_none(Layers, _PRESET) = None
+    n_embd: or_none(Width, _PRESET) = None
+    n_head: or_none(Heads, _PRESET) = None
+    vocab_size: or_none(VocabSize, _PRESET) = None
+    seq_len: or_none(SeqLen, "the model's context length") = None
+    n_inner: or_none(MlpWidth, _PRESET) = None
+    stages: Stages = setting(Stages)
+    replicas: Replicas = setting(Replicas)
+    micro_batch_size: MicroBatchSize = setting(MicroBatchSize)
+    num_micro_batches: NumMicroBatches = setting(NumMicroBatches)
+    schedule: Schedule = setting(Schedule)
+    steps: Annotated[int, Field(ge=1, description=(
+        "measured optimizer steps after the warm-up"))] = 10
     epochs: Annotated[int, Field(ge=0, description=(
         "whole passes over the training data, warm-up included (0: warm-up, then steps)"))] = 0
     warmup_epochs: Annotated[int, Field(ge=0, description=(
         "uncompressed epochs before the measured steps"))] = 1
     train_samples: Annotated[int, Field(ge=1, description=(
         "training windows (one warm-up epoch = one pass over them)"))] = 128
-    seed: Seed = 0
-    threads: Threads = 1
-    lr: Annotated[float, Field(gt=0, lt=1, description="peak learning rate (AdamW)")] = 1e-4
+    seed: Seed = setting(Seed)
+    threads: Threads = setting(Threads)
+    lr: LearningRate = setting(LearningRate)
     # rounded up to whole micro-batches of every replica (see eval_windows)
-    eval_samples: Annotated[int, Field(ge=0, description=(
-        "held-out windows per evaluation (0: no evaluation)"))] = 128
+    eval_samples: EvalSamples = setting(EvalSamples)
     eval_each_epoch: Annotated[bool, Field(description=(
         "also evaluate before the first step and after every epoch"))] = False
     dropout: Annotated[float, Field(ge=0, lt=1, description=(
         "dropout probability (RunConfig model.dropout; none: the preset's)"))] | None = None
-    dropout_masks: str = "random"  # RunConfig train.dropout_masks: random | per_sample
+    dropout_masks: DropoutMasks = setting(DropoutMasks)
     # in the cell's name and identity only when not fp32 (label, identity)
-    precision: Precision = "fp32"
+    precision: Precision = setting(Precision)
     variant: str = ""  # short label of a sweep variant, in the cell's name ("" = default)
-    dist_timeout_s: TimeoutS = 60.0
-    # the paper fine-tunes a pre-trained model; AQ-SGD relies on slowly changing activations
-    init_from: Annotated[str, Field(description=(
-        "starting weights (RunConfig train.init_from): 'pretrained' (the cached checkpoint, "
-        "built once), 'none' (random init) or a state-dict path"))] | None = "pretrained"
+    dist_timeout_s: TimeoutS = setting(TimeoutS)
+    init_from: InitFrom = setting(InitFrom)
     model: Annotated[str, Field(description=(
         "a checkpoint to fine-tune instead of the preset's: a save_pretrained folder or a "
         "model id in the local Hugging Face cache (shape from its config.json), or a "
         "state-dict file (the preset's shape); docs/models.md"))] | None = None
-    tokenizer: Annotated[str, Field(description=(
-        "tokenizer files: a tokenizer.json, a vocab.json with merges.txt beside it, or a "
-        "folder or cached model id holding them (none: the model folder's own, else the "
-        "suite's BPE of the preset's vocabulary)"))] | None = None
+    tokenizer: Tokenizer = setting(Tokenizer)
     data: Annotated[str, Field(description=(
         f"data set: {', '.join(DATASETS)} (docs/data.md)"))] = "pydoc"
-    data_path: Annotated[str, Field(description=(
-        "the data's file, folder or data set id in the local Hugging Face caches (text, "
-        "wikitext)"))] | None = None
-    seq_len: Annotated[int, Field(ge=2, description=(
-        "tokens per window (none: the model's context length)"))] | None = None
+    data_path: DataPath = setting(DataPath)
     gc_replicas: Annotated[int, Field(ge=2, description=(
         "replicas of the aqsgd+gc cells when replicas is 1"))] = 2
     # `bench run` on a 4-host scenario runs its pipeline cells with 4 stages and its
@@ -120,15 +134,23 @@ class Workload:
         if self.epochs and self.epochs <= self.warmup_epochs:
             raise ValueError(f"Workload.epochs must exceed warmup_epochs={self.warmup_epochs} "
                              f"(or be 0: warm-up, then `steps`), got {self.epochs}")
-        if self.dropout_masks not in DROPOUT_MASKS:
-            raise ValueError(f"Workload.dropout_masks must be one of {', '.join(DROPOUT_MASKS)}, "
-                             f"got {self.dropout_masks!r}")
         if not isinstance(self.variant, str) or not set(self.variant) <= _VARIANT_CHARS:
             raise ValueError(f"Workload.variant must be a short label of a-z, 0-9, '-' and "
                              f"'_' (it goes in directory names), got {self.variant!r}")
         if self.data not in DATASETS:
             raise ValueError(f"Workload.data must be one of {', '.join(DATASETS)}, "
                              f"got {self.data!r}")
+        shape = {k: getattr(self, k) for k in SHAPE_OVERRIDES if k != "seq_len"
+                 and getattr(self, k) is not None}
+        if self.model is not None and shape:
+            raise ValueError(f"Workload.{next(iter(shape))} sets a shape, but model names a "
+                             f"checkpoint whose shape is its own ({self.model!r}): set one "
+                             f"of them, got {shape}")
+        if shape and self.init_from == "pretrained":
+            raise ValueError(f"Workload.init_from 'pretrained' has no checkpoint of a shape "
+                             f"set here ({', '.join(f'{k}={v}' for k, v in shape.items())}; "
+                             f"starting checkpoints are built per preset): set init_from "
+                             f"to none (random init) or a state-dict of that shape")
         if self.model is not None and self.init_from not in (None, "pretrained"):
             raise ValueError(f"Workload.init_from must be 'pretrained' (the model's weights) "
                              f"or none (random init) when model names a checkpoint, got "

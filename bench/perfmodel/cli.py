@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from aqsgd.model.config import PRESETS
-from aqsgd.train.config import RunConfig
+from aqsgd.model.config import PRESETS, SHAPE_FIELDS, ModelConfig
+from aqsgd.train.config import PipelineConfig, RunConfig
 from bench.net.placement import PlacementError, place
 from bench.net.scenario import NetworkScenario, load_scenario
 from bench.perfmodel.measure import measure_profile
@@ -34,6 +34,7 @@ from bench.perfmodel.validate import TARGET, fit_comm, load_cells, validate_cell
 from bench.perfmodel.whatif import is_fp32, scenario_for, whatif, whatif_text
 from bench.results.files import find_cells
 from bench.results.records import records_json
+from specfile import add_flags
 
 __all__ = ["GPU_PROFILE", "WHATIF_MODES", "STDOUT", "add_model_arguments", "add_output_arguments",
            "write_outputs", "add_profile_arguments",
@@ -121,6 +122,9 @@ def add_model_arguments(p: argparse.ArgumentParser, configs_for: ConfigsFor) -> 
     p.add_argument("--micro-batches", type=int, default=32,
                    help="micro-batches per step and replica (default 32; batch = this x "
                         "micro-batch size)")
+    add_flags(p, PipelineConfig, ("schedule",))
+    # a shape without a checkpoint: each of the preset's unless given
+    add_flags(p, ModelConfig, SHAPE_FIELDS, unset={n: "the preset's" for n in SHAPE_FIELDS})
     p.add_argument("--profile", default=GPU_PROFILE,
                    help=f"a profile file, or a name in profiles/ "
                         f"({', '.join(available_profiles())}) (default {GPU_PROFILE}: "
@@ -145,11 +149,26 @@ def _check_model_args(args) -> None:
                         ("--micro-batches", args.micro_batches)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
-    blocks = PRESETS[args.preset].n_layer
+    try:
+        blocks = model_shape(args).n_layer
+    except ValueError as err:  # e.g. heads that do not divide the width
+        given = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in shape_args(args).items())
+        raise ValueError(f"{given} over --preset {args.preset}: {err}") from None
     if args.stages > blocks:
-        raise ValueError(f"--stages {args.stages}: preset {args.preset!r} has {blocks} "
-                         f"blocks (a stage needs at least one): at most {blocks} stages, or "
-                         f"a deeper --preset")
+        raise ValueError(f"--stages {args.stages}: the model ({args.preset}"
+                         f"{' reshaped' if shape_args(args) else ''}) has {blocks} blocks (a "
+                         f"stage needs at least one): at most {blocks} stages, or a deeper "
+                         f"--preset or --n-layer")
+
+
+def shape_args(args) -> dict:
+    """The shape flags given (--n-layer, --n-embd, ...), by ModelConfig field."""
+    return {k: getattr(args, k) for k in SHAPE_FIELDS if getattr(args, k) is not None}
+
+
+def model_shape(args) -> ModelConfig:
+    """The preset's shape with the shape flags over it; ModelConfig's ValueError."""
+    return PRESETS[args.preset].replace(**shape_args(args))
 
 
 def _layout(config: RunConfig) -> Layout:
@@ -159,8 +178,9 @@ def _layout(config: RunConfig) -> Layout:
 def _rows(args, configs_for: ConfigsFor) -> list[tuple[str, RunConfig]]:
     """Every mode's config, and fp32 at each other layout a mode runs (aqsgd+gc's
     replicas) just before that mode, so each row has fp32 of its own shape."""
+    shape = dict(schedule=args.schedule, shape=shape_args(args))
     configs = configs_for(args.preset, args.stages, args.replicas, args.micro_batch_size,
-                          args.micro_batches, list(args.modes))
+                          args.micro_batches, list(args.modes), **shape)
     rows: list[tuple[str, RunConfig]] = []
     have = {_layout(c) for c in configs.values() if is_fp32(c)}
     for mode, config in configs.items():
@@ -169,7 +189,7 @@ def _rows(args, configs_for: ConfigsFor) -> list[tuple[str, RunConfig]]:
             stages, replicas = layout
             rows.append(("fp32", configs_for(args.preset, stages, replicas,
                                              args.micro_batch_size, args.micro_batches,
-                                             ["fp32"])["fp32"]))
+                                             ["fp32"], **shape)["fp32"]))
             have.add(layout)
         rows.append((mode, config))
     return rows
@@ -199,11 +219,17 @@ def run_model(args, configs_for: ConfigsFor) -> int:
     except ValueError as err:  # the rate out of the scenario file's bounds
         raise ValueError(f"--rate-mbit {args.rate_mbit:g}: {err}") from None
     rate = f" at {args.rate_mbit:g} Mbit/s" if args.rate_mbit else ""
-    title = (f"{args.preset}, {args.stages} stages x {args.replicas} replica(s), micro-batch "
-             f"{args.micro_batch_size} x {args.micro_batches}, scenario {scenario.name}{rate}, "
-             f"profile {profile.name} ({profile.precision} compute)")
+    model = model_shape(args)
+    reshaped = (f" reshaped to {model.n_layer} x {model.n_embd} ({model.n_head} heads, "
+                f"vocabulary {model.vocab_size}, sequence {model.seq_len})"
+                if shape_args(args) else "")
+    title = (f"{args.preset}{reshaped}, {args.stages} stages x {args.replicas} replica(s), "
+             f"{args.schedule}, micro-batch {args.micro_batch_size} x {args.micro_batches}, "
+             f"scenario {scenario.name}{rate}, profile {profile.name} ({profile.precision} "
+             f"compute)")
     results = whatif(rows, scenario, profile)
-    context = {"preset": args.preset, "micro_batch_size": args.micro_batch_size,
+    context = {"preset": args.preset, **shape_args(args), "schedule": args.schedule,
+               "micro_batch_size": args.micro_batch_size,
                "micro_batches": args.micro_batches, "scenario": scenario.name,
                "rate_mbit": args.rate_mbit, "profile": profile.name,
                "precision": profile.precision}

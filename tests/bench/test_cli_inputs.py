@@ -23,7 +23,7 @@ def nothing_runs(monkeypatch):
     def refuse(*args, **kwargs):
         pytest.fail("bad input must be refused before anything runs")
 
-    for target in ("bench.harness.run._run_group", "bench.harness.run.prepare_checkpoints",
+    for target in ("bench.harness.run._run_group", "bench.harness.run.prepare_builds",
                    "bench.harness.run.run_sweep", "bench.harness.convergence.run_sweep",
                    "bench.perfmodel.cli.measure_profile",
                    "bench.launch.docker.compose.write_compose"):

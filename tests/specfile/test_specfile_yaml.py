@@ -128,8 +128,8 @@ KINDS = {
                  ("link", "rate_mbit", "10"), load_scenario, ScenarioError, "scenario file"),
     "sweep": ("name: s\nscenarios: [loopback]\nmodes: [fp32]\nworkload:\n  steps: 3\n",
               ("workload", "steps", "300"), load_sweep, SpecError, "sweep file"),
-    "run config": ("pipeline:\n  stages: 2\ntrain:\n  steps: 3\n",
-                   ("train", "steps", "300"), load_config, ConfigError, "run config"),
+    "run config": ("pipeline:\n  stages: 2\ntrain:\n  total_steps: 3\n",
+                   ("train", "total_steps", "300"), load_config, ConfigError, "run config"),
     "profile": ("name: p\ndevice: cpu\nsource: test\ndate: '2026-01-01'\nkind: published\n"
                 "compute:\n  flop_rate_tflops: 1.0\n",
                 ("compute", "flop_rate_tflops", "2.0"), load_profile, ProfileError, "profile"),
@@ -247,5 +247,5 @@ def test_config_module_without_a_file_says_what_to_give():
 def test_config_main_prints_a_good_file_resolved(capsys):
     assert config_main(["examples/tiny-2stage.yaml"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("model:\n") and "  steps: 24\n" in out
+    assert out.startswith("model:\n") and "  total_steps: 24\n" in out
     assert yaml.safe_load(out) == load_config(REPO / "examples/tiny-2stage.yaml").to_dict()

@@ -56,8 +56,8 @@ def run_slurm(args: argparse.Namespace) -> int:
 
     from bench import REPO_ROOT
     from bench.harness.cells import run_config, write_run_config
-    from bench.harness.checkpoint import prepare_checkpoints
     from bench.harness.meta import cell_dir_name, meta_head
+    from bench.harness.prebuild import prepare_checkpoints
     from bench.harness.preflight import check_sweep, load_checked_sweep
     from bench.launch.choice import LauncherChoice
     from bench.launch.export.slurm import (

@@ -264,9 +264,9 @@ def test_codes_unpack_with_bitpack():
 def test_library_is_cached_per_machine():
     library = fused.load_library(default_cache_dir())  # built by the fixture: only loaded
     assert library.lib is not None and "built now" not in library.note
-    path = fused._library_path(default_cache_dir())
+    path = fused.library_path(default_cache_dir())
     assert path.exists() and path.name in library.note
-    assert path == fused._library_path(default_cache_dir())  # a stable key
+    assert path == fused.library_path(default_cache_dir())  # a stable key
 
 
 def test_no_compiler_is_a_stated_fallback(tmp_path, monkeypatch):

@@ -36,7 +36,8 @@ def run_config(tmp_path: Path, **sections) -> dict:
     base = {
         "model": dict(SMALL_MODEL),
         "pipeline": {"stages": 2, "replicas": 1, "micro_batch_size": 2, "num_micro_batches": 3},
-        "train": {"steps": 2, "lr": 1e-3, "clip": 0.05, "threads": 1, "eval_batches": 1,
+        "train": {"total_steps": 2, "init_from": None,
+                  "lr": 1e-3, "clip": 0.05, "threads": 1, "eval_batches": 1,
                   "dump_grads": True, "seed": 3},
         "data": {"name": "synthetic", "max_samples": 48, "eval_samples": 8},
         "dist": {"timeout_s": 30},
@@ -80,9 +81,10 @@ def reference(cfg_dict: dict):
     sampler = Sampler(len(train_tokens), p.micro_batch_size, p.num_micro_batches, t.seed,
                       p.replicas)  # fmt: skip
     opt = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_warmup_decay(t.lr_warmup_steps, t.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, linear_warmup_decay(t.lr_warmup_steps, t.total_steps))
     losses, grads = [], None
-    for step in range(t.steps):
+    for step in range(t.total_steps):
         ids = torch.stack([sampler.step_ids(step, r) for r in range(p.replicas)])  # (R, M, B)
         forward(ids).backward()  # all R * M * B windows as one batch
         with torch.no_grad():
@@ -120,7 +122,7 @@ def check_bytes_and_trace(cfg: dict, out: Path) -> None:
     assert r1[0]["bytes_by_peer"] == {"0": {"sent": M * per_msg, "recv": M * per_msg}}
     assert r1[1]["lr"] < r1[0]["lr"]  # linear decay
     ev = [m for m in r1 if m["kind"] == "eval"]
-    assert len(ev) == 1 and ev[0]["step"] == cfg["train"]["steps"]
+    assert len(ev) == 1 and ev[0]["step"] == cfg["train"]["total_steps"]
     assert ev[0]["bytes_recv"]["activation"] == header + B * L * D * 4
     trace = json.loads((out / "trace" / "rank0.json").read_text())["traceEvents"]
     cats = {e.get("cat") for e in trace if e["ph"] == "X"}
@@ -181,7 +183,7 @@ def test_records_flag_warm_up_steps_per_direction(tmp_path):
     records are never warm-up steps."""
     cfg = run_config(tmp_path, forward={"mode": "aqsgd", "bits": 4, "warmup_epochs": 1},
                      backward={"mode": "directq", "bits": 8, "warmup_epochs": 2},
-                     train={"steps": 6, "dump_grads": False},
+                     train={"total_steps": 6, "init_from": None, "dump_grads": False},
                      data={"max_samples": 12})  # 12 windows / (3 x 2) a step: 2 steps an epoch
     out = launch(tmp_path, cfg)
     for rank in (0, 1):

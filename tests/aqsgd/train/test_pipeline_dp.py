@@ -31,7 +31,8 @@ def config(out: Path) -> dict:
         "forward": {"mode": "aqsgd", "bits": BITS, "warmup_epochs": 1},
         "grad": {"mode": "qadam", "freeze_after_steps": STEPS_PER_EPOCH},
         # a small clip: every step is clipped, so the coefficient matters
-        "train": {"steps": STEPS_PER_EPOCH * EPOCHS, "lr": 1e-3, "clip": 0.05, "seed": 2,
+        "train": {"total_steps": STEPS_PER_EPOCH * EPOCHS, "init_from": None,
+                  "lr": 1e-3, "clip": 0.05, "seed": 2,
                   "eval_every": STEPS_PER_EPOCH, "eval_batches": EVAL_BATCHES,
                   "eval_at_start": True},
         # 32 windows: shards of 16, 4 per step and replica, so 4 steps an epoch; the

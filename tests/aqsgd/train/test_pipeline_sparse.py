@@ -46,7 +46,7 @@ def _run(tmp_path: Path) -> tuple[Path, list[int]]:
             "forward": {"mode": "sparse-logged", "bits": 2, "warmup_epochs": 0,
                         "first_visit": "zero"},
             "backward": {"mode": "directq", "bits": 4, "warmup_epochs": 0},
-            "train": {"steps": STEPS, "lr": 3e-3, "seed": 5, "eval_batches": 2},
+            "train": {"total_steps": STEPS, "lr": 3e-3, "seed": 5, "eval_batches": 2},
             "data": {"name": "synthetic", "max_samples": 16, "eval_samples": 16},
             "dist": {"timeout_s": 60},
             "output": {"dir": str(out)},

@@ -76,7 +76,7 @@ def test_every_cell_evaluates_at_least_128_windows_each_once(tmp_path, replicas)
 def test_convergence_cell_evaluates_at_start_and_every_epoch(tmp_path):
     cell, config = _config("aqsgd:2/4", tmp_path, epochs=10, train_samples=768,
                            eval_each_epoch=True)
-    assert config.train.steps == 120 and config.train.eval_every == 12
+    assert config.train.total_steps == 120 and config.train.eval_every == 12
     assert config.train.eval_at_start and config.data.max_samples == 768
 
 
@@ -94,7 +94,7 @@ def test_run_config_is_accepted_by_the_worker_config_loader(tmp_path):
     for mode in ("fp32", "directq:4/8", "aqsgd:2/4"):
         cell = CellSpec("100mbps", parse_mode(mode), Workload(steps=2))
         config = run_config(cell, tmp_path)
-        assert config.train.steps == cell.workload.warmup_steps + 2
+        assert config.train.total_steps == cell.workload.warmup_steps + 2
         path = write_run_config(config, tmp_path / "config.yaml")
         assert load_config(path) == config  # what every rank loads is what meta.json keeps
     cell = CellSpec("100mbps", parse_mode("aqsgd"),

@@ -19,7 +19,7 @@ def nothing_runs(monkeypatch):
     def refuse(*args, **kwargs):
         pytest.fail("a dry run must not run anything")
 
-    for target in ("bench.harness.run._run_group", "bench.harness.run.prepare_checkpoints",
+    for target in ("bench.harness.run._run_group", "bench.harness.run.prepare_builds",
                    "bench.harness.run.run_sweep"):
         monkeypatch.setattr(target, refuse)
 

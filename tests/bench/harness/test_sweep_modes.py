@@ -102,7 +102,7 @@ def test_variant_file_merges_over_the_workload_and_names_its_fields(tmp_path):
         ("{name: x, modes: [\"aqsgd:2/9\"], workload: {}}", r"variants\[0\]\.modes\[0\]"),
         ("{name: \"Bad Name\", modes: [fp32], workload: {}}", "Workload.variant must be"),
         ("{name: x, modes: [fp32], workload: {dropout_masks: mask}}",
-         "dropout_masks must be one of random, per_sample"),
+         "dropout_masks.: expected one of random\\|per_sample, got .mask."),
     ]:
         path.write_text(head + f"variants:\n  - {body}\n")
         with pytest.raises(ValueError, match=match):

@@ -104,7 +104,7 @@ def test_help_shows_the_defaults(capsys):
                               r"available: a100-bf16, cpu-2core"),
     (["--profile", "/no/such/profile.yaml"], r"no profile at /no/such/profile.yaml; "
                                              r"available: a100-bf16, cpu-2core"),
-    (["--stages", "100"], r"--stages 100: preset 'gpt2-xl' has 48 blocks"),
+    (["--stages", "100"], r"--stages 100: the model \(gpt2-xl\) has 48 blocks"),
     (["--stages", "0"], r"--stages must be >= 1, got 0"),
     (["--replicas", "0"], r"--replicas must be >= 1, got 0"),
     (["--micro-batches", "0"], r"--micro-batches must be >= 1, got 0"),
