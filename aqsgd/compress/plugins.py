@@ -4,7 +4,8 @@ identified here; aqsgd.compress.registry registers them.
 
     import_source("examples/plugins/randproj.py")   # a file: its module, imported
     import_source("mypkg.sketch")                    # a module on sys.path
-    entry_point_modules()                            # installed packages' ENTRY_POINT_GROUP
+    installed_entry_points()                         # installed packages' ENTRY_POINT_GROUP
+    import_entry_point(point)                        # (module, version), or PluginError
     identify(module, source)                         # Plugin: name, version, source hash
     python -m aqsgd.compress.plugins SOURCE...       # this host's copies, as JSON
     python -m aqsgd.compress.plugins --expect JSON   # exit 1 naming each it lacks
@@ -12,7 +13,9 @@ identified here; aqsgd.compress.registry registers them.
 
 A `Plugin` is a plug-in's identity, carried by a cell's spec and run config: an edit
 re-measures only its cells; a worker, SSH host, container or Slurm node whose copy
-differs or is missing is refused (docs/plugins.md). Imports the standard library only.
+differs or is missing is refused (docs/plugins.md). `PluginError` (and `RegistryError`, a
+contract broken) is what the CLI turns into exit status 2. Imports the standard library
+only.
 """
 
 from __future__ import annotations
