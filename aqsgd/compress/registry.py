@@ -59,8 +59,8 @@ _TABLES: tuple[dict, dict, dict] = ({}, {}, {})  # activation modes, comparisons
 _WHERE: dict[str, dict[str, str]] = {}  # 'act' / 'comp' / 'grad' -> name -> module name
 _PLUGINS: dict[str, tuple[ModuleType, Plugin]] = {}  # module name -> (module, identity)
 _BROKEN: dict[str, PluginError] = {}  # entry-point name -> why it was left out
-_BUILT_IN: dict[str, list[ModuleType]] = {}  # 'modes' / 'codecs' -> their modules
 _BROKEN_MODULES: dict[str, PluginError] = {}  # the same by the entry point's module
+_BUILT_IN: dict[str, list[ModuleType]] = {}  # 'modes' / 'codecs' -> their modules
 _BUILT_IN_NAMES: tuple[dict, dict] = ({}, {})  # built-in modes, codecs
 _TRIED: set[type] = set()  # modes whose round trip passed in this process
 
@@ -102,9 +102,9 @@ def not_loaded_note() -> str:
             + "; ".join(str(err) for err in _BROKEN.values()))
 
 
-ACTIVATION_MODES, COMPARISONS, GRAD_CODECS = (Live(t, _fill, kind, not_loaded_note)
-                                             for t, kind in zip(
-    _TABLES, ("activation mode", "comparison", "gradient codec"), strict=True))
+_KINDS = ("activation mode", "comparison", "gradient codec")  # of _TABLES, for errors
+ACTIVATION_MODES, COMPARISONS, GRAD_CODECS = (
+    Live(table, _fill, kind, not_loaded_note) for table, kind in zip(_TABLES, _KINDS, strict=True))
 PLUGINS: Mapping[str, Plugin] = View(Live(_PLUGINS, _fill, "plug-in"),
                                      value=lambda entry: entry[1])
 # installed plug-ins left out: entry-point name -> the error naming it (Note [first use])
@@ -198,7 +198,7 @@ def _register_entry_point(point) -> None:
             err = type(err)(f"{entry_point_name(point)}: {err}")
         _BROKEN[point.name] = err
         _BROKEN_MODULES[point.module] = err
-        warnings.warn(f"{err}; the suite runs without it", PluginWarning, stacklevel=4)
+        warnings.warn(f"{err}; the suite runs without it", PluginWarning, stacklevel=2)
 
 
 # --- plug-ins -------------------------------------------------------------------------------
