@@ -32,7 +32,7 @@ from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.compress.message import CompressionConfig
 from aqsgd.compress.registry import COMPARISONS
 from aqsgd.filecache import atomic_write_text
-from aqsgd.model.source import ModelChoice, resolve_model
+from aqsgd.model.source import ModelChoice, ModelSourceError, resolve_model
 from aqsgd.quant import QuantConfig
 from aqsgd.train.config import (
     DataConfig,
@@ -95,9 +95,13 @@ def compression(mode: ModeSpec, workload: Workload) -> tuple[CompressionConfig,
                           bw_widths)
     if not entry.data_parallel:
         return forward, backward, GradCompressionConfig(mode="fp32")
+    # PowerSGD's exact phase follows torch's advice (about 10% of the run), here the same
+    # rule as QuantizedAdam's freeze: at least the warm-up epochs
+    exact = ({"powersgd_start_step": freeze_after_steps(workload)}
+             if mode.grad_mode == "powersgd" else {})
     grad = GradCompressionConfig(mode=mode.grad_mode, bits=mode.grad_bits,
                                  freeze_after_steps=freeze_after_steps(workload),
-                                 seed=workload.seed)
+                                 seed=workload.seed, **exact)
     return forward, backward, grad
 
 
@@ -140,8 +144,9 @@ def model_choice(workload: Workload) -> ModelChoice:
     try:
         return dataclasses.replace(choice, config=choice.config.replace(**shape))
     except ValueError as err:  # ModelConfig's words name n_embd and n_head
-        raise ValueError(f"Workload {', '.join(f'{k}={v}' for k, v in shape.items())} over "
-                         f"preset {w.preset!r}: {err}") from None
+        given = ", ".join(f"{k}={v}" for k, v in shape.items())
+        raise ModelSourceError(f"{given} over preset {w.preset!r}: {err}",
+                               "n_head" if "n_head" in shape else next(iter(shape))) from None
 
 
 def _init_from(w: Workload, choice: ModelChoice) -> str | None:

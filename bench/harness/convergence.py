@@ -25,8 +25,9 @@ from aqsgd.filecache import default_cache_dir
 from aqsgd.model.config import PRESETS
 from aqsgd.model.pretrain import MAX_PRETRAIN_PARAMS, PretrainConfig, checkpoint_path, estimate_s
 from bench import REPO_ROOT, SCENARIO_DIR
+from bench.harness.estimate import estimate_line
 from bench.harness.preflight import load_checked_sweep
-from bench.harness.run import CellOutcome, estimate_line, pending_cells, run_sweep
+from bench.harness.run import CellOutcome, pending_cells, run_sweep
 from bench.harness.sweep import SweepSpec
 from bench.launch.choice import LAUNCHERS, choose_launcher
 from bench.results.files import find_cells

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from aqsgd.filecache import default_cache_dir
 from bench.harness.sweep import CellSpec
+from bench.launch.process import python_argv
 
 __all__ = ["PRETRAIN_TIMEOUT_S", "Build", "prepare_builds", "prepare_checkpoints",
            "prepare_kernels"]
@@ -77,7 +78,9 @@ def prepare_checkpoints(cells: list[CellSpec], repo_root: Path,
     for preset in presets:
         echo(f"starting checkpoint for preset {preset} (built once, then cached)")
         started = time.time()
-        done = subprocess.run([sys.executable, "-m", "aqsgd.model.pretrain", "--preset", preset],
+        # -P: a json.py in the folder the sweep started from shadows nothing (Note [safe path])
+        argv = python_argv(sys.executable, "-m", "aqsgd.model.pretrain", "--preset", preset)
+        done = subprocess.run(argv,
                               cwd=repo_root, capture_output=True, text=True,
                               timeout=PRETRAIN_TIMEOUT_S)
         if done.returncode != 0:

@@ -196,7 +196,8 @@ def _check_cell(spec: SweepSpec, cell: CellSpec, scenario: NetworkScenario) -> P
                         f"its {w.stages} stages (a stage needs at least one): run at most "
                         f"{blocks} stages", stages_field)
     if w.stages > blocks:
-        raise SpecError(f"cell {cell.name}: preset {w.preset!r} has {blocks} blocks, fewer "
+        model = f"preset {w.preset!r}" + (f" with n_layer={w.n_layer}" if w.n_layer else "")
+        raise SpecError(f"cell {cell.name}: {model} has {blocks} blocks, fewer "
                         f"than its {w.stages} stages (a stage needs at least one): run at "
                         f"most {blocks} stages, or a preset with {w.stages} blocks or more "
                         f"(blocks: {_deeper_presets(w.stages)})", stages_field)

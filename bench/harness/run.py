@@ -29,6 +29,7 @@ from pathlib import Path
 
 from bench import REPO_ROOT
 from bench.harness.cells import run_config, write_run_config
+from bench.harness.estimate import estimate_line
 from bench.harness.lock import raise_if_full, sweep_lock
 from bench.harness.meta import cell_dir_name, expected_identity, meta_head
 from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
@@ -59,7 +60,7 @@ from bench.results.files import (
 )
 
 __all__ = ["REPO_ROOT", "WORKER_CMD", "CellOutcome", "collect_metrics", "dry_run",
-           "estimate_line", "machine_factor", "pending_cells", "refusals", "run_cell",
+           "pending_cells", "refusals", "run_cell",
            "run_sweep", "sweep_listing"]
 
 LOG_TAIL_LINES = 40
@@ -75,7 +76,7 @@ class CellOutcome:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 # ------------------------------------------------------------ running a cell
@@ -226,47 +227,12 @@ def pending_cells(spec: SweepSpec, sweep_dir: Path, choice: LauncherChoice, *,
     return [c for c in spec.cells() if why[c.name]]
 
 
-def machine_factor(spec: SweepSpec, sweep_dir: Path,
-                   choice: LauncherChoice | None = None) -> tuple[float, int] | None:
-    """(wall time over the sweep's estimate, summed over the cells of `spec` finished in
-    `sweep_dir` on `choice` (None: on the reference launcher, the names without a tag)
-    by any commit, how many there were); None without timing or such cells. It scales
-    the estimate to this machine, its launcher and its load."""
-    if spec.timing is None:
-        return None
-    wall_s = estimate_s = 0.0
-    count = 0
-    for cell in spec.cells():
-        name = cell.name if choice is None else cell_dir_name(cell, choice)
-        try:
-            record = read_record(sweep_dir / name)
-        except ResultFileError:  # unreadable, or of another schema: not timed
-            continue
-        if record is not None and record.ok and record.spec_key == cell.key:
-            wall_s += record.wall_s
-            estimate_s += spec.timing.cell_s(cell)
-            count += 1
-    return (wall_s / estimate_s, count) if count and estimate_s > 0 else None
-
-
-def estimate_line(spec: SweepSpec, todo: list[CellSpec], sweep_dir: Path,
-                  choice: LauncherChoice | None = None) -> str:
-    """'sweep NAME: N of M cells to run, about T min (...)', the time stated up front:
-    the sweep file's measured rates, scaled by how long the cells already finished in
-    `sweep_dir` took here (machine_factor)."""
-    head = f"sweep {spec.name}: {len(todo)} of {len(spec.cells())} cells to run"
-    seconds = spec.estimate_s(todo)
-    if seconds is None:
-        return f"{head} (no measured rates for this sweep: no time estimate)"
-    t = spec.timing
-    source = (f"from the rates measured on the machine the sweep was sized on: {t.start_s:g} s "
-              f"a cell, {t.step_s_per_rank:g} s a step per rank, {t.eval_s_per_window:g} s "
-              f"an evaluated window")
-    factor = machine_factor(spec, sweep_dir, choice)
-    if factor is not None:
-        seconds *= factor[0]
-        source += f"; x {factor[0]:.2f}, as the {factor[1]} cell(s) finished here took"
-    return f"{head}, about {seconds / 60:.1f} min ({source})"
+def schedule_line(cells: list[CellSpec]) -> str:
+    """'schedule: gpipe, 4 micro-batches of 16 a step and replica' for the cells about to
+    run on one placement, each distinct schedule and micro-batching once."""
+    shown = dict.fromkeys(f"{c.workload.schedule}, {c.workload.num_micro_batches} "
+                          f"micro-batches of {c.workload.micro_batch_size}" for c in cells)
+    return f"schedule: {'; '.join(shown)} a step and replica"
 
 
 def _cell_rows(spec: SweepSpec, cells: tuple[CellSpec, ...], choice: LauncherChoice,
@@ -279,7 +245,7 @@ def _cell_rows(spec: SweepSpec, cells: tuple[CellSpec, ...], choice: LauncherCho
         if why is not None and why[c.name] not in ("", "not measured yet"):
             status += f" (measured again: {why[c.name]})"
         rows.append([cell_dir_name(c, choice), c.scenario_name, str(c.mode),
-                     f"{w.stages} x {w.replicas}", w.model or w.preset,
+                     f"{w.stages} x {w.replicas}", w.schedule, w.model or w.preset,
                      f"{w.total_steps} ({w.warmup_steps})",
                      f"{spec.timing.cell_s(c):.0f}" if spec.timing else "-", status])
     return rows
@@ -306,7 +272,7 @@ def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: 
          f"nothing is written")
     echo("\n".join([f"{'' if choice.shaped else 'WARNING: '}launcher {choice.name}: "
                     f"{choice.reason}", *checked]))
-    echo(text_table(["cell", "scenario", "mode", "stages x replicas", "preset",
+    echo(text_table(["cell", "scenario", "mode", "stages x replicas", "schedule", "preset",
                      "steps (warm-up)", "est. s", "status"],
                     _cell_rows(spec, plan.cells, choice, why)))
     shown = set()
@@ -421,6 +387,7 @@ def _run_group(scenario: NetworkScenario, group: list[CellSpec], sweep_dir: Path
         with choice.factory(scenario, n_hosts, run_id=secrets.token_hex(3),
                             state_dir=sweep_dir / ".launcher") as hosts:
             echo(widest.table())
+            echo(schedule_line(group))
             probe = hosts.probe(links=links)
             echo(f"link probe, scenario {name} (the links the placement uses):\n"
                  f"{format_table(probe)}")

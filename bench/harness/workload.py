@@ -164,9 +164,11 @@ class Workload:
     def label(self) -> str:
         """The variant as cell names and tables show it: `variant`, then the compute
         precision when it is not fp32 ('bf16-compute', 'dropout0+fp16-compute'), so a
-        bf16-compute row never reads as the bf16 wire mode (docs/precision.md)."""
+        bf16-compute row never reads as the bf16 wire mode (docs/precision.md), then the
+        schedule when it is not gpipe ('1f1b')."""
         compute = "" if self.precision == "fp32" else f"{self.precision}-compute"
-        return "+".join(part for part in (self.variant, compute) if part)
+        schedule = "" if self.schedule == "gpipe" else self.schedule
+        return "+".join(part for part in (self.variant, compute, schedule) if part)
 
     def identity(self) -> dict:
         """The fields a cell's identity hashes (CellSpec.key): all, less those of

@@ -131,6 +131,7 @@ def test_wikitext_parquet_in_hub_cache_through_load_windows(tmp_path, monkeypatc
     sections = {
         "data": {"name": "wikitext", "eval_samples": 5},
         "model": {"preset": "tiny", "vocab_size": VOCAB, "seq_len": 16},
+        "pipeline": {"micro_batch_size": 4},
     }
     run = config_from_dict(sections)
     data, model = run.data, run.model

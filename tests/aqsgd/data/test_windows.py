@@ -97,7 +97,7 @@ def test_run_config_text_field_picks_the_column(tmp_path, cache_dir):
     lines = [x for i in range(20) for x in (f" = Heading {i} = ", "", f"Sentence {i} . " * 20)]
     for split in ("train", "validation"):
         pq.write_table(pa.table({"body": lines}), folder / f"{split}-00000-of-00001.parquet")
-    base = {"model": {"preset": "tiny"},
+    base = {"model": {"preset": "tiny"}, "pipeline": {"micro_batch_size": 4},
             "data": {"name": "wikitext", "path": str(tmp_path), "eval_samples": 4}}
     with pytest.raises(ValueError, match=r"no column 'text'.*\['body'\]"):
         cfg = config_from_dict(base)

@@ -96,7 +96,7 @@ def test_every_message_has_the_bytes_of_the_width_its_record_names(tmp_path):
         "model": {"preset": "tiny", "n_embd": D, "vocab_size": 128, "seq_len": L},
         "pipeline": {"stages": 2, "micro_batch_size": B, "num_micro_batches": M},
         "forward": forward, "backward": backward,
-        "train": {"total_steps": 10, "lr": 3e-3, "seed": 5, "eval_batches": 2},
+        "train": {"total_steps": 10, "init_from": None, "lr": 3e-3, "seed": 5, "eval_batches": 2},
         "data": {"name": "synthetic", "max_samples": 32, "eval_samples": 16},
         "dist": {"timeout_s": 60}, "output": {"dir": str(out)},
     }

@@ -19,7 +19,8 @@ def run(tmp_path: Path, name: str, forward: dict) -> list[dict]:
         "forward": forward,
         "backward": {"mode": "none"},
         # 32 windows / 8 per step = 4 steps per epoch: 6 epochs, the first one warm-up
-        "train": {"total_steps": STEPS, "lr": 3e-3, "seed": 5, "eval_batches": 2},
+        "train": {"total_steps": STEPS, "init_from": None, "lr": 3e-3, "seed": 5,
+                  "eval_batches": 2},
         "data": {"name": "synthetic", "max_samples": 32, "eval_samples": 16},
         "dist": {"timeout_s": 60},
         "output": {"dir": str(out)},

@@ -22,7 +22,8 @@ def test_with_an_empty_cache_the_kernels_are_built_before_the_first_worker_start
         tmp_path, monkeypatch):
     cache = tmp_path / "cache"  # empty: the kernels and the tokenizer are built anew
     monkeypatch.setenv("AQSGD_CACHE_DIR", str(cache))
-    workload = Workload(steps=1, train_samples=32, eval_samples=16, init_from=None,
+    workload = Workload(steps=1, micro_batch_size=4, num_micro_batches=2, train_samples=32,
+                        eval_samples=16, init_from=None,
                         timeout_s=200, dist_timeout_s=60)
     spec = SweepSpec("prebuild", ("100mbps",), (parse_mode("directq:2/4"),), workload)
     lines: list[str] = []

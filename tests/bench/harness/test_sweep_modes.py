@@ -168,7 +168,9 @@ def test_shipped_convergence_sweep_covers_the_modes_seeds_and_dropout_knob():
 
 
 def test_estimate_scales_to_this_machine_by_the_cells_finished_here(tmp_path):
-    from bench.harness.run import estimate_line, machine_factor
+    from report_fixtures import fixture_meta
+
+    from bench.harness.estimate import estimate_line, machine_factor
     from bench.results.files import write_json
 
     t = Timing(start_s=10.0, step_s_per_rank=0.0)
@@ -180,9 +182,9 @@ def test_estimate_scales_to_this_machine_by_the_cells_finished_here(tmp_path):
                                                                       tmp_path)
     # fp32 finished here in 30 s where the rates say 10 s: the rest is scaled by 3
     write_json(tmp_path / fp32.name / "meta.json",
-               {"status": "ok", "spec_key": fp32.key, "wall_s": 30.0})
+               {**fixture_meta(spec_key=fp32.key), "wall_s": 30.0})
     write_json(tmp_path / aqsgd.name / "meta.json",
-               {"status": "ok", "spec_key": "another spec", "wall_s": 99.0})
+               {**fixture_meta(spec_key="another spec"), "wall_s": 99.0})
     assert machine_factor(spec, tmp_path) == (3.0, 1)
     line = estimate_line(spec, [aqsgd], tmp_path)
     assert "1 of 2 cells to run, about 0.5 min" in line and "x 3.00" in line
