@@ -76,6 +76,11 @@ def run_spec(args: argparse.Namespace) -> SweepSpec:
     load_plugin_option(args)
     modes = parse_modes(args.modes if args.modes is not None else list(default_grid()))
     scenario = load_scenario(args.scenario)
+    # a folder or model id brings its shape (config.json); a state-dict file takes the preset's
+    if args.model is not None and args.preset is not None and not Path(args.model).is_file():
+        raise ValueError(f"--preset {args.preset} beside --model {args.model}: the model's "
+                         f"shape comes from its config.json; give one of them (a preset "
+                         f"goes with a state-dict file)")
     try:
         given = {name: getattr(args, name) for name in WORKLOAD_FLAGS
                  if name not in SCENARIO_DEFAULTS}

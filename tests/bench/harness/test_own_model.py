@@ -176,3 +176,12 @@ def test_the_settings_at_their_defaults_leave_a_recorded_cells_key_as_it_was():
                    {"data_path": "z"}):
         other = CellSpec(cell.scenario, cell.mode, Workload(**{**RECORDED_WORKLOAD, **change}))
         assert other.key != cell.key, change
+
+
+def test_a_preset_beside_a_model_folder_is_refused_naming_both(tmp_path, capsys):
+    folder = tmp_path / "my-gpt2"
+    folder.mkdir()
+    argv = ["run", "--scenario", "100mbps", "--preset", "tiny", "--model", str(folder),
+            "--dry-run"]
+    assert main(argv) == 2
+    assert f"--preset tiny beside --model {folder}" in capsys.readouterr().err
