@@ -103,8 +103,11 @@ def _phase_s(times: list[float], delays_s: list[float], micro_batches: int) -> f
 
 def cell_bound(record: CellRecord, samples_per_step: float,
                measured_samples_s: float) -> LinkBound | None:
-    """The bounds of one finished cell, None when no used pipeline link is shaped or
-    none carried bytes."""
+    """The bounds of one finished cell, None when the cell ran unshaped (a local run: the
+    scenario's rates were never applied), no used pipeline link is shaped, or none
+    carried bytes."""
+    if not record.cell.shaped:
+        return None
     placement, pipeline = record.placement, record.pipeline
     assert pipeline is not None, "an ok cell has its run config (bench.results.record)"
     host_of = {r.rank: r.host for r in placement.ranks}

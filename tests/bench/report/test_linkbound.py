@@ -74,3 +74,10 @@ def test_a_scheduled_link_counts_at_its_time_weighted_mean_rate(tmp_path):
     assert b.busiest_s == pytest.approx(1e6 * 8 / 34.375e6)
     assert "mean 34.4 Mbit/s over its schedule, slowest phase 12.5" in b.text()
     assert "(50 Mbit/s)" not in b.text()
+
+
+def test_an_unshaped_cell_has_no_link_bound(tmp_path):
+    # a local run records the scenario's rates in its placement, but nothing shaped them
+    record = fixture_record(tmp_path, cell={"name": "c", "shaped": False, "shaping": "none"},
+                            **_blocks(tmp_path, "gpipe"))
+    assert cell_bound(record, samples_per_step=32, measured_samples_s=50.0) is None
