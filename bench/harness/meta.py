@@ -75,13 +75,15 @@ def shaping_text(mechanisms: dict[str, str] | None) -> str:
 
 def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
                   scenario: NetworkScenario | None, probe: list[ProbeRecord],
-                  mechanisms: dict[str, str] | None = None) -> dict:
+                  mechanisms: dict[str, str] | None = None,
+                  placement: Placement | None = None) -> dict:
     """meta.json's `cell` block: what the cell is, in flat columns for the loader.
 
     `name` is the directory's (cell_dir_name), `spec_name` the sweep's name of the cell
     (the same on every launcher); `launcher` and `shaping` (shaping_text of the
     mechanisms the hosts used) say what produced it.
-    `scenario` None: it never loaded (no rate, no delay). From the link probe:
+    `scenario` None: it never loaded (no rate, no delay); `placement`'s links none of
+    which has a rate (all inside one machine): no rate, not shaped. From the link probe:
     `host_limited` (a probed shaped link could not reach its rate on this host) and
     `rate_mbit_achieved` (the lowest achieved rate of a shaped link, None without one).
     What was trained: `seed`, `variant` (Workload.label: "" for the sweep's default
@@ -92,6 +94,8 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
     `steps_per_epoch`, `warmup_epochs`, `eval_windows` (held-out windows per evaluation)."""
     m, w = cell.mode, cell.workload
     rate_mbit = None if scenario is None else scenario.link.rate_mbit
+    if placement is not None and all(link.rate_mbit is None for link in placement.links):
+        rate_mbit = None  # every used link inside a machine, or unshaped: no rate applied
     delay_ms = None if scenario is None else scenario.link.delay_ms
     shaped_links = [r for r in probe if r.rate_mbit_configured is not None]
     return {
@@ -126,7 +130,8 @@ def meta_head(cell: CellSpec, sweep: str, choice: LauncherChoice,
     identity = expected_identity(cell, scenario if loaded is None else loaded, choice,
                                  prov["git"]["commit"])
     return {"schema_version": SCHEMA_VERSION,
-            "cell": cell_identity(cell, sweep, choice, scenario, probe, mechanisms),
+            "cell": cell_identity(cell, sweep, choice, scenario, probe, mechanisms,
+                                  placement),
             "identity": {**identity, "mechanisms": mechanisms},
             "spec": cell.to_dict(), "spec_key": cell.key, "seed": cell.workload.seed,
             "placement": placement.to_dict(),

@@ -76,3 +76,16 @@ def test_meta_cell_block_says_what_was_trained():
     assert block["grad_mode"] == "natural" and block["label"] == "aqsgd+gc-natural-fw2-bw4"
     assert block["variant"] == "" and block["dropout"] == PRESETS["tiny"].dropout
     assert block["epochs"] == pytest.approx(11 / 1)  # one warm-up step + 10 measured
+
+
+def test_a_cell_whose_links_all_stay_inside_one_machine_records_no_rate_and_no_shaping():
+    import dataclasses
+
+    scenario = load_scenario("100mbps")
+    placed = place(scenario, 2, 1)
+    inside = dataclasses.replace(placed, links=tuple(
+        dataclasses.replace(link, rate_mbit=None, kind="machine") for link in placed.links))
+    block = cell_identity(CELL, "s", NETNS, scenario, [], {"rate": "none"}, inside)
+    assert block["shaped"] is False and block["rate_mbit"] is None
+    shaped = cell_identity(CELL, "s", NETNS, scenario, [], {"rate": "htb"}, placed)
+    assert shaped["shaped"] is True and shaped["rate_mbit"] == 100.0
