@@ -8,11 +8,18 @@ each backend is a module with that quantizer's functions. "auto" runs the fused 
 kernels on CPU where the quantizer has them and they build (else the torch path, with a
 RuntimeWarning from aqsgd.quant.fused saying why), Triton on CUDA where it imports, the
 torch path otherwise. Modules load lazily (Triton only when a call goes there).
+`with auto_means("torch"):` makes "auto" the torch path inside the block, in this thread
+or task only (a contextvar): the registry's check of a mode runs there, so checking the
+compressors builds nothing (the kernels are built before the first cell, by the harness,
+with their time printed).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
+from collections.abc import Iterator
 from types import ModuleType
 
 import torch
@@ -20,8 +27,23 @@ import torch
 from aqsgd.quant.config import INPUT_DTYPES, QuantConfig
 from aqsgd.quant.tah_config import TahConfig
 
-__all__ = ["BACKENDS", "TABLE", "backend_for", "check_config", "check_dtype", "check_part",
-           "check_tensor"]
+__all__ = ["BACKENDS", "TABLE", "auto_means", "backend_for", "check_config", "check_dtype",
+           "check_part", "check_tensor"]
+
+_AUTO: contextvars.ContextVar[str | None] = contextvars.ContextVar("auto_backend",
+                                                                   default=None)
+
+
+@contextlib.contextmanager
+def auto_means(backend: str) -> Iterator[None]:
+    """Inside the block, backend "auto" is `backend` (module docstring)."""
+    if backend not in BACKENDS or backend == "auto":
+        raise ValueError(f"backend must be one of {list(BACKENDS[1:])}, got {backend!r}")
+    token = _AUTO.set(backend)
+    try:
+        yield
+    finally:
+        _AUTO.reset(token)
 
 BACKENDS = ("auto", "torch", "triton", "reference")
 
@@ -51,6 +73,8 @@ def backend_for(cfg, backend: str, device: torch.device) -> ModuleType:
     modules = TABLE[type(cfg)]
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if backend == "auto" and _AUTO.get() is not None:
+        backend = _AUTO.get()
     if backend == "auto":
         if device.type == "cpu" and "fused" in modules and _load("fused").available():
             backend = "fused"

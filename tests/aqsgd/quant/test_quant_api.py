@@ -3,6 +3,7 @@ import and dispatch without Triton; the codes against the reference are test_qua
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -135,3 +136,24 @@ def test_one_table_resolves_every_backend_and_reference_is_one():
     got = quant.quantize_packed(x, cfg, torch.Generator().manual_seed(5), backend="reference")
     want = quant.quantize_packed(x, cfg, torch.Generator().manual_seed(5))
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_auto_means_torch_inside_the_block_only():
+    from aqsgd.quant import backends
+
+    cpu_device = torch.device("cpu")
+    with backends.auto_means("torch"):
+        assert backends.backend_for(QuantConfig(bits=2), "auto", cpu_device) is cpu
+    assert backends.backend_for(QuantConfig(bits=2), "torch", cpu_device) is cpu
+    with pytest.raises(ValueError, match="backend must be one of"):
+        with backends.auto_means("auto"):
+            pass
+
+
+def test_filling_the_registry_builds_no_kernels(tmp_path):
+    # the registry checks every mode on one message: on the torch path, so that the fused
+    # kernels are built by the harness before the first cell, with their time printed
+    code = ("from aqsgd.compress.registry import COMPARISONS; assert len(COMPARISONS) > 5")
+    env = {**os.environ, "AQSGD_CACHE_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+    assert not (tmp_path / "quant-fused").exists()
