@@ -58,7 +58,7 @@ mb = cfg["pipeline"]["micro_batch_size"] * cfg["pipeline"]["num_micro_batches"]
 steps_per_epoch = max(1, cfg["data"]["max_samples"] // (mb * cfg["pipeline"]["replicas"]))
 act = 4 * mb * 64 * 128
 with open(os.path.join(out, f"rank{rank}.jsonl"), "w") as f:
-    for step in range(t["steps"]):
+    for step in range(t["total_steps"]):
         epoch = step // steps_per_epoch
         failing_mode = os.environ.get("FAKE_FAIL_MODE") == cfg["forward"]["mode"]
         if (t.get("fail_at_step") == step or failing_mode and step == 1) and \

@@ -51,7 +51,7 @@ def plugin(tmp_path):
 def test_the_same_copy_passes_and_a_missing_or_other_one_is_named(plugin, tmp_path):
     box = HereContainer()
     check_plugins(box, sys.executable, [plugin], "img")
-    assert box.calls == [([sys.executable, "-m", "aqsgd.compress.plugins", plugin.source],
+    assert box.calls == [([sys.executable, "-P", "-m", "aqsgd.compress.plugins", plugin.source],
                           WORKER_USER)]
     other = Plugin(plugin.module, plugin.source, "", "0" * 16)
     gone = Plugin("gone_mode", str(tmp_path / "gone_mode.py"), "", "1" * 16)
