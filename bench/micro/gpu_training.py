@@ -50,7 +50,8 @@ def _job(device: torch.device, backend: str, precision: str, out_dir: Path) -> d
         "forward": {"mode": "aqsgd", "bits": 4, "warmup_epochs": 1},
         "backward": {"mode": "directq", "bits": 8, "warmup_epochs": 1},
         # 64 windows / 16 per step: 4 steps per epoch, the first epoch raw (warm-up)
-        "train": {"steps": 24 if gpu else 6, "lr": 1e-3 if gpu else 3e-3, "seed": 0,
+        "train": {"total_steps": 24 if gpu else 6, "init_from": None,
+                  "lr": 1e-3 if gpu else 3e-3, "seed": 0,
                   "eval_batches": 2, "precision": precision, "threads": 2},
         "data": {"name": "synthetic", "max_samples": 64 if gpu else 16, "eval_samples": 8},
         "dist": {"backend": backend, "device": device.type, "timeout_s": 120},
