@@ -33,7 +33,7 @@ from pydantic import Field
 from aqsgd.compress.plugins import PluginError
 from aqsgd.compress.registry import SPEEDUP_REFERENCES, load_plugins
 from aqsgd.model.config import PRESETS
-from aqsgd.train.config import Seed
+from aqsgd.train.settings import Seed
 from bench.harness.modes import DEFAULT_BITS, ModeSpec, first_repeat, parse_mode
 from bench.harness.workload import Workload
 from specfile import SPEC_CONFIG, SpecError, check_fields, raising, read_file, validate

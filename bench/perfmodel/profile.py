@@ -23,7 +23,7 @@ import yaml
 
 from aqsgd.compress import registry
 from aqsgd.filecache import atomic_write_text
-from aqsgd.train.config import Precision
+from aqsgd.train.settings import Precision
 from bench import PROFILE_DIR
 from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
