@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from plugin_helpers import sign_mode
 
 from aqsgd.compress import gradient, message, registry
 from aqsgd.compress.plugins import PluginError, entry_point_modules, identify
@@ -27,30 +28,6 @@ from aqsgd.train.config import ConfigError, RunConfig, config_from_dict
 from bench.harness import modes as harness_modes
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "plugins" / "randproj.py"
-GOOD_MODE = '''
-import torch
-from aqsgd.compress.modes.base import ActivationMode, Comparison
-
-class Sign(ActivationMode):
-    name, rank, wire_format = "{name}", 7.5, 70
-    codes_gradients = True
-    bench_cases, smoke_case = (("fp32", 1),), ("fp32", 1)
-
-    @classmethod
-    def coded_spec(cls, cfg, q_shape):
-        return [(tuple(q_shape), torch.int8)]
-
-    def encode(self, rows, generator, m=None):
-        return [torch.sign(rows).to(torch.int8)]
-
-    def decode(self, coded, q_shape, m=None):
-        return coded[0].float()
-
-MODE = Sign
-COMPARISONS = (Comparison("{name}", rank=7.5, forward="{name}", backward="{name}"),)
-'''
-
-
 def _write(folder: Path, name: str, text: str) -> Path:
     path = folder / f"{name}.py"
     path.write_text(textwrap.dedent(text))
@@ -87,7 +64,7 @@ def test_a_file_plugin_registers_its_mode_and_comparison_and_every_list_follows(
 
 
 def test_a_module_plugin_on_the_path_loads_by_name(tmp_path, monkeypatch, loaded):
-    _write(tmp_path, "sign_plugin", GOOD_MODE.format(name="sign"))
+    _write(tmp_path, "sign_plugin", sign_mode("sign"))
     monkeypatch.syspath_prepend(str(tmp_path))
     loaded += load_plugins(["sign_plugin"])
     assert loaded[0].source == "sign_plugin" and "sign" in message.GRADIENT_MODES
@@ -98,7 +75,7 @@ def test_an_installed_packages_entry_point_is_found(tmp_path, monkeypatch):
     package = tmp_path / "signpkg"
     package.mkdir()
     _write(package, "__init__", "")
-    _write(package, "modes", GOOD_MODE.format(name="signpkg"))
+    _write(package, "modes", sign_mode("signpkg"))
     info = tmp_path / "signpkg-0.3.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: signpkg\nVersion: 0.3\n")
@@ -114,13 +91,13 @@ def test_an_installed_packages_entry_point_is_found(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("body, words", [
-    (GOOD_MODE.format(name="directq"), r"'directq' is declared by both "
+    (sign_mode("directq"), r"'directq' is declared by both "
                                        r"aqsgd.compress.modes.directq and clash"),
     ("X = 1\n", "declares none of MODE, COMPARISONS, CODEC"),
     ("MODE = int\n", "clash.MODE must be an ActivationMode subclass"),
-    (GOOD_MODE.format(name="clash").replace("    def encode", "    def encode_"),
+    (sign_mode("clash").replace("    def encode", "    def encode_"),
      "codes rows but does not implement encode"),
-    (GOOD_MODE.format(name="clash").replace('backward="clash")',
+    (sign_mode("clash").replace('backward="clash")',
                                             'backward="clash", speedup_reference=True)'),
      "may not be a speed-up reference"),
     ("from aqsgd.compress.codecs.base import DataParallel\n"

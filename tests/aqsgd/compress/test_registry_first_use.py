@@ -13,29 +13,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+from plugin_helpers import sign_mode
+
 ROOT = Path(__file__).resolve().parents[3]
-GOOD = '''
-import torch
-from aqsgd.compress.modes.base import ActivationMode, Comparison
-
-class Sign(ActivationMode):
-    name, rank, wire_format = "{name}", 7.5, {fmt}
-    codes_gradients = True
-    bench_cases, smoke_case = (("fp32", 1),), ("fp32", 1)
-
-    @classmethod
-    def coded_spec(cls, cfg, q_shape):
-        return [(tuple(q_shape), torch.int8)]
-
-    def encode(self, rows, generator, m=None):
-        return [torch.sign(rows).to(torch.int8)]
-
-    def decode(self, coded, q_shape, m=None):
-        return coded[0].float(){defect}
-
-MODE = Sign
-COMPARISONS = (Comparison("{name}", rank=7.5, forward="{name}", backward="{name}"),)
-'''
 ENTRY_POINTS = {"broken": "brokenpkg", "bad": "badpkg.modes", "good": "goodpkg.modes"}
 
 
@@ -43,9 +23,9 @@ def _install(site: Path) -> None:
     """Three plug-in packages and the metadata that lists their entry points, as `pip
     install` leaves them: one raises on import, one decodes the wrong shape, one is good."""
     for package, text in (("brokenpkg", "raise RuntimeError('boom')\n"),
-                          ("badpkg", GOOD.format(name="badmode", fmt=81,
-                                                 defect=".reshape(q_shape[0], -1)")),
-                          ("goodpkg", GOOD.format(name="goodmode", fmt=82, defect=""))):
+                          ("badpkg", sign_mode("badmode", fmt=81,
+                                               defect=".reshape(q_shape[0], -1)")),
+                          ("goodpkg", sign_mode("goodmode", fmt=82))):
         (site / package).mkdir()
         init, modes = site / package / "__init__.py", site / package / "modes.py"
         init.write_text(text if package == "brokenpkg" else "")
