@@ -45,7 +45,6 @@ from aqsgd.train.config import (
 )
 from bench.harness.modes import ModeSpec
 from bench.harness.sweep import CellSpec, Workload
-from bench.harness.workload import SHAPE_OVERRIDES
 
 __all__ = ["FREEZE_FRACTION", "compression", "freeze_after_steps", "model_choice",
            "run_config", "write_run_config"]
@@ -137,8 +136,7 @@ def model_choice(workload: Workload) -> ModelChoice:
     the setting to change (a ModelSourceError, or a shape that cannot be built)."""
     w = workload
     choice = resolve_model(w.model, w.preset, w.tokenizer, w.seq_len)
-    shape = {k: getattr(w, k) for k in SHAPE_OVERRIDES
-             if k != "seq_len" and getattr(w, k) is not None}
+    shape = w.shape
     if not shape:
         return choice
     try:

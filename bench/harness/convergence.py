@@ -113,8 +113,7 @@ def pretrain_lines(spec: SweepSpec) -> list[str]:
     """One line per preset the sweep fine-tunes from a starting checkpoint that is not
     cached yet: its size and about how long pre-training it takes (once, on one core)."""
     lines = []
-    presets = sorted({c.workload.preset for c in spec.cells()
-                      if c.workload.init_from == "pretrained" and c.workload.model is None})
+    presets = sorted({c.workload.checkpoint_preset for c in spec.cells()} - {None})
     for preset in presets:
         cfg = PRESETS[preset]
         if cfg.num_parameters() > MAX_PRETRAIN_PARAMS:

@@ -70,10 +70,9 @@ def prepare_kernels() -> Build:
 def prepare_checkpoints(cells: list[CellSpec], repo_root: Path,
                         echo: Callable[[str], None]) -> list[Build]:
     """Build (or find cached) the checkpoint of each preset that `cells` start from
-    (`Workload.init_from == "pretrained"` with no `model` checkpoint of its own), running
-    the builder in `repo_root`; raises naming the preset when one fails."""
-    presets = sorted({c.workload.preset for c in cells
-                      if c.workload.init_from == "pretrained" and c.workload.model is None})
+    (Workload.checkpoint_preset), running the builder in `repo_root`; raises naming the
+    preset when one fails."""
+    presets = sorted({c.workload.checkpoint_preset for c in cells} - {None})
     builds = []
     for preset in presets:
         echo(f"starting checkpoint for preset {preset} (built once, then cached)")

@@ -18,7 +18,16 @@ from typing import Annotated
 from pydantic import Field
 
 from aqsgd.data.sources import DATASETS
-from aqsgd.model.config import PRESETS, Heads, Layers, MlpWidth, SeqLen, VocabSize, Width
+from aqsgd.model.config import (
+    PRESETS,
+    SHAPE_FIELDS,
+    Heads,
+    Layers,
+    MlpWidth,
+    SeqLen,
+    VocabSize,
+    Width,
+)
 from aqsgd.train.settings import (
     DataPath,
     DropoutMasks,
@@ -38,15 +47,13 @@ from aqsgd.train.settings import (
 )
 from specfile import SPEC_CONFIG, check_fields, or_none, setting
 
-__all__ = ["IDENTITY_IF_SET", "SHAPE_OVERRIDES", "Workload"]
+__all__ = ["IDENTITY_IF_SET", "Workload"]
 
 # Fields added after cells were recorded: in a cell's identity only when not at their
 # default (Workload.identity).
 IDENTITY_IF_SET = frozenset({"precision", "model", "tokenizer", "data", "data_path",
                              "seq_len", "schedule", "n_layer", "n_embd", "n_head",
                              "vocab_size", "n_inner"})
-# The model shape a workload may set instead of the preset's (aqsgd.model.config.SHAPE_FIELDS)
-SHAPE_OVERRIDES = ("n_layer", "n_embd", "n_head", "vocab_size", "seq_len", "n_inner")
 
 _VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 _PRESET = "the preset's"
@@ -140,8 +147,7 @@ class Workload:
         if self.data not in DATASETS:
             raise ValueError(f"Workload.data must be one of {', '.join(DATASETS)}, "
                              f"got {self.data!r}")
-        shape = {k: getattr(self, k) for k in SHAPE_OVERRIDES if k != "seq_len"
-                 and getattr(self, k) is not None}
+        shape = self.shape
         if self.model is not None and shape:
             raise ValueError(f"Workload.{next(iter(shape))} sets a shape, but model names a "
                              f"checkpoint whose shape is its own ({self.model!r}): set one "
@@ -159,6 +165,20 @@ class Workload:
                 isinstance(k, str) and k.count(".") == 1 for k in self.overrides):
             raise ValueError(f"Workload.overrides must map 'section.key' to a value, "
                              f"got {self.overrides!r}")
+
+    @property
+    def shape(self) -> dict:
+        """The model-shape settings given (aqsgd.model.config.SHAPE_FIELDS but seq_len, which
+        shortens a checkpoint's windows too), by ModelConfig field: what replaces the
+        preset's."""
+        return {k: getattr(self, k) for k in SHAPE_FIELDS
+                if k != "seq_len" and getattr(self, k) is not None}
+
+    @property
+    def checkpoint_preset(self) -> str | None:
+        """The preset whose cached starting checkpoint the cells start from (init_from
+        'pretrained' and no checkpoint of their own in `model`), else None."""
+        return self.preset if self.init_from == "pretrained" and self.model is None else None
 
     @property
     def label(self) -> str:
