@@ -6,12 +6,13 @@
 Sections: `model` (aqsgd.model.config.ModelConfig; `preset: tiny` picks a preset and the
 other keys override it), `pipeline`, `forward` and `backward`
 (aqsgd.compress.message.CompressionConfig), `grad`
-(aqsgd.compress.gradient.GradCompressionConfig),
-`train`, `data`, `dist`, `output`. Files and dicts are checked by specfile against the
-dataclasses' type hints: unknown keys and values of the wrong type are rejected with the
-full key path (`train.lr: expected a number, got 'fast'`). Each setting is declared once
-in aqsgd.train.settings (type, range, default, help), checked in files and in code
-(`train: total_steps must be >= 1, got 0`). `RunConfig.to_dict()` is the resolved
+(aqsgd.compress.gradient.GradCompressionConfig), `train`, `data`, `dist`, `compute`
+(aqsgd.train.replay.ComputeConfig: real, or a profile replayed), `output`. Files and
+dicts are checked by specfile against the dataclasses' type hints: unknown keys and
+values of the wrong type are rejected with the full key path (`train.lr: expected a
+number, got 'fast'`). Each setting is declared once in aqsgd.train.settings (type,
+range, default, help), checked in files and in code (`train: total_steps must be >= 1,
+got 0`). `RunConfig.to_dict()` is the resolved
 configuration.
 """
 
@@ -34,6 +35,7 @@ from aqsgd.compress.message import GRADIENT_MODES, CompressionConfig
 from aqsgd.compress.plugins import Plugin, PluginError
 from aqsgd.compress.registry import require_plugins
 from aqsgd.model.config import PRESETS, ModelConfig
+from aqsgd.train.replay import ComputeConfig
 from aqsgd.train.settings import (
     ClipNorm,
     DataName,
@@ -195,6 +197,8 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    # real compute, or a profile's times replayed by stand-in stages (aqsgd.train.replay)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     # the compressor plug-ins its modes come from, loaded before the rest is checked
     # (_with_plugins; docs/plugins.md)
@@ -217,6 +221,23 @@ class RunConfig:
                 f"(pipeline.micro_batch_size={self.pipeline.micro_batch_size}); "
                 "set train.eval_batches: 0 to skip evaluation"
             )
+        self._check_replay()
+
+    def _check_replay(self) -> None:
+        c = self.compute
+        if not c.replayed:
+            return
+        if len(c.stages) != self.pipeline.stages:
+            raise ValueError(f"compute.stages has {len(c.stages)} entries, one per stage of "
+                             f"pipeline.stages={self.pipeline.stages} expected")
+        if c.precision != self.train.precision:
+            raise ValueError(f"compute.precision {c.precision!r} (profile {c.profile!r}) "
+                             f"differs from train.precision {self.train.precision!r}: the "
+                             f"profile's times stand for its own precision")
+        if self.pipeline.replicas > 1:  # stand-in stages have no weights to exchange
+            raise ValueError(f"pipeline.replicas={self.pipeline.replicas} under compute."
+                             f"source {c.source!r}: replayed data parallelism is not built "
+                             f"(docs/replay.md)")
 
     def to_dict(self) -> dict:
         tree = {**dataclasses.asdict(self), "forward": self.forward.to_dict(),

@@ -25,7 +25,7 @@ from aqsgd.train.schedule import SCHEDULES
 from specfile import Default
 
 __all__ = [
-    "ClipNorm", "DataName", "DataPath", "DistBackend", "DistDevice", "DropoutMasks",
+    "ClipNorm", "Compute", "DataName", "DataPath", "DistBackend", "DistDevice", "DropoutMasks",
     "EvalAtStart", "EvalBatches", "EvalEvery", "EvalSamples", "InitFrom", "LearningRate",
     "LrWarmupSteps", "MaxSamples", "MicroBatchSize", "NumMicroBatches", "Precision",
     "Replicas", "Schedule", "Seed", "Stages", "TextField", "Threads", "TimeoutS",
@@ -79,6 +79,12 @@ DropoutMasks = Annotated[Literal[DROPOUT_MASKS], Field(description=(
 Precision = Annotated[Literal[tuple(PRECISIONS)], Field(description=(
     "compute precision of every stage: fp32, or torch.autocast to bf16 or fp16 (fp16 with "
     "dynamic loss scaling)")), Default("fp32")]
+
+# the stand-in stages and the profile's cut: aqsgd.train.replay, docs/replay.md
+Compute = Annotated[str, Field(pattern=r"^(real|replay:\S+)$", description=(
+    "stage compute: real, or replay:PROFILE (a profile file, or a name under profiles/) "
+    "whose measured forward, backward and optimizer times each stage waits instead; the "
+    "messages stay real")), Default("real")]
 
 # ---------------------------------------------------------------- data
 DataName = Annotated[Literal[(*DATASETS, "synthetic")], Field(description=(

@@ -34,6 +34,7 @@ from aqsgd.train.config import ConfigError, RunConfig, load_config
 from aqsgd.train.metrics import MetricsWriter, StepMeter
 from aqsgd.train.p2p import P2P
 from aqsgd.train.pipeline import PipelineRunner, Topology, linear_warmup_decay, make_groups
+from aqsgd.train.replay import ReplayStage, optimizer_wait, replay_loss
 from aqsgd.train.schedule import make_schedule
 from aqsgd.train.tensorboard import TensorBoardWriter
 
@@ -114,6 +115,11 @@ def _build_compressors(cfg: RunConfig, topo: Topology, n_train: int, device) -> 
 
 
 def _load_stage(cfg: RunConfig, topo: Topology, device: torch.device) -> torch.nn.Module:
+    """The stage's module: its GPT-2 layers with their starting weights, or under replayed
+    compute a stand-in that holds no weights (aqsgd.train.replay)."""
+    if cfg.compute.replayed:
+        return ReplayStage(cfg.compute.stages[topo.stage], first=topo.is_first,
+                           last=topo.is_last, n_embd=cfg.model.n_embd).to(device)
     init = cfg.train.init_from
     if init == "pretrained":  # the cached starting checkpoint (built once, under a lock)
         from aqsgd.model.pretrain import starting_checkpoint
@@ -133,6 +139,9 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
     t = cfg.train
     dp = make_data_parallel(cfg.grad, module.parameters(), dp_group,
                             {"lr": t.lr, "weight_decay": t.weight_decay})  # fmt: skip
+    replayed = cfg.compute.replayed
+    if replayed:
+        optimizer_wait(dp.optimizer, cfg.compute.stages[topo.stage].optimizer_s)
     lr_sched = torch.optim.lr_scheduler.LambdaLR(
         dp.optimizer, linear_warmup_decay(t.lr_warmup_steps, t.total_steps)
     )
@@ -141,7 +150,8 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
     p = cfg.pipeline
     runner = PipelineRunner(
         schedule=make_schedule(p.schedule, p.stages, p.num_micro_batches), topo=topo,
-        module=module, loss_fn=lm_loss, train_tokens=train_tokens, eval_tokens=eval_tokens,
+        module=module, loss_fn=replay_loss if replayed else lm_loss,
+        train_tokens=train_tokens, eval_tokens=eval_tokens,
         sampler=Sampler(len(train_tokens), p.micro_batch_size, p.num_micro_batches, t.seed,
                         p.replicas),
         compressors=_build_compressors(cfg, topo, len(train_tokens), device), dp=dp,
@@ -154,12 +164,14 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
         after_sync=_grad_dumper(cfg, topo, module) if t.dump_grads else None,
         dropout_masks=masks, precision=t.precision,
     )  # fmt: skip
-    if t.eval_batches and t.eval_at_start:
+    # a replayed run has no held-out loss: its stand-in stages model nothing
+    evaluating = bool(t.eval_batches) and not replayed
+    if evaluating and t.eval_at_start:
         writer.write(runner.evaluate(0, t.eval_batches, p.micro_batch_size))
     for step in range(t.total_steps):
         writer.write(runner.train_step(step))
         last = step == t.total_steps - 1
-        if t.eval_batches and ((t.eval_every and (step + 1) % t.eval_every == 0) or last):
+        if evaluating and ((t.eval_every and (step + 1) % t.eval_every == 0) or last):
             writer.write(runner.evaluate(step + 1, t.eval_batches, p.micro_batch_size))
     if cfg.output.trace:
         writer.write_trace(meter.events, topo.rank, topo.stage, topo.replica)

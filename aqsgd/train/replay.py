@@ -1,0 +1,185 @@
+"""Replayed compute: stand-in pipeline stages that wait a profile's measured times.
+
+    compute = ComputeConfig(source="replay:cpu-2core", profile="cpu-2core",
+                            precision="fp32", stages=(StageTimes(0.009, 0.011, 0.0005), ...))
+    module = ReplayStage(compute.stages[s], first=s == 0, last=s == S - 1, n_embd=D)
+    hidden = module(tokens)                  # (B, L, D) fp32 after forward_s seconds
+    optimizer_wait(optimizer, compute.stages[s].optimizer_s)
+
+A `ReplayStage` holds one scalar weight and no model: its forward waits the profile's
+forward time and returns a tensor of the real boundary shape and dtype that depends on
+its input, its backward (a custom autograd function) waits the backward time and
+returns a gradient of the input's shape. The last stage returns (B, L) instead of
+logits (never materialised) and `replay_loss` makes the scalar loss of it. The runtime
+(aqsgd.train.pipeline) codes, counts and sends these tensors as it does real ones.
+The harness resolves a profile into `ComputeConfig` (bench.perfmodel.profile), so a
+worker needs no profile file; docs/replay.md says what replay captures and what not.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from aqsgd.train.settings import Compute, Precision
+from specfile import check_fields, setting
+
+__all__ = ["REPLAY_PREFIX", "StageTimes", "ComputeConfig", "ReplayStage", "replay_loss",
+           "optimizer_wait", "profile_reference"]
+
+REPLAY_PREFIX = "replay:"  # Compute's spelling of a replayed run: replay:PROFILE
+
+
+def profile_reference(source: str) -> str | None:
+    """The PROFILE of a `replay:PROFILE` compute setting; None for real compute."""
+    return source[len(REPLAY_PREFIX):] if source.startswith(REPLAY_PREFIX) else None
+
+
+def _seconds(owner: str, name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{owner}.{name} must be seconds >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """One stage's replayed costs: per micro-batch (forward_s, backward_s) and per
+    optimizer step (optimizer_s), in seconds."""
+
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+
+    def __post_init__(self):
+        for name in ("forward_s", "backward_s", "optimizer_s"):
+            _seconds("StageTimes", name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class ComputeConfig:
+    """How the stages compute: `source` real, or replay:PROFILE with that profile's times
+    for this run's cut (one StageTimes per stage, stage order) resolved by the harness;
+    `profile` is the profile's own name and `precision` the compute precision its times
+    stand for, both for the run record."""
+
+    source: Compute = setting(Compute)
+    profile: str | None = None
+    precision: Precision | None = None
+    stages: tuple[StageTimes, ...] = ()
+
+    def __post_init__(self):
+        check_fields(self)
+        if self.replayed and not (self.stages and self.profile and self.precision):
+            raise ValueError(f"compute.source {self.source!r} needs the profile's name, its "
+                             f"precision and one entry of stages per stage, got profile="
+                             f"{self.profile!r}, precision={self.precision!r}, "
+                             f"{len(self.stages)} stages")
+        if not self.replayed and (self.stages or self.profile or self.precision):
+            raise ValueError(f"compute.source 'real' takes no profile, precision or stages, "
+                             f"got profile={self.profile!r}, {len(self.stages)} stages")
+
+    @property
+    def replayed(self) -> bool:
+        return profile_reference(self.source) is not None
+
+
+def _wait_until(deadline: float) -> None:
+    """Sleep until time.perf_counter() reaches `deadline` (at once if it has)."""
+    left = deadline - time.perf_counter()
+    if left > 0:
+        time.sleep(left)
+
+
+class _Replayed(torch.autograd.Function):
+    """out = h * gain (or, on the last stage, the mean of h over its width times gain),
+    ready `forward_s` after `start`; backward gives h the gradient the product gives it
+    after `backward_s`. The stand-in weight gets a zero gradient: it stands for weights
+    that are not there, and learns nothing."""
+
+    @staticmethod
+    def forward(ctx, h, gain, start, forward_s, backward_s, last):
+        out = h.mean(-1) * gain if last else h * gain  # (B, L) or h's shape
+        ctx.save_for_backward(gain)
+        ctx.shape, ctx.backward_s, ctx.last = h.shape, backward_s, last
+        _wait_until(start + forward_s)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        start = time.perf_counter()
+        (gain,) = ctx.saved_tensors
+        grad_h = None
+        if ctx.needs_input_grad[0]:
+            if ctx.last:  # d mean_D(h) / dh = 1 / D on every element
+                g = grad_out.unsqueeze(-1) * (gain / ctx.shape[-1])
+                grad_h = g.expand(ctx.shape).contiguous()  # (B, L, D)
+            else:
+                grad_h = grad_out * gain
+        _wait_until(start + ctx.backward_s)
+        return grad_h, torch.zeros_like(gain), None, None, None, None
+
+
+class ReplayStage(torch.nn.Module):
+    """A pipeline stage that computes nothing of a model: its forward and backward take
+    the profile's times and keep the real boundary tensors' shapes and dtypes.
+
+    first stage: tokens (B, L) int64 -> hidden (B, L, n_embd) fp32, a fixed function of
+                 the token ids (sines of id times a per-channel frequency, in [-1, 1])
+    middle:      hidden (B, L, D) -> hidden of the same shape and dtype
+    last stage:  hidden (B, L, D) -> (B, L), never logits (replay_loss takes it)
+
+    The work the stand-in does counts inside the profiled time (each wait runs to a
+    deadline from the start of the call), so the wait is the profile's time whenever
+    that work is shorter.
+    """
+
+    def __init__(self, times: StageTimes, *, first: bool, last: bool, n_embd: int):
+        super().__init__()
+        if n_embd < 1:
+            raise ValueError(f"ReplayStage.n_embd must be >= 1, got {n_embd}")
+        self.times, self.first, self.last = times, first, last
+        self.gain = torch.nn.Parameter(torch.ones(()))  # the one stand-in weight
+        freq = torch.linspace(0.01, 1.0, n_embd)  # (D,)
+        self.register_buffer("freq", freq, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        start = time.perf_counter()
+        if self.first:
+            if x.dtype != torch.int64 or x.dim() != 2:
+                raise ValueError(f"ReplayStage (first stage) takes token ids (B, L) int64, "
+                                 f"got {tuple(x.shape)} {x.dtype}")
+            h = torch.sin(x.unsqueeze(-1).float() * self.freq)  # (B, L, D) fp32
+        else:
+            if x.dim() != 3 or x.shape[-1] != self.freq.numel():
+                raise ValueError(f"ReplayStage takes hidden states (B, L, "
+                                 f"{self.freq.numel()}), got {tuple(x.shape)}")
+            h = x
+        t = self.times
+        return _Replayed.apply(h, self.gain, start, t.forward_s, t.backward_s, self.last)
+
+
+def replay_loss(out: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """The last stand-in stage's scalar 'loss': the mean of its (B, L) output, which
+    depends on every element of the stage's input (lm_loss's place under replay)."""
+    if out.shape != input_ids.shape:
+        raise ValueError(f"replay_loss takes the last ReplayStage's (B, L) output, got "
+                         f"{tuple(out.shape)} for input_ids {tuple(input_ids.shape)}")
+    return out.float().mean()
+
+
+def optimizer_wait(optimizer: torch.optim.Optimizer, seconds: float) -> None:
+    """Make every `optimizer.step()` take `seconds` (the profile's optimizer time) from
+    its start, through the optimizer's step hooks."""
+    _seconds("optimizer_wait", "seconds", seconds)
+    started: list[float] = []
+
+    def pre(*_):
+        started[:] = [time.perf_counter()]
+
+    def post(*_):
+        _wait_until(started[0] + seconds)
+
+    optimizer.register_step_pre_hook(pre)
+    optimizer.register_step_post_hook(post)
