@@ -16,7 +16,9 @@ meta.json keeps `config.to_dict()`, the resolved configuration the workers ran.
 Every cell evaluates on Workload.eval_windows held-out windows, uncompressed (raw
 activations, no cache touched): once after the last step, or with
 `Workload.eval_each_epoch` also before the first step and after every epoch. Every
-cell writes TensorBoard event files (OUTPUT_DIR/tensorboard/).
+cell writes TensorBoard event files (OUTPUT_DIR/tensorboard/). `Workload.compute`
+replay:PROFILE puts that profile's times of the cell's cut in the config's `compute`
+section (bench.perfmodel.profile.replay_compute; docs/replay.md): no evaluation then.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from aqsgd.train.config import (
 )
 from bench.harness.modes import ModeSpec
 from bench.harness.sweep import CellSpec, Workload
+from bench.perfmodel.profile import replay_compute
 
 __all__ = ["FREEZE_FRACTION", "compression", "freeze_after_steps", "model_choice",
            "run_config", "write_run_config"]
@@ -185,6 +188,7 @@ def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
                         max_samples=w.train_samples, eval_samples=w.eval_windows,
                         tokenizer=choice.tokenizer),
         dist=DistConfig(timeout_s=w.dist_timeout_s),
+        compute=replay_compute(w.compute, model, w.stages, w.micro_batch_size, w.precision),
         output=OutputConfig(dir=str(output_dir), trace=False, tensorboard=True),
         plugins=cell.mode.plugins,  # its workers load them (docs/plugins.md)
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
@@ -28,7 +29,9 @@ from aqsgd.model.config import (
     VocabSize,
     Width,
 )
+from aqsgd.train.replay import profile_reference
 from aqsgd.train.settings import (
+    Compute,
     DataPath,
     DropoutMasks,
     EvalSamples,
@@ -53,7 +56,7 @@ __all__ = ["IDENTITY_IF_SET", "Workload"]
 # default (Workload.identity).
 IDENTITY_IF_SET = frozenset({"precision", "model", "tokenizer", "data", "data_path",
                              "seq_len", "schedule", "n_layer", "n_embd", "n_head",
-                             "vocab_size", "n_inner"})
+                             "vocab_size", "n_inner", "compute"})
 
 _VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 _PRESET = "the preset's"
@@ -111,6 +114,8 @@ class Workload:
     dropout_masks: DropoutMasks = setting(DropoutMasks)
     # in the cell's name and identity only when not fp32 (label, identity)
     precision: Precision = setting(Precision)
+    # in the label when replayed: a speed-up divides like by like (docs/replay.md)
+    compute: Compute = setting(Compute)
     variant: str = ""  # short label of a sweep variant, in the cell's name ("" = default)
     dist_timeout_s: TimeoutS = setting(TimeoutS)
     init_from: InitFrom = setting(InitFrom)
@@ -178,6 +183,8 @@ class Workload:
     def checkpoint_preset(self) -> str | None:
         """The preset whose cached starting checkpoint the cells start from (init_from
         'pretrained' and no checkpoint of their own in `model`), else None."""
+        if profile_reference(self.compute) is not None:
+            return None  # replayed stages hold no weights
         return self.preset if self.init_from == "pretrained" and self.model is None else None
 
     @property
@@ -185,10 +192,15 @@ class Workload:
         """The variant as cell names and tables show it: `variant`, then the compute
         precision when it is not fp32 ('bf16-compute', 'dropout0+fp16-compute'), so a
         bf16-compute row never reads as the bf16 wire mode (docs/precision.md), then the
-        schedule when it is not gpipe ('1f1b')."""
+        schedule when it is not gpipe ('1f1b'), then a replayed profile ('replay-NAME', the
+        profile file's stem: a speed-up never divides a replayed row by a measured one,
+        docs/replay.md)."""
         compute = "" if self.precision == "fp32" else f"{self.precision}-compute"
         schedule = "" if self.schedule == "gpipe" else self.schedule
-        return "+".join(part for part in (self.variant, compute, schedule) if part)
+        profile = profile_reference(self.compute)
+        replay = "" if profile is None else "replay-" + "".join(
+            c if c in _VARIANT_CHARS else "-" for c in Path(profile).stem.lower())
+        return "+".join(part for part in (self.variant, compute, schedule, replay) if part)
 
     def identity(self) -> dict:
         """The fields a cell's identity hashes (CellSpec.key): all, less those of
