@@ -52,9 +52,13 @@ def machine() -> dict:
 def expected_identity(cell: CellSpec, scenario: NetworkScenario | None,
                       choice: LauncherChoice, git_commit: str | None) -> dict:
     """What a run of `cell` on `choice` at `git_commit` must find recorded to reuse the
-    cell: every key of bench.results.files.IDENTITY_KEYS (Note [cell identity]).
-    `scenario` None: it never loaded (scenario_key None, never reused)."""
-    identity = {"spec_key": cell.key,
+    cell: every key of bench.results.files.IDENTITY_KEYS (Note [cell identity]), and
+    `contents` (Note [identity by content], bench.harness.workload). `scenario` None:
+    it never loaded (scenario_key None, never reused)."""
+    # first: a path's content that differs is the reason a run names (its spec_key differs
+    # too); absent when no setting names a path, so older cells keep their identity
+    contents = cell.workload.contents()
+    identity = {**({"contents": contents} if contents else {}), "spec_key": cell.key,
                 "scenario_key": None if scenario is None else scenario_key(scenario),
                 "launcher": choice.identity(), "machine": machine(), "git_commit": git_commit}
     # a tokenizer of files (not the suite's BPE): their hash, so editing them is another cell
@@ -119,12 +123,19 @@ def cell_identity(cell: CellSpec, sweep: str, choice: LauncherChoice,
     }
 
 
+def _paths(cell: CellSpec) -> dict:
+    # where each path setting resolved to: recorded, not compared (its content is)
+    paths = cell.workload.paths()
+    return {"paths": paths} if paths else {}
+
+
 def meta_head(cell: CellSpec, sweep: str, choice: LauncherChoice,
               scenario: NetworkScenario | None, probe: list[ProbeRecord], prov: dict,
               placement: Placement, mechanisms: dict[str, str] | None = None,
               loaded: NetworkScenario | None = None) -> dict:
-    """The keys every meta.json starts with: schema, identity, spec, placement, probe,
-    provenance. `mechanisms`: the hosts' (None: they never came up); `loaded`: the
+    """The keys every meta.json starts with: schema, identity (with the mechanisms and
+    the resolved `paths` of the workload's path settings, recorded only), spec,
+    placement, probe, provenance. `mechanisms`: the hosts' (None: they never came up); `loaded`: the
     scenario as loaded when `scenario` is None (hosts that never came up), for the
     identity's scenario_key."""
     identity = expected_identity(cell, scenario if loaded is None else loaded, choice,
@@ -132,7 +143,7 @@ def meta_head(cell: CellSpec, sweep: str, choice: LauncherChoice,
     return {"schema_version": SCHEMA_VERSION,
             "cell": cell_identity(cell, sweep, choice, scenario, probe, mechanisms,
                                   placement),
-            "identity": {**identity, "mechanisms": mechanisms},
+            "identity": {**identity, "mechanisms": mechanisms, **_paths(cell)},
             "spec": cell.to_dict(), "spec_key": cell.key, "seed": cell.workload.seed,
             "placement": placement.to_dict(),
             "probe": [r.to_dict() for r in probe], "provenance": prov}

@@ -48,15 +48,24 @@ from aqsgd.train.settings import (
     TimeoutS,
     Tokenizer,
 )
+from bench.harness.contents import content_digest
 from specfile import SPEC_CONFIG, check_fields, or_none, setting
 
-__all__ = ["IDENTITY_IF_SET", "Workload"]
+__all__ = ["IDENTITY_IF_SET", "PATH_SETTINGS", "Workload"]
 
 # Fields added after cells were recorded: in a cell's identity only when not at their
 # default (Workload.identity).
 IDENTITY_IF_SET = frozenset({"precision", "model", "tokenizer", "data", "data_path",
                              "seq_len", "schedule", "n_layer", "n_embd", "n_head",
                              "vocab_size", "n_inner", "compute"})
+
+# Note [identity by content]: the settings whose value may name a file or folder, each
+# with the words that never do. One that names an existing path (relative to the folder
+# the run starts in) enters the identity by what it holds (bench.harness.contents), not
+# as typed: another model at the same path is another cell, the same model named by
+# another path the same cell. A value naming no path (a cached model or data set id)
+# enters as typed.
+PATH_SETTINGS = {"model": (), "tokenizer": (), "data_path": (), "init_from": ("pretrained",)}
 
 _VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 _PRESET = "the preset's"
@@ -202,13 +211,26 @@ class Workload:
             c if c in _VARIANT_CHARS else "-" for c in Path(profile).stem.lower())
         return "+".join(part for part in (self.variant, compute, schedule, replay) if part)
 
+    def paths(self) -> dict[str, str]:
+        """The settings of PATH_SETTINGS that name an existing file or folder, each as its
+        resolved absolute path (meta.json's `identity.paths`)."""
+        named = {k: getattr(self, k) for k, words in PATH_SETTINGS.items()
+                 if getattr(self, k) is not None and getattr(self, k) not in words}
+        return {k: str(Path(v).expanduser().resolve()) for k, v in named.items()
+                if Path(v).expanduser().exists()}
+
+    def contents(self) -> dict[str, str]:
+        """The content digest of every path in `paths` (Note [identity by content])."""
+        return {k: content_digest(path) for k, path in self.paths().items()}
+
     def identity(self) -> dict:
         """The fields a cell's identity hashes (CellSpec.key): all, less those of
         IDENTITY_IF_SET at their default, so cells recorded before such a field existed
-        keep their key."""
+        keep their key; a setting naming a path by what it holds (`contents`)."""
         fields = dataclasses.asdict(self)
-        return {k: v for k, v in fields.items()
+        kept = {k: v for k, v in fields.items()
                 if k not in IDENTITY_IF_SET or v != _DEFAULTS[k]}
+        return {**kept, **{k: {"content": d} for k, d in self.contents().items()}}
 
     @property
     def global_batch(self) -> int:

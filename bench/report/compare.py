@@ -63,7 +63,8 @@ DEFAULT_THRESHOLD_PCT = 5.0
 
 # What says where and from which code a cell ran, not what it is: left out of the key.
 # spec_key hashes the repeat too; the spec itself stands in for it without the repeat.
-_IDENTITY_LEFT_OUT = ("machine", "git_commit", "mechanisms", "spec_key")
+# paths: where a setting's content was found (the content is compared)
+_IDENTITY_LEFT_OUT = ("machine", "git_commit", "mechanisms", "spec_key", "paths")
 _SPEC_LEFT_OUT = ("repeat", "seed_in_name", "scenario")  # scenario: the file's path
 # the cell block's names and what was measured about the link (not chosen by the run)
 _CELL_LEFT_OUT = ("name", "spec_name", "sweep", "repeat", "host_limited",

@@ -158,12 +158,25 @@ def reuse_refusal(cell_dir: str | Path, identity: dict | None = None) -> str:
         for key, value in (identity or {}).items():
             recorded = getattr(record.identity, key)
             if recorded != value:
-                return f"{key} {recorded!r} recorded, this run's {value!r}"
+                return _differs(key, recorded, value)
         check_digests(record)
         read_metrics(cell_dir)
     except ResultFileError as err:
         return f"unreadable: {err}"
     return ""
+
+
+def _differs(key: str, recorded: Any, value: Any) -> str:
+    """Why identity key `key` differs: its recorded and this run's values, a path's
+    content named by its setting ('model content 3f2a... recorded, this run's 91bc...')."""
+    if key != "contents":
+        return f"{key} {recorded!r} recorded, this run's {value!r}"
+    setting = min(k for k in {**recorded, **value} if recorded.get(k) != value.get(k))
+    if setting not in recorded:
+        return (f"{setting} content not recorded (a cell of the path as typed), this "
+                f"run's {value[setting]}")
+    return (f"{setting} content {recorded[setting]} recorded, this run's "
+            f"{value.get(setting, 'none (not a path)')}")
 
 
 def is_finished(cell_dir: str | Path, identity: dict | None = None) -> bool:

@@ -105,8 +105,9 @@ class Failure:
 
 @dataclass(frozen=True)
 class Identity:
-    """What a run must match to reuse the cell (bench.results.schema.IDENTITY_KEYS, and
-    the tokenizer's hash for a cell of tokenizer files); `mechanisms` recorded only."""
+    """What a run must match to reuse the cell (bench.results.schema.IDENTITY_KEYS, the
+    tokenizer's hash for a cell of tokenizer files, the `contents` of its paths);
+    `mechanisms` and `paths` recorded only."""
 
     spec_key: str
     scenario_key: str | None
@@ -115,12 +116,20 @@ class Identity:
     git_commit: str | None
     mechanisms: Mapping[str, str] | None
     tokenizer: str | None = None  # absent for the suite's own BPE
+    # Note [identity by content]: the content digest of each workload setting that names a
+    # file or folder, compared; and its resolved absolute path, recorded only. Both absent
+    # (empty) when none does, and in cells recorded before them.
+    contents: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    paths: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """As meta.json has it: `tokenizer` only where recorded."""
+        """As meta.json has it: `tokenizer`, `contents` and `paths` only where recorded."""
         out = dataclasses.asdict(self)
-        return out if self.tokenizer is not None else \
-            {k: v for k, v in out.items() if k != "tokenizer"}
+        return {k: v for k, v in out.items()
+                if k not in _IDENTITY_OPTIONAL or v not in (None, {})}
+
+
+_IDENTITY_OPTIONAL = ("tokenizer", "contents", "paths")
 
 
 @dataclass(frozen=True)
@@ -259,7 +268,15 @@ def _identity(f: Fields) -> Identity:
     return Identity(f.need("spec_key", str), f.need("scenario_key", *_STR_OR_NONE),
                     f.need("launcher", dict), f.need("machine", dict),
                     f.need("git_commit", *_STR_OR_NONE), f.need("mechanisms", dict, type(None)),
-                    f.maybe("tokenizer", None, str))
+                    f.maybe("tokenizer", None, str), _strings(f, "contents"),
+                    _strings(f, "paths"))
+
+
+def _strings(f: Fields, key: str) -> dict[str, str]:
+    """The block `key` of setting -> text ({} where absent); SchemaError naming a value
+    that is not a string."""
+    block = f.block(key) if f.has(key) else Fields({}, f.path, f.name(key))
+    return {name: block.need(name, str) for name in block.data}
 
 
 def _provenance(f: Fields) -> Provenance:
