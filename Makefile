@@ -24,7 +24,7 @@ DEBIAN_SUITE ?= bookworm
 
 .PHONY: help setup test test-fast lint bench bench-kernels bench-compressors bench-coding regress \
 	paper convergence convergence-depth convergence-size \
-	finetune pretrain probe net-cleanup chaos gpu-check profile clean-venv docker-base docker-image \
+	finetune pretrain checkpoints-check probe net-cleanup chaos gpu-check profile clean-venv docker-base docker-image \
 	docker-wheelhouse docker-daemon-start docker-daemon-stop
 
 # One line per target: `make help`.
@@ -115,6 +115,10 @@ finetune: setup
 # Pre-train the tiny preset's starting checkpoint once (cached under .cache/).
 pretrain: setup
 	$(PY) -m aqsgd.model.pretrain --preset tiny
+
+# Rebuild each checkpoint shipped under checkpoints/ from its recipe; compare bit for bit.
+checkpoints-check: setup
+	$(PY) -m aqsgd.model.shipped check
 
 # Bring SCENARIO up in network namespaces, print the achieved link table, tear down.
 probe: setup

@@ -11,6 +11,10 @@ library's Python sources (text that is not the pydoc fine-tuning task), once per
     CACHE/checkpoints/gpt2-<config hash>-tok<tokenizer fingerprint>-pre<hash>.pt
     (+ .json beside it: configs, losses, wall time)
 
+A checkpoint of the same name under the repository's `checkpoints/` folder (SHIPPED_DIR)
+is used instead of building one: `make bench`'s tiny-4 ships there, with its recipe, and
+`python -m aqsgd.model.shipped check` rebuilds it bit for bit (aqsgd.model.shipped).
+
 Presets too large to pre-train on a CPU (above MAX_PRETRAIN_PARAMS) take GPT-2's
 published weights from the local Hugging Face cache when present.
 """
@@ -21,6 +25,7 @@ import argparse
 import dataclasses
 import functools
 import hashlib
+import io
 import json
 import math
 import time
@@ -40,6 +45,7 @@ from aqsgd.model.weights import load_pretrained_state
 
 __all__ = [
     "MAX_PRETRAIN_PARAMS",
+    "SHIPPED_DIR",
     "PretrainConfig",
     "checkpoint_path",
     "estimate_s",
@@ -50,6 +56,8 @@ __all__ = [
 ]
 
 MAX_PRETRAIN_PARAMS = 20_000_000
+# Starting checkpoints shipped with the repository, named as the cache names them.
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 # CPU seconds per parameter per token trained, one thread, measured here (the json beside
 # each checkpoint keeps its cpu_s) for 400 steps of 32 x 64 tokens: tiny 48 s (1.2e-10),
 # tiny-8 69 s (0.9e-10), w256-2 119 s (0.8e-10), w256-4 232 s (0.8e-10; 64 min of wall time
@@ -223,9 +231,12 @@ def starting_checkpoint_path(
     tokenizer: Tokenizer | None = None,
     pretrain_cfg: PretrainConfig = PretrainConfig(),
     log: Callable[[str], None] | None = None,
+    use_shipped: bool = True,
 ) -> tuple[Path, bool]:
-    """(path of the cached pre-trained state dict, whether this call built it).
-    Builds under a file lock if missing, so concurrent workers build it once."""
+    """(path of the pre-trained state dict, whether this call built it): the cached one,
+    else the shipped one of the same name (SHIPPED_DIR; not with use_shipped=False, which
+    the rebuild check uses), else built under a file lock, so concurrent workers build it
+    once."""
     if cfg.num_parameters() > MAX_PRETRAIN_PARAMS:
         raise ValueError(
             f"pre-training {cfg.num_parameters():,} parameters on a CPU exceeds "
@@ -236,6 +247,9 @@ def starting_checkpoint_path(
     if tokenizer is None:
         tokenizer = tokenizer_for(cfg.vocab_size, cache_dir)
     path = checkpoint_path(cfg, cache_dir, tokenizer, pretrain_cfg)
+    shipped = SHIPPED_DIR / path.name
+    if use_shipped and not path.exists() and shipped.exists():
+        return shipped, False
 
     def write(tmp: Path) -> None:
         previous = torch.get_num_threads()
@@ -253,7 +267,11 @@ def starting_checkpoint_path(
         }
         sidecar = path.with_suffix(".json")
         atomic_write(sidecar, lambda t: t.write_text(json.dumps(meta, indent=2) + "\n"))
-        torch.save(state, tmp)
+        # Saved through a buffer: to a path, torch names the archive's records after the
+        # file (here a random temporary name), and two builds would differ in those bytes.
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        tmp.write_bytes(buffer.getvalue())
 
     built = build_once(path, write)
     return path, built
@@ -300,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     log = functools.partial(print, flush=True)
     print(f"pre-training preset {args.preset!r} unless cached under {args.cache_dir}", flush=True)
     path, built = starting_checkpoint_path(cfg, args.cache_dir, pretrain_cfg=pcfg, log=log)
-    verb = "built" if built else "reusing"
+    verb = "built" if built else "shipped" if path.parent == SHIPPED_DIR else "reusing"
     took_s = time.perf_counter() - start
     print(f"{verb} starting checkpoint for preset {args.preset!r}: {path} ({took_s:.1f} s)")
     sidecar = path.with_suffix(".json")

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from aqsgd.filecache import default_cache_dir
 from bench.harness.sweep import CellSpec
@@ -28,16 +29,19 @@ __all__ = ["PRETRAIN_TIMEOUT_S", "Build", "prepare_builds", "prepare_checkpoints
            "prepare_kernels"]
 
 PRETRAIN_TIMEOUT_S = 1800
+# the first word of aqsgd.model.pretrain's last line -> Build.how
+_HOW = {"built": "built", "shipped": "shipped", "reusing": "cached"}
 
 
 @dataclass(frozen=True)
 class Build:
-    """One artefact made ready before the cells: what, where, whether this run built it
-    (False: found cached) and when (Unix seconds, wall clock)."""
+    """One artefact made ready before the cells: what, where, how (this run built it,
+    found it cached, or took the one shipped with the repository) and when (Unix
+    seconds, wall clock)."""
 
     what: str
     path: str
-    built: bool
+    how: Literal["built", "cached", "shipped"]
     started_unix: float
     ended_unix: float
 
@@ -46,7 +50,7 @@ class Build:
         return self.ended_unix - self.started_unix
 
     def line(self) -> str:
-        how = f"built in {self.seconds:.1f} s" if self.built else "cached"
+        how = f"built in {self.seconds:.1f} s" if self.how == "built" else self.how
         return f"{self.what}: {how} ({self.path})"
 
     def to_dict(self) -> dict:
@@ -64,7 +68,8 @@ def prepare_kernels() -> Build:
     library = fused.load_library(default_cache_dir())
     if library.lib is None:
         raise RuntimeError(f"the fused CPU kernels cannot be built: {library.note}")
-    return Build("fused CPU kernels", str(path), not there, started, time.time())
+    return Build("fused CPU kernels", str(path), "cached" if there else "built", started,
+                 time.time())
 
 
 def prepare_checkpoints(cells: list[CellSpec], repo_root: Path,
@@ -86,12 +91,17 @@ def prepare_checkpoints(cells: list[CellSpec], repo_root: Path,
             tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
             raise RuntimeError(f"building the starting checkpoint of preset {preset} "
                                f"failed (exit {done.returncode}):\n{tail}")
-        # its last line: 'built|reusing starting checkpoint for preset NAME: PATH (S s)'
+        # its line: 'built|shipped|reusing starting checkpoint for preset NAME: PATH (S s)'
         line = next((x for x in reversed(done.stdout.splitlines())
                      if "starting checkpoint for preset" in x), "")
         path = line.split(": ", 1)[1].rsplit(" (", 1)[0] if ": " in line else ""
-        builds.append(Build(f"starting checkpoint of {preset}", path,
-                            line.startswith("built"), started, time.time()))
+        verb = line.split(" ", 1)[0]
+        if verb not in _HOW:
+            raise RuntimeError(f"the starting checkpoint builder of preset {preset} did "
+                               f"not say where its checkpoint is:\n{done.stdout[-2000:]}")
+        how = _HOW[verb]
+        builds.append(Build(f"starting checkpoint of {preset}", path, how, started,
+                            time.time()))
     return builds
 
 
