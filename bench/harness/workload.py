@@ -12,6 +12,7 @@ cell's RunConfig.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -59,13 +60,24 @@ IDENTITY_IF_SET = frozenset({"precision", "model", "tokenizer", "data", "data_pa
                              "seq_len", "schedule", "n_layer", "n_embd", "n_head",
                              "vocab_size", "n_inner", "compute"})
 
+
+def _itself(value: str) -> str:
+    return value
+
+
+def _unless_pretrained(init_from: str) -> str | None:
+    return None if init_from == "pretrained" else init_from
+
+
 # Note [identity by content]: the settings whose value may name a file or folder, each
-# with the words that never do. One that names an existing path (relative to the folder
-# the run starts in) enters the identity by what it holds (bench.harness.contents), not
-# as typed: another model at the same path is another cell, the same model named by
-# another path the same cell. A value naming no path (a cached model or data set id)
-# enters as typed.
-PATH_SETTINGS = {"model": (), "tokenizer": (), "data_path": (), "init_from": ("pretrained",)}
+# with what of its value may (None: nothing). One that names an existing path (relative
+# to the folder the run starts in) enters the identity by what it holds
+# (bench.harness.contents), not as typed: another model at the same path is another
+# cell, the same model named by another path the same cell. A value naming no path (a
+# cached model or data set id, a shipped profile's name) enters as typed.
+PATH_SETTINGS: dict[str, Callable[[str], str | None]] = {
+    "model": _itself, "tokenizer": _itself, "data_path": _itself,
+    "init_from": _unless_pretrained, "compute": profile_reference}
 
 _VARIANT_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 _PRESET = "the preset's"
@@ -214,10 +226,10 @@ class Workload:
     def paths(self) -> dict[str, str]:
         """The settings of PATH_SETTINGS that name an existing file or folder, each as its
         resolved absolute path (meta.json's `identity.paths`)."""
-        named = {k: getattr(self, k) for k, words in PATH_SETTINGS.items()
-                 if getattr(self, k) is not None and getattr(self, k) not in words}
+        named = {k: path_of(getattr(self, k)) for k, path_of in PATH_SETTINGS.items()
+                 if getattr(self, k) is not None}
         return {k: str(Path(v).expanduser().resolve()) for k, v in named.items()
-                if Path(v).expanduser().exists()}
+                if v is not None and Path(v).expanduser().exists()}
 
     def contents(self) -> dict[str, str]:
         """The content digest of every path in `paths` (Note [identity by content])."""

@@ -134,6 +134,22 @@ def test_every_path_setting_enters_the_key_by_content_not_as_typed(tmp_path, mon
     assert Workload(data="text", data_path="some/dataset-id").paths() == {}
 
 
+def test_a_replayed_profile_file_enters_by_content_a_shipped_name_as_typed(tmp_path,
+                                                                            monkeypatch):
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "p.yaml").write_text(f"# profile of machine {name}\n")
+    monkeypatch.chdir(tmp_path / "one")
+    replayed = Workload(compute="replay:p.yaml")
+    assert replayed.paths() == {"compute": str(tmp_path / "one" / "p.yaml")}
+    key = _cell(None, compute="replay:p.yaml").key
+    assert _cell(None, compute=f"replay:{tmp_path / 'one' / 'p.yaml'}").key == key
+    monkeypatch.chdir(tmp_path / "two")
+    assert _cell(None, compute="replay:p.yaml").key != key
+    assert Workload(compute="replay:cpu-2core").paths() == {}  # profiles/, in git_commit
+    assert Workload().paths() == {}  # real compute
+
+
 def test_other_content_at_the_same_path_is_measured_again_the_same_at_another_path_not(
         tmp_path, monkeypatch):
     sweep_dir, scenario = tmp_path / "results", load_scenario("100mbps")
