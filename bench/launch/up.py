@@ -7,7 +7,7 @@ schedules, competing flows and stragglers played on the schedule runner's clock
 
 Ctrl-C or SIGTERM stops the schedule (every link back to its own values, the flows'
 senders stopped, the CPU caps lifted) and tears the hosts down by their exact names
-(bench/launch/lifecycle.py). docs/network.md, "Trying a program under a scenario: up".
+(bench/launch/lifecycle.py). docs/changing-links.md, "Trying a program under a scenario: up".
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ It runs in a session of its own, reads a pipe only the harness writes (EOF witho
 line in each rank log; each state file in D the harness wrote claimed (renamed, out of a
 rerun's cleanup), its processes killed, the launcher's teardown run (bench.launch.state.
 cleanup; imported, with torch, once a rank starts); a failed teardown's file gets its
-name back for `make net-cleanup`. Why, per launcher: docs/network.md, "A killed harness".
+name back for `make net-cleanup`. Why, per launcher: docs/watchdog.md.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ One TUN device per host namespace, every fd held by this process: a packet host 
 to host j comes out of TUN i, waits delay(i -> j) +- jitter (or is dropped with
 loss(i -> j)), then goes into TUN j. Rate shaping stays in the kernel (htb on each
 TUN's egress). The container path is bench.net.tunnel, the control socket
-bench.net.delaycontrol, the shared TUN and queue code bench.net.tun; docs/network.md,
+bench.net.delaycontrol, the shared TUN and queue code bench.net.tun; docs/shaping.md,
 "The userspace delay line", has the design and the measured ceiling.
 """
 

@@ -13,7 +13,7 @@ files a schedule may come from.
 
 A value a phase leaves out is the link's own. Every mistake raises a specfile SpecError
 naming the field (and the trace file, line and value). The trace formats and the rules
-of a schedule: docs/network.md, "Schedules and trace files".
+of a schedule: docs/changing-links.md, "Schedules and trace files".
 """
 
 from __future__ import annotations

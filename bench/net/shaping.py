@@ -11,7 +11,7 @@ on its own interfaces (`Interface`), so the numbers live here and only the names
 
 Rates are tc rates in bit/s (the payload Mbit/s times `factor`). No command runs here.
 The layout on a host's device, the units and how one class is re-rendered (the probe's
-lifted limits, a schedule's phases): docs/network.md, "The host shaping plan".
+lifted limits, a schedule's phases): docs/shaping.md, "The host shaping plan".
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
     links.admit(src, dst, packet, time.monotonic()); links.due(time.monotonic())
 
 Standard library only: the delay line runs as a process of its own inside the
-namespaces and containers. docs/network.md, "The userspace delay line", has the design.
+namespaces and containers. docs/shaping.md, "The userspace delay line", has the design.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ One TUN device in the container's namespace and one UDP socket on the containers
 network: a packet for peer j leaves the TUN, is dropped here with the link's loss or
 else goes at once to peer j's delay line as one UDP datagram stamped with its send
 time; that delay line holds it until the send time plus the link's delay (+- jitter,
-in order), then writes it into its TUN. docs/network.md, "The userspace delay line".
+in order), then writes it into its TUN. docs/shaping.md, "The userspace delay line".
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ rates. Made from result files only (docs/results-schema.md).
 `record` is a cell's meta.json as bench.results.record.read_record gives it.
 
 The clock (t = 0 is the schedule runner's start), which phase a step belongs to and the
-stretches of competing flows and stragglers: docs/network.md, "What a scheduled cell's
+stretches of competing flows and stragglers: docs/changing-links.md, "What a scheduled cell's
 report shows".
 """
 
