@@ -10,7 +10,7 @@ and the wall clock of the same steps, beside the convergence report's joined est
 A cell's elapsed time after s steps is the sum of its first s steps' wall time (the
 slowest rank's step_time_s: training time, no evaluation or start-up, as the joined
 estimate counts it). The target is fp32's final held-out loss of the same run sweep,
-scenario and layout (mean over its seeds) plus TOLERANCE_PCT; docs/convergence.md,
+scenario and layout (mean over its seeds) plus TOLERANCE_PCT; docs/convergence-ladders.md,
 "Time to quality within one run".
 """
 
