@@ -9,7 +9,7 @@ new mode is aqsgd.compress.trial's.
     mismatches(DirectQ, ActivationMode)             # ['rank: expected float, got ...']
 
 A defect is a RegistryError naming the declaring module. Imports aqsgd.compress.modes.base,
-aqsgd.compress.codecs.base and aqsgd.compress.plugins only.
+aqsgd.compress.ingraph, aqsgd.compress.codecs.base and aqsgd.compress.plugins only.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType, ModuleType
 
 from aqsgd.compress.codecs.base import DataParallel
+from aqsgd.compress.ingraph import InGraph
 from aqsgd.compress.modes.base import FMT_RAW, FMT_WARMUP, ActivationMode, Comparison
 from aqsgd.compress.plugins import RegistryError
 
@@ -103,6 +104,23 @@ def _check_mode(mode, module: ModuleType) -> None:
     if mode.codes_rows and missing:
         raise RegistryError(f"{module.__name__}: activation mode {mode.name!r} codes rows "
                             f"but does not implement {', '.join(missing)}")
+    _check_in_graph(mode, module)
+
+
+def _check_in_graph(mode, module: ModuleType) -> None:
+    half = mode.in_graph
+    if half is None:
+        return
+    if not (isinstance(half, type) and issubclass(half, InGraph)):
+        raise RegistryError(f"{module.__name__}: activation mode {mode.name!r} has in_graph "
+                            f"{half!r}, expected an aqsgd.compress.ingraph.InGraph subclass "
+                            f"or None")
+    missing = _overrides(half, InGraph, ("sender_module", "receiver_module"))
+    if half.calibrates:
+        missing += _overrides(half, InGraph, ("calibrate",))
+    if missing:
+        raise RegistryError(f"{module.__name__}: activation mode {mode.name!r}: its in-graph "
+                            f"half {half.__name__} does not implement {', '.join(missing)}")
 
 
 def _check_codec(codec, module: ModuleType) -> None:

@@ -27,6 +27,7 @@ from pydantic import Field, model_validator
 
 from aqsgd import quant
 from aqsgd.compress.cache import CacheSpec
+from aqsgd.compress.ingraph import check_coords
 from aqsgd.compress.modes.base import ActivationMode
 from aqsgd.compress.registry import ACTIVATION_MODES, Names, not_loaded_note
 from aqsgd.compress.wire import WireSpec, prefix_spec
@@ -90,6 +91,10 @@ class CompressionConfig:
     # adaptive widths (aqsgd.compress.adaptive): the bit widths the sender may choose per
     # message, `quant.bits` the first; () sends every coded message at `quant.bits`
     widths: tuple[quant.Bits, ...] = ()
+    # a mode with an in-graph half (aqsgd.compress.ingraph): the k coordinates a token its
+    # rows carry (ssn's rank, bottleneck's width); None: the mode's default fraction of the
+    # hidden width. A byte-level mode takes none.
+    coords: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "widths", tuple(self.widths))
@@ -97,6 +102,7 @@ class CompressionConfig:
             raise ValueError(f"CompressionConfig.mode must be one of {MODES}, got {self.mode!r}"
                              f"{not_loaded_note()}")
         check_fields(self)
+        check_coords(self)
         if self.uses_cache and self.cache_storage == "mmap" and not self.cache_dir:
             raise ValueError("CompressionConfig.cache_dir is required when cache_storage='mmap'")
         self._check_widths()

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from aqsgd.compress.adaptive import WidthChooser
+from aqsgd.compress.ingraph import StageBoundary
 from aqsgd.compress.message import message_spec
 from aqsgd.compress.wire import spec_nbytes
 from aqsgd.data.sampler import Sampler
@@ -135,6 +136,7 @@ def eval_batch_ids(num_batches: int, micro_batch_size: int, replica: int, replic
 class _MicroBatch:
     ids: torch.Tensor  # (B,) int64
     tokens: torch.Tensor  # (B, L) int64
+    wire_tokens: torch.Tensor | None = None  # (B, L) as received (an in-graph half's)
     inp: torch.Tensor | None = None  # received activation (B, L, D), requires grad
     out: torch.Tensor | None = None  # stage output
     loss: torch.Tensor | None = None  # last stage only
@@ -150,7 +152,8 @@ class PipelineRunner:
                  clip: float, meter: StepMeter, p2p: P2P, device: torch.device,
                  fail_at_step: int | None = None,
                  after_sync: Callable[[int], None] | None = None,
-                 dropout_masks: SampleMasks | None = None, precision: str = "fp32"):  # fmt: skip
+                 dropout_masks: SampleMasks | None = None, precision: str = "fp32",
+                 boundary: StageBoundary | None = None):  # fmt: skip
         self.schedule, self.topo, self.module, self.loss_fn = schedule, topo, module, loss_fn
         self.train_tokens, self.eval_tokens = train_tokens, eval_tokens  # (N, L) int64
         self.sampler, self.comp, self.dp, self.lr_scheduler = sampler, compressors, dp, lr_scheduler
@@ -162,6 +165,9 @@ class PipelineRunner:
         self.precision = precision  # train.precision: autocast in forward and loss (or none)
         self.scaler = LossScaler.for_precision(precision)  # Note [fp16 loss scaling]
         self.actions = schedule.stage_actions(topo.stage)
+        # the in-graph halves around this stage (aqsgd.compress.ingraph); their parameters
+        # are the module's (a submodule), so they are in `params` and the optimizer
+        self.boundary = boundary or StageBoundary(None, topo.is_first, topo.is_last)
         self.params = [p for p in module.parameters() if p.requires_grad]
         self._dp_sent = self._dp_recv = 0
         self.choosers = self._make_choosers()  # Note [adaptive widths]
@@ -206,6 +212,8 @@ class PipelineRunner:
         else:
             peer, codec = self.topo.next_rank, self.comp["bwd_recv"]
         spec = codec.wire_spec(shape, mb.ids, training=training)
+        if kind == "activation":
+            spec = spec + self.boundary.extra_spec(shape)
         return self.p2p.post_recv(peer, kind, f"{kind} mb{k} step {step}", spec,
                                   length_first=codec.cfg.sized_by_data)
 
@@ -235,6 +243,7 @@ class PipelineRunner:
             elif a.op is Op.SEND_ACT:
                 with self.meter.span("compress", f"encode act mb{k}"):
                     msg = self.comp["fwd_send"].encode(mbs[k].out.detach(), mbs[k].ids)
+                    msg += self.boundary.pack(mbs[k].wire_tokens)
                 self._send("fwd_send", msg)
             elif a.op is Op.BACKWARD:
                 self._backward(mbs[k], k)
@@ -272,6 +281,7 @@ class PipelineRunner:
     def _on_recv(self, op: Op, mb: _MicroBatch, k: int, tensors: list[torch.Tensor]) -> None:
         if op is Op.RECV_ACT:
             with self.meter.span("compress", f"decode act mb{k}"):
+                tensors, mb.wire_tokens = self.boundary.unpack(tensors, mb.tokens)
                 x = self.comp["fwd_recv"].decode(tensors, mb.ids)
             mb.inp = x.requires_grad_(True)
         else:
@@ -279,14 +289,22 @@ class PipelineRunner:
                 mb.grad_out = self.comp["bwd_recv"].decode(tensors, mb.ids)
 
     def _forward(self, mb: _MicroBatch, k: int, num_mb: int) -> None:
-        x = mb.tokens.to(self.device) if self.topo.is_first else mb.inp
         masks = self.dropout_masks.samples(mb.ids) if self.dropout_masks else nullcontext()
         autocast = compute_precision(self.precision, self.device)
         with self.meter.span("compute", f"F{k}"), masks, autocast:
-            mb.out = self.module(x)
+            mb.out = self._stage(mb, mb.inp)
             if self.topo.is_last:
                 mb.loss = self.loss_fn(mb.out, mb.tokens.to(self.device))
                 mb.out = mb.loss / num_mb  # backward of the mean over micro-batches
+
+    def _stage(self, mb: _MicroBatch, inp: torch.Tensor | None) -> torch.Tensor:
+        """The stage between its in-graph halves: received rows (or the tokens) -> what
+        it sends (or the logits)."""
+        if self.topo.is_first:
+            mb.wire_tokens = mb.tokens.to(self.device)
+            return self.boundary.outbound(self.module(mb.wire_tokens), mb.wire_tokens)
+        out = self.module(self.boundary.inbound(inp, mb.wire_tokens))
+        return out if self.topo.is_last else self.boundary.outbound(out, mb.wire_tokens)
 
     def _backward(self, mb: _MicroBatch, k: int) -> None:
         scale = self.scaler.scale if self.scaler else 1.0  # Note [fp16 loss scaling]
@@ -360,19 +378,19 @@ class PipelineRunner:
                 batches and not self.topo.is_first) else None  # fmt: skip
             for j, mb in enumerate(batches):
                 if not self.topo.is_first:
-                    tensors = self.p2p.wait_recv(pend)
+                    tensors, mb.wire_tokens = self.boundary.unpack(self.p2p.wait_recv(pend),
+                                                                   mb.tokens)
                     mb.inp = self.comp["fwd_recv"].decode(tensors, mb.ids, training=False)
                     if j + 1 < len(batches):
                         pend = self._post("activation", batches[j + 1], j + 1, step, False)
-                x = mb.tokens.to(self.device) if self.topo.is_first else mb.inp
                 autocast = compute_precision(self.precision, self.device)
                 with self.meter.span("compute", f"eval F{j}"), autocast:
-                    out = self.module(x)  # (lm_loss takes bf16 logits to fp32 itself)
+                    out = self._stage(mb, mb.inp)  # (lm_loss takes bf16 logits to fp32)
                 if self.topo.is_last:
                     loss_sum += self.loss_fn(out, mb.tokens.to(self.device)).double().cpu()
                 else:
                     msg = self.comp["fwd_send"].encode(out, mb.ids, training=False)
-                    self._send("fwd_send", msg)
+                    self._send("fwd_send", msg + self.boundary.pack(mb.wire_tokens))
             self.p2p.wait_sends()
         eval_loss = ppl = None
         if self.topo.is_last:

@@ -27,9 +27,11 @@ import torch.distributed as dist
 
 from aqsgd.compress.activation import make_compressor
 from aqsgd.compress.gradient import make_data_parallel
+from aqsgd.compress.ingraph import boundary_width
 from aqsgd.data.sampler import Sampler
 from aqsgd.model.dropout import use_sample_dropout
 from aqsgd.model.gpt2 import init_stage, lm_loss
+from aqsgd.train.boundary import attach_boundary, calibrate
 from aqsgd.train.config import ConfigError, RunConfig, load_config
 from aqsgd.train.metrics import MetricsWriter, StepMeter
 from aqsgd.train.p2p import P2P
@@ -100,7 +102,8 @@ def _wire_device(device: torch.device) -> torch.device:
 
 
 def _build_compressors(cfg: RunConfig, topo: Topology, n_train: int, device) -> dict:
-    shape = (cfg.model.seq_len, cfg.model.n_embd)
+    # an in-graph half's boundary carries its k coordinates a token (aqsgd.compress.ingraph)
+    shape = (cfg.model.seq_len, boundary_width(cfg.forward, cfg.model.n_embd))
     seed = cfg.train.seed * 1000 + topo.rank
     comp: dict = {"sample_shape": shape}
     if not topo.is_last:
@@ -118,8 +121,14 @@ def _load_stage(cfg: RunConfig, topo: Topology, device: torch.device) -> torch.n
     """The stage's module: its GPT-2 layers with their starting weights, or under replayed
     compute a stand-in that holds no weights (aqsgd.train.replay)."""
     if cfg.compute.replayed:
-        return ReplayStage(cfg.compute.stages[topo.stage], first=topo.is_first,
-                           last=topo.is_last, n_embd=cfg.model.n_embd).to(device)
+        if cfg.forward.coding.in_graph is not None:  # its halves are layers of the stages
+            raise ConfigError(f"forward.mode {cfg.forward.mode!r} codes inside the stages' "
+                              f"graph; compute.source {cfg.compute.source!r} has no stages "
+                              f"to hold it (docs/replay.md)")
+        module = ReplayStage(cfg.compute.stages[topo.stage], first=topo.is_first,
+                             last=topo.is_last, n_embd=cfg.model.n_embd).to(device)
+        attach_boundary(cfg, topo, module, device, None)  # the identity: byte-level coding
+        return module
     init = cfg.train.init_from
     if init == "pretrained":  # the cached starting checkpoint (built once, under a lock)
         from aqsgd.model.pretrain import starting_checkpoint
@@ -128,7 +137,9 @@ def _load_stage(cfg: RunConfig, topo: Topology, device: torch.device) -> torch.n
         tokenizer = _tokenizer(cfg) if cfg.data.name != "synthetic" else None
         init = starting_checkpoint(cfg.model, tokenizer=tokenizer)
     module = init_stage(cfg.model, topo.stage, topo.stages, seed=cfg.train.seed, pretrained=init)
-    return module.to(device)
+    module = module.to(device)
+    attach_boundary(cfg, topo, module, device, init)  # its submodule `boundary`
+    return module
 
 
 def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: MetricsWriter,
@@ -162,8 +173,11 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
                 wire_device=_wire_device(device)),
         fail_at_step=t.fail_at_step if topo.rank == t.fail_rank else None,
         after_sync=_grad_dumper(cfg, topo, module) if t.dump_grads else None,
-        dropout_masks=masks, precision=t.precision,
+        dropout_masks=masks, precision=t.precision, boundary=module.boundary,
     )  # fmt: skip
+    calibration = calibrate(runner)  # an in-graph half's first-step init (bottleneck)
+    if calibration is not None:
+        writer.write(calibration)
     # a replayed run has no held-out loss: its stand-in stages model nothing
     evaluating = bool(t.eval_batches) and not replayed
     if evaluating and t.eval_at_start:
@@ -179,13 +193,17 @@ def _train(cfg: RunConfig, topo: Topology, device: torch.device, writer: Metrics
 
 def _grad_dumper(cfg: RunConfig, topo: Topology, module: torch.nn.Module):
     """Test hook: after step 0's gradient exchange (before clipping), save every
-    gradient by global parameter name to OUTPUT_DIR/grads/rank{R}.pt."""
+    gradient by global parameter name to OUTPUT_DIR/grads/rank{R}.pt, and the parameters
+    at steps 0 and 1 (before and after the first update) to rank{R}.params{S}.pt."""
     path = Path(cfg.output.dir) / "grads" / f"rank{topo.rank}.pt"
 
     def dump(step: int) -> None:
         if step == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
             torch.save({n: p.grad.detach().clone() for n, p in module.named_parameters()}, path)
+        if step in (0, 1):
+            torch.save({n: p.detach().clone() for n, p in module.named_parameters()},
+                       path.with_suffix(f".params{step}.pt"))
 
     return dump
 

@@ -11,7 +11,10 @@ An instance codes the rows of one compressor (aqsgd.compress.activation builds i
 its `CompressionConfig`, here `cfg`, not imported: that module validates mode names
 against the registry, which imports this one); the compressor keeps the framing every
 mode shares (header, raw rows, the cache). A plug-in subclasses them the same way
-(docs/plugins.md). Imports aqsgd.quant, aqsgd.compress.wire and torch only.
+(docs/plugins.md). A mode may also declare an in-graph half (`in_graph`, an
+aqsgd.compress.ingraph.InGraph subclass: modules trained with the model on each side of
+a boundary, whose coordinates its byte-level half carries). Imports aqsgd.quant,
+aqsgd.compress.wire, aqsgd.compress.ingraph and torch only.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import ClassVar
 import torch
 
 from aqsgd import quant
+from aqsgd.compress.ingraph import InGraph
 from aqsgd.compress.wire import WireSpec
 
 __all__ = ["FMT_RAW", "FMT_WARMUP", "ActivationMode", "Comparison", "PackedCodes",
@@ -59,6 +63,10 @@ class ActivationMode:
     bench_cases: ClassVar[tuple[tuple[str, int], ...]]
     smoke_case: ClassVar[tuple[str, int]]
     profile_bits: ClassVar[int] = 4  # bits of the performance model's per-element cost
+    # the in-graph half (an InGraph subclass): modules before and after the boundary whose
+    # k coordinates a token this mode's rows carry (CompressionConfig.coords); None: the
+    # mode codes the hidden activation itself
+    in_graph: ClassVar[type[InGraph] | None] = None
 
     def __init__(self, cfg) -> None:
         self.cfg = cfg
