@@ -86,3 +86,21 @@ def test_plugin_sender_parameter_changes_after_one_step(tmp_path):
         after = torch.load(out / "grads" / f"rank{rank}.params1.pt")[name]
         assert grads[name].abs().sum() > 0, name
         assert not torch.equal(before, after), name
+
+
+def test_bottleneck_starts_both_sides_from_the_same_principal_components(tmp_path):
+    """The calibration pass sends step 0's activations raw once (its record's bytes: fp32
+    (B, L, D) a micro-batch), both sides compute the same PCA: the receiver's
+    up-projection starts as the transpose of the sender's down-projection."""
+    out = launch(tmp_path, {"mode": "bottleneck", "dtype": "bf16", "coords": 5},
+                 {"mode": "none", "dtype": "bf16"})
+    (calib,) = records(out, 1, "calibration")
+    assert calib["bytes_recv"]["activation"] == M * B * MODEL["seq_len"] * MODEL["n_embd"] * 4
+    down = torch.load(out / "grads" / "rank0.params0.pt")["boundary.sender.proj.weight"]
+    up = torch.load(out / "grads" / "rank1.params0.pt")["boundary.receiver.proj.weight"]
+    assert down.shape == (5, MODEL["n_embd"])
+    torch.testing.assert_close(up, down.T, atol=1e-6, rtol=0)
+    k, tokens = 5, B * MODEL["seq_len"]
+    header = 8 * (HEADER_FIELDS + B)
+    for step in records(out, 1, "train"):
+        assert step["bytes_recv"]["activation"] == M * (header + tokens * 2 * k)
