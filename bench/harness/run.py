@@ -50,6 +50,7 @@ from bench.results.files import (
     ResultFileError,
     SchemaError,
     file_digests,
+    last_error,
     log_tail,
     metrics_frame,
     provenance,
@@ -130,6 +131,11 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
         failure = collect_metrics(cell, cell_dir)
     if failure is None:  # meta.json vouches for them: a cut file is never counted done
         meta["files"] = file_digests(cell_dir)
+    if failure is not None and failure["rank"] is not None and failure["returncode"]:
+        # the worker's own last error line: the exception's message, its mode and plug-in
+        error = last_error(log_tail(cell_dir / "logs" / f"rank{failure['rank']}.log",
+                                    LOG_TAIL_LINES))
+        failure["reason"] += f": {error}" if error else ""
     if failure is not None and config is not None:
         failure["reason"] += outage_note(outages_applied(schedule_run), config.dist.timeout_s)
     if failure is not None and failure["rank"] is not None:

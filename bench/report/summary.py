@@ -37,7 +37,7 @@ SUMMARY_COLUMNS = (
     "dropout_masks", "epochs",
     "steps_per_epoch", "warmup_epochs", "eval_windows",
     "launcher", "shaping", "launcher_label", "shaped", "rate_mbit", "rate_mbit_slowest_phase",
-    "rate_mbit_achieved", "host_limited", "delay_ms", "status",
+    "rate_mbit_achieved", "host_limited", "delay_ms", "status", "failure",
     "measured_steps", "samples_per_step", "step_time_s", "step_time_spread_s",
     "throughput_samples_s", "throughput_statistic",
     "throughput_tokens_s", "throughput_mean_samples_s", "throughput_e2e_samples_s",
@@ -197,6 +197,7 @@ def summarize(paths: Iterable[str | Path]) -> pd.DataFrame:
         row["cell"] = record.name
         row["schedule"] = record.schedule
         row["status"] = record.status
+        row["failure"] = "" if record.failure is None else record.failure.reason
         row["wall_s"] = record.wall_s
         rates = scheduled_rates(record)
         if rates:  # the first scheduled link's time-weighted mean and slowest phase

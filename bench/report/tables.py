@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -68,8 +68,11 @@ TABLE_COLUMNS = (
     ("bytes_per_step", "MB/step", lambda v: f"{v / 1e6:.3f}"),
     ("final_eval_loss", "held-out loss", lambda v: f"{v:.4f}"),
     ("comm_compute_ratio", "comm/compute", lambda v: f"{v:.2f}"),
-    ("status", "status", str),
+    ("status_text", "status", str),
 )
+# Table columns whose cells wrap at spaces on the console (a failed cell's reason), so a
+# long one leaves out no other column.
+WRAPPED = ("status_text",)
 
 
 def _missing(value) -> bool:
@@ -145,6 +148,10 @@ def _keyed_rows(summary: pd.DataFrame) -> tuple[list[str], list[str], list[list[
                                            table["compute_bound"],
                                            table["throughput_statistic"], strict=True)]
     table["mode_text"] = table.apply(mode_text, axis=1) if len(table) else []
+    # a failed cell's status names why: the rank, the exception's message, its plug-in
+    table["status_text"] = [f"{status}: {why}" if isinstance(why, str) and why else status
+                            for status, why in zip(table["status"], table["failure"],
+                                                   strict=True)]
     columns = list(TABLE_COLUMNS)
     if table["speedup_vs_unshaped_fp32"].isna().all():
         columns = [c for c in columns if c[0] != "speedup_vs_unshaped_fp32"]
@@ -226,19 +233,22 @@ _COLUMN_EDGE, _TABLE_EDGE = 3, 1
 
 
 def _column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]],
-                   width: int) -> list[int] | None:
+                   width: int, wrapped: Collection[int] = ()) -> list[int] | None:
     """Content width per column in `width` terminal columns, no cell and no header word
-    cut (scenario and mode: their whole header), headers unwrapped where the room
-    allows, left to right; None when even the least widths do not fit."""
+    cut (scenario and mode: their whole header; a column of `wrapped` wraps its cells at
+    spaces too), headers and cells unwrapped where the room allows, left to right; None
+    when even the least widths do not fit."""
     def longest(i: int, words: list[str]) -> int:
-        return max(len(w) for w in [*words, *(r[i] for r in rows)])
+        cells = [w for r in rows for w in (r[i].split() if i in wrapped else [r[i]])]
+        return max(len(w) for w in [*words, *cells])
     least = [longest(i, [h] if i < 2 else h.split()) for i, h in enumerate(headers)]
     room = width - _TABLE_EDGE - _COLUMN_EDGE * len(headers) - sum(least)
     if room < 0:
         return None
     widths = []
     for i, header in enumerate(headers):
-        grow = min(room, longest(i, [header]) - least[i])
+        whole = max(len(text) for text in [header, *(r[i] for r in rows)])
+        grow = min(room, whole - least[i])
         widths.append(least[i] + grow)
         room -= grow
     return widths
@@ -255,7 +265,8 @@ def fit_columns(width: int, keys: Sequence[str], headers: Sequence[str],
         if key is not None and key in keys:
             keep.remove(keys.index(key))
         widths = _column_widths([headers[i] for i in keep],
-                                [[r[i] for i in keep] for r in rows], width)
+                                [[r[i] for i in keep] for r in rows], width,
+                                [n for n, i in enumerate(keep) if keys[i] in WRAPPED])
         if widths is not None:
             break
     return keep, widths

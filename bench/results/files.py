@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -64,6 +65,7 @@ __all__ = [
     "load_results",
     "load_records",
     "log_tail",
+    "last_error",
 ]
 
 # Columns every metrics.csv has, in this order; unknown scalar fields a
@@ -365,6 +367,27 @@ def load_results(paths: Iterable[str | Path], include_failed: bool = False) -> p
     if not frames:
         return pd.DataFrame(columns=list(METRIC_COLUMNS) + list(_META_COLUMNS))
     return pd.concat(frames, ignore_index=True)
+
+
+# The line a worker's failure ends with (aqsgd.train.worker.main): its exception, with
+# notes naming the mode and the plug-in it ran in.
+_WORKER_FAILED = re.compile(r"^aqsgd\.train\.worker: .*? failed: (?P<error>.+)$")
+
+
+def last_error(log: str) -> str:
+    """The error a rank's log text ends with: the worker's own failure line
+    ('ValueError: cache rows must ... [in decode of activation mode 'x' (plug-in ...)]'),
+    else the last line of its last traceback; '' when it has neither."""
+    lines = log.splitlines()
+    for line in reversed(lines):
+        found = _WORKER_FAILED.match(line)
+        if found:
+            return found["error"]
+    starts = [k for k, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if not starts:
+        return ""
+    after = [line for line in lines[starts[-1] + 1:] if line and not line[0].isspace()]
+    return after[-1] if after else ""
 
 
 def log_tail(path: str | Path, lines: int = 30) -> str:
