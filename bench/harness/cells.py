@@ -54,17 +54,18 @@ __all__ = ["FREEZE_FRACTION", "compression", "freeze_after_steps", "model_choice
 
 
 def _direction(mode: str, dtype: str, bits: int | None, warmup_epochs: int,
-               widths: tuple[int, ...] = ()) -> CompressionConfig:
+               widths: tuple[int, ...] = (), coords: int | None = None) -> CompressionConfig:
     # A mode that takes no bit widths (fp32: mode none) sends raw rows whatever the epoch,
     # but it gets the workload's warm-up epochs too: the worker flags warm-up steps from
     # them (aqsgd.train.pipeline, Note [warm-up flag]), so every mode's throughput counts
     # the same steps.
     if bits is None:
-        return CompressionConfig(mode=mode, dtype=dtype, warmup_epochs=warmup_epochs)
+        return CompressionConfig(mode=mode, dtype=dtype, warmup_epochs=warmup_epochs,
+                                 coords=coords)
     if widths:  # adaptive: start at the widest, the chooser narrows it (aqsgd.compress.adaptive)
         bits = widths[-1]
     return CompressionConfig(mode=mode, dtype=dtype, quant=QuantConfig(bits=bits),
-                             warmup_epochs=warmup_epochs, widths=widths)
+                             warmup_epochs=warmup_epochs, widths=widths, coords=coords)
 
 
 # QuantizedAdam's exact phase lasts at least this share of the run (1-bit Adam's rule).
@@ -91,8 +92,9 @@ def compression(mode: ModeSpec, workload: Workload) -> tuple[CompressionConfig,
     entry = COMPARISONS[mode.name]
     fw_widths = ladder("forward", mode.fw_bits) if entry.adaptive else ()
     bw_widths = ladder("backward", mode.bw_bits) if entry.adaptive else ()
+    # an in-graph half's k sits on the forward direction, whose mode declares the half
     forward = _direction(entry.forward, entry.dtype, mode.fw_bits, workload.warmup_epochs,
-                         fw_widths)
+                         fw_widths, mode.coords)
     backward = _direction(entry.backward, entry.dtype, mode.bw_bits, workload.warmup_epochs,
                           bw_widths)
     if not entry.data_parallel:

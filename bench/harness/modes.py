@@ -5,6 +5,7 @@
     parse_mode("aqsgd+gc/ef21:2/4")    # aqsgd plus EF21 data-parallel gradients
     str(parse_mode("aqsgd+gc:2/4"))    # 'aqsgd+gc/qadam:2/4' (QuantizedAdam by default)
     parse_mode("aqsgd-fw2-bw4")        # the directory spelling (ModeSpec.label) reads too
+    parse_mode("ssn:160")              # a mode with an in-graph half: its k coordinates
     first_repeat([parse_mode("aqsgd"), parse_mode("aqsgd:2/4")])   # (0, 1): the same mode
 
 Spellings: the command line's `NAME[/GRAD][:FW/BW]` (`str(ModeSpec)`) is the one tables,
@@ -26,10 +27,17 @@ from pydantic import Field
 
 from aqsgd.compress.adaptive import ladder
 from aqsgd.compress.plugins import Plugin
-from aqsgd.compress.registry import COMPARISONS, GRAD_CODECS, Names, View, plugins_of
+from aqsgd.compress.registry import (
+    ACTIVATION_MODES,
+    COMPARISONS,
+    GRAD_CODECS,
+    Names,
+    View,
+    plugins_of,
+)
 from specfile import check_fields
 
-__all__ = ["MODE_NAMES", "GRAD_COMPRESSORS", "DEFAULT_BITS", "DEFAULT_GRID", "BITS_RANGE",
+__all__ = ["MODE_NAMES", "GRAD_COMPRESSORS", "COORD_MODES", "DEFAULT_BITS", "DEFAULT_GRID", "BITS_RANGE",
            "Bits", "ModeSpec", "default_grid", "first_repeat", "parse_mode"]
 
 # Each list follows the registry, plug-ins included (registry.Names, registry.View).
@@ -40,6 +48,8 @@ GRAD_COMPRESSORS = Names(GRAD_CODECS, lambda codec: codec.compresses)
 DEFAULT_BITS = View(COMPARISONS, lambda c: c.default_bits, lambda c: c.takes_bits)
 # The modes that select a gradient compressor (NAME/GRAD).
 _DP_MODES = Names(COMPARISONS, lambda c: c.data_parallel)
+# The modes whose forward mode has an in-graph half: they take its k (NAME:K, NAME:FW/BW:K).
+COORD_MODES = Names(COMPARISONS, lambda c: ACTIVATION_MODES[c.forward].in_graph is not None)
 # The grid `python -m bench run` runs by default: every mode, AQ-SGD at three bit widths,
 # DirectQ at AQ-SGD's most aggressive width beside it (the paper's quality contrast), and
 # TAH-Quant there too (its 2 code bits plus 0.75 bit of tile header an element: the
@@ -78,6 +88,9 @@ class ModeSpec:
     bw_bits: Bits | None = None
     grad_mode: str = "qadam"  # only used by the modes with a gradient codec (aqsgd+gc)
     grad_bits: Bits = 8
+    # a mode with an in-graph half: its k coordinates a token (CompressionConfig.coords);
+    # None: the mode's default fraction of the width
+    coords: int | None = None
 
     def __post_init__(self):
         if self.name not in MODE_NAMES:
@@ -97,6 +110,12 @@ class ModeSpec:
         if self.grad_mode not in GRAD_COMPRESSORS:
             raise ValueError(f"ModeSpec.grad_mode must be one of {', '.join(GRAD_COMPRESSORS)}, "
                              f"got {self.grad_mode!r}")
+        if self.coords is not None and (self.name not in COORD_MODES or isinstance(
+                self.coords, bool) or not isinstance(self.coords, int) or self.coords < 1):
+            raise ValueError(f"ModeSpec.coords: mode {self.name} "
+                             + ("takes k >= 1 coordinates a token" if self.name in COORD_MODES
+                                else "has no in-graph half, so it takes no coordinates")
+                             + f", got {self.coords!r}")
         if not self.compresses_dp and self.grad_mode != "qadam":
             raise ValueError(f"ModeSpec.grad_mode selects the gradient compressor of "
                              f"{', '.join(_DP_MODES)} only; mode {self.name} got "
@@ -119,21 +138,25 @@ class ModeSpec:
     def label(self) -> str:
         """File-name-safe label, e.g. 'aqsgd-fw2-bw4', 'aqsgd+gc-qadam-fw2-bw4' (aqsgd+gc
         always names its gradient compressor, so no table or figure hides it)."""
+        coords = "" if self.coords is None else f"-k{self.coords}"
         if not self.takes_bits:
-            return self.name
+            return self.name + coords
         grad = f"-{self.grad_mode}" if self.compresses_dp else ""
-        return f"{self.name}{grad}-fw{self.fw_bits}-bw{self.bw_bits}"
+        return f"{self.name}{grad}-fw{self.fw_bits}-bw{self.bw_bits}{coords}"
 
     def __str__(self) -> str:
-        """The form parse_mode reads back: 'aqsgd:2/4', 'aqsgd+gc/qadam:2/4'."""
+        """The form parse_mode reads back: 'aqsgd:2/4', 'aqsgd+gc/qadam:2/4', 'ssn:160'."""
+        coords = "" if self.coords is None else f":{self.coords}"
         if not self.takes_bits:
-            return self.name
+            return self.name + coords
         grad = f"/{self.grad_mode}" if self.compresses_dp else ""
-        return f"{self.name}{grad}:{self.fw_bits}/{self.bw_bits}"
+        return f"{self.name}{grad}:{self.fw_bits}/{self.bw_bits}{coords}"
 
 
-# a directory spelling's tail after the mode's name: '[GRAD-]fwN-bwM' (ModeSpec.label)
-_LABEL_BITS = re.compile(r"(?:(?P<grad>[^-]+)-)?fw(?P<fw>\d+)-bw(?P<bw>\d+)")
+# a directory spelling's tail after the mode's name: '[GRAD-]fwN-bwM[-kK]' or 'kK'
+# (ModeSpec.label)
+_LABEL_BITS = re.compile(r"(?:(?:(?P<grad>[^-]+)-)?fw(?P<fw>\d+)-bw(?P<bw>\d+))?"
+                         r"(?:-?k(?P<k>\d+))?")
 # what a cell's name or a legend adds to a mode: replicas ('-dp2', ' dp2'), a variant
 _LAYOUT = re.compile(r"(?P<mode>.*?)[ -]dp(?P<n>\d+)|(?P<v>.*?) ?\[(?P<var>.+)\]")
 
@@ -145,9 +168,10 @@ def _from_label(text: str) -> str:
     for name in sorted(MODE_NAMES, key=len, reverse=True):
         match = _LABEL_BITS.fullmatch(text[len(name) + 1:]) if text.startswith(
             name + "-") else None
-        if match:
+        if match and (match["fw"] or match["k"]):
             grad = f"/{match['grad']}" if match["grad"] else ""
-            return f"{name}{grad}:{match['fw']}/{match['bw']}"
+            bits = f":{match['fw']}/{match['bw']}" if match["fw"] else ""
+            return f"{name}{grad}{bits}" + (f":{match['k']}" if match["k"] else "")
     return text
 
 
@@ -168,8 +192,9 @@ def _refuse_layout(text: str) -> None:
 
 def parse_mode(text: str) -> ModeSpec:
     """'fp32', 'bf16', 'aqsgd', 'aqsgd:2/4', 'directq:4/8', 'aqsgd-lowbits:2/4',
-    'aqsgd+gc:2/4' (QuantizedAdam), 'aqsgd+gc/ef21:2/4' -> ModeSpec; the directory
-    spellings 'aqsgd-fw2-bw4', 'aqsgd+gc-ef21-fw2-bw4' likewise (module docstring)."""
+    'aqsgd+gc:2/4' (QuantizedAdam), 'aqsgd+gc/ef21:2/4', 'ssn:160' (k coordinates) ->
+    ModeSpec; the directory spellings 'aqsgd-fw2-bw4', 'aqsgd+gc-ef21-fw2-bw4', 'ssn-k160'
+    likewise (module docstring)."""
     text = text.strip()
     _refuse_layout(text)
     text = _from_label(text)
@@ -186,10 +211,19 @@ def parse_mode(text: str) -> ModeSpec:
         raise ValueError(f"gradient compressor must be one of {', '.join(GRAD_COMPRESSORS)} "
                          f"({name}/GRAD:FW/BW), got {text!r}")
     extra = {"grad_mode": grad} if slash else {}
+    if name in COORD_MODES:  # NAME:K, or NAME:FW/BW:K for one that takes bits too
+        bits, k_text = bits.partition(":")[::2] if mode.takes_bits else ("", bits)
+        if k_text and not k_text.strip().isdigit():
+            form = f"{name}:FW/BW:K" if mode.takes_bits else f"{name}:K"
+            raise ValueError(f"mode {name} takes its in-graph half's coordinates as {form} "
+                             f"with an integer K, got {text!r}")
+        if k_text:
+            extra["coords"] = int(k_text)
+        sep = sep if bits else ""
     if not mode.takes_bits:
         if sep:
             raise ValueError(f"mode {name} takes no bit widths, got {text!r}")
-        return ModeSpec(name)
+        return ModeSpec(name, **extra)
     if not sep:
         fw, bw = DEFAULT_BITS[name]
         return ModeSpec(name, fw, bw, **extra)

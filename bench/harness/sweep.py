@@ -137,6 +137,8 @@ class CellSpec:
         """The spec; a plug-in mode's cell also names its plug-ins (module, version, source
         hash), so that editing one re-measures its cells only (docs/plugins.md)."""
         spec = dataclasses.asdict(self)
+        if spec["mode"]["coords"] is None:  # a mode without an in-graph half keeps its key
+            del spec["mode"]["coords"]
         plugins = [{k: p.to_dict()[k] for k in ("module", "version", "sha256")}
                    for p in self.mode.plugins]
         return {**spec, "plugins": plugins} if plugins else spec
