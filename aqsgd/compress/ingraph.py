@@ -107,7 +107,9 @@ def boundary_width(cfg, width: int) -> int:
     if half is None:
         return width
     check_coords(cfg, width)
-    return cfg.coords if cfg.coords is not None else max(1, math.ceil(width * half.default_fraction))
+    if cfg.coords is not None:
+        return cfg.coords
+    return max(1, math.ceil(width * half.default_fraction))
 
 
 class StageBoundary(nn.Module):

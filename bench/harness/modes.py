@@ -37,8 +37,8 @@ from aqsgd.compress.registry import (
 )
 from specfile import check_fields
 
-__all__ = ["MODE_NAMES", "GRAD_COMPRESSORS", "COORD_MODES", "DEFAULT_BITS", "DEFAULT_GRID", "BITS_RANGE",
-           "Bits", "ModeSpec", "default_grid", "first_repeat", "parse_mode"]
+__all__ = ["MODE_NAMES", "GRAD_COMPRESSORS", "COORD_MODES", "DEFAULT_BITS", "DEFAULT_GRID",
+           "BITS_RANGE", "Bits", "ModeSpec", "default_grid", "first_repeat", "parse_mode"]
 
 # Each list follows the registry, plug-ins included (registry.Names, registry.View).
 MODE_NAMES = Names(COMPARISONS)
