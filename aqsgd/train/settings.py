@@ -28,7 +28,8 @@ __all__ = [
     "ClipNorm", "Compute", "DataName", "DataPath", "DistBackend", "DistDevice", "DropoutMasks",
     "EvalAtStart", "EvalBatches", "EvalEvery", "EvalSamples", "InitFrom", "LearningRate",
     "LrWarmupSteps", "MaxSamples", "MicroBatchSize", "NumMicroBatches", "Precision",
-    "Replicas", "Schedule", "Seed", "Stages", "TextField", "Threads", "TimeoutS",
+    "Replicas", "Schedule", "Seed", "Stages", "TARGET_EVAL_CADENCE", "TextField", "Threads",
+    "TimeoutS",
     "Tokenizer", "TotalSteps", "WeightDecay",
 ]
 
@@ -66,6 +67,9 @@ Threads = Annotated[int, Field(ge=1, description="torch threads of each worker p
                     Default(1)]
 EvalEvery = Annotated[int, Field(ge=0, description=(
     "steps between evaluations (0: only after the last step)")), Default(0)]
+# The fewest steps between evaluations that count towards steps to a target held-out loss
+# (ProtocolNanoGPT's rule: evaluating more often would credit a method with a finer clock).
+TARGET_EVAL_CADENCE = 25
 EvalBatches = Annotated[int, Field(ge=0, description=(
     "micro-batches per replica in one evaluation (0: none)")), Default(2)]
 EvalAtStart = Annotated[bool, Field(description=(

@@ -180,7 +180,7 @@ def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
         grad=grad,
         # eval_every 0: the worker evaluates after the last step only
         train=TrainConfig(total_steps=w.total_steps, lr=w.lr, seed=w.seed, threads=w.threads,
-                          eval_every=w.steps_per_epoch if w.eval_each_epoch else 0,
+                          eval_every=w.steps_per_epoch if w.eval_each_epoch else w.eval_every,
                           eval_at_start=w.eval_each_epoch, eval_batches=w.eval_batches,
                           dropout_masks=w.dropout_masks,
                           init_from=_init_from(w, choice),

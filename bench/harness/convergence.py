@@ -23,7 +23,13 @@ from pathlib import Path
 from aqsgd.data.tokenizer import tokenizer_for
 from aqsgd.filecache import default_cache_dir
 from aqsgd.model.config import PRESETS
-from aqsgd.model.pretrain import MAX_PRETRAIN_PARAMS, PretrainConfig, checkpoint_path, estimate_s
+from aqsgd.model.pretrain import (
+    MAX_PRETRAIN_PARAMS,
+    SHIPPED_DIR,
+    PretrainConfig,
+    checkpoint_path,
+    estimate_s,
+)
 from bench import REPO_ROOT, SCENARIO_DIR
 from bench.harness.estimate import estimate_line
 from bench.harness.preflight import load_checked_sweep
@@ -38,8 +44,10 @@ __all__ = ["CONVERGENCE_LAUNCHER", "SIZES", "ConvergencePlan", "register", "plan
 
 SWEEPS_DIR = SCENARIO_DIR / "sweeps"
 # default: every mode on tiny; depth: 2, 4, 8 stages of one 8-block model; size: the
-# ladder of model sizes (docs/convergence.md); each -smoke (and smoke) in seconds
-SIZES = ("default", "smoke", "depth", "depth-smoke", "size", "size-smoke")
+# ladder of model sizes (docs/convergence-ladders.md); scratch: trained from random init
+# to a target held-out loss (docs/convergence-scratch.md); each -smoke (and smoke) in seconds
+SIZES = ("default", "smoke", "depth", "depth-smoke", "size", "size-smoke", "scratch",
+         "scratch-smoke")
 # unshaped, every rank on this machine: quality does not depend on the link
 CONVERGENCE_LAUNCHER = "local"
 
@@ -81,8 +89,9 @@ def register(sub) -> None:
                             "loss per epoch, then the convergence report")
     p.add_argument("--size", default="default", choices=SIZES,
                    help="default: about 37 min on 2 cores; depth: pipeline depth; size: "
-                        "model size (each states its time before the first cell); smoke, "
-                        "depth-smoke, size-smoke: seconds")
+                        "model size; scratch: from random init to a target held-out loss "
+                        "(each states its time before the first cell); smoke, "
+                        "depth-smoke, size-smoke, scratch-smoke: seconds")
     p.add_argument("--results", type=Path, help="convergence cells (default results/<sweep>)")
     p.add_argument("--throughput-results", type=Path,
                    help="throughput cells, shared with `make paper` (default results/paper)")
@@ -119,7 +128,8 @@ def pretrain_lines(spec: SweepSpec) -> list[str]:
         if cfg.num_parameters() > MAX_PRETRAIN_PARAMS:
             continue  # GPT-2's published weights, not pre-trained here
         tokenizer = tokenizer_for(cfg.vocab_size, default_cache_dir())
-        if not checkpoint_path(cfg, default_cache_dir(), tokenizer, PretrainConfig()).is_file():
+        path = checkpoint_path(cfg, default_cache_dir(), tokenizer, PretrainConfig())
+        if not (path.is_file() or (SHIPPED_DIR / path.name).is_file()):
             lines.append(f"pre-training preset {preset} ({cfg.num_parameters() / 1e6:.1f}M "
                          f"parameters) once first, about {estimate_s(cfg) / 60:.1f} min on "
                          f"an idle core; then cached in .cache/checkpoints")
@@ -178,7 +188,13 @@ def run_convergence(args) -> int:
                          f"directory with --results")
     code = 0 if args.no_run else run_plan(p, launcher=args.launcher, fresh=args.fresh,
                                           quiet=args.quiet)
-    report = write_report(p.results, p.throughput_results, args.out or p.results / "report",
-                          args.dynamic_results, args.inrun_results)
+    out = args.out or p.results / "report"
+    report = write_report(p.results, p.throughput_results, out, args.dynamic_results,
+                          args.inrun_results)
     print(f"convergence report: {report}")
+    if p.convergence.target_loss is not None:
+        from bench.report.target import write_target_report
+
+        target = write_target_report(p.results, p.convergence.target_loss, out)
+        print(f"steps to target: {target}")
     return code

@@ -33,7 +33,7 @@ from pydantic import Field
 from aqsgd.compress.plugins import PluginError
 from aqsgd.compress.registry import SPEEDUP_REFERENCES, load_plugins
 from aqsgd.model.config import PRESETS
-from aqsgd.train.settings import Seed
+from aqsgd.train.settings import TARGET_EVAL_CADENCE, Seed
 from bench.harness.modes import DEFAULT_BITS, ModeSpec, first_repeat, parse_mode
 from bench.harness.workload import Workload
 from specfile import SPEC_CONFIG, SpecError, check_fields, raising, read_file, validate
@@ -48,11 +48,15 @@ __all__ = [
     "VariantFile",
     "load_sweep",
     "PluginSources",
+    "TargetLoss",
 ]
 
 Repeats = Annotated[int, Field(ge=1, description=(
     "run every cell this many times, interleaved (all cells once, then again); tables and "
     "figures show the median with its min..max"))]
+TargetLoss = Annotated[float, Field(gt=0, description=(
+    "a held-out loss to train to (training from scratch): the report gives each mode's "
+    "steps to it over the seeds (bench.report.target); needs eval_every >= 25"))]
 PluginSources = Annotated[tuple[str, ...], Field(description=(
     "compressor plug-ins to load: a .py file (in a sweep file: relative to it) or an "
     "importable module; their modes are names like the built-ins' (docs/plugins.md)"))]
@@ -198,6 +202,8 @@ class SweepSpec:
     # the sweep (a file in scenarios/sweeps/, by name) whose cells hold each mode's step
     # time at each bandwidth, for this sweep's time-to-quality (bench.harness.convergence)
     throughput: str | None = None
+    # a quality task trained to a held-out loss: steps to it in the report (bench.report.target)
+    target_loss: TargetLoss | None = None
 
     def __post_init__(self):
         if not self.name or "/" in self.name or self.name.startswith("."):
@@ -222,6 +228,11 @@ class SweepSpec:
             if missing:
                 raise ValueError(f"variant {v.workload.label!r} names modes the sweep does "
                                  f"not run: {', '.join(missing)}")
+        for w in (self.workload, *(v.workload for v in self.variants)):
+            if self.target_loss is not None and w.eval_every < TARGET_EVAL_CADENCE:
+                raise ValueError(f"SweepSpec.target_loss {self.target_loss} counts steps to "
+                                 f"a target: workload.eval_every must be at least "
+                                 f"{TARGET_EVAL_CADENCE} steps, got {w.eval_every}")
 
     def cells(self) -> list[CellSpec]:
         """Cells grouped by scenario (one launcher bring-up each), then by repeat (every
@@ -296,6 +307,7 @@ class SweepFile:
     repeats: Repeats = 1
     timing: Timing | None = None
     throughput: str | None = None
+    target_loss: TargetLoss | None = None
     plugins: PluginSources = ()
 
     def __post_init__(self):
@@ -357,7 +369,8 @@ def _sweep(file: SweepFile) -> SweepSpec:
                          workload=file.workload, description=file.description,
                          reference_scenario=file.reference, gc_reference=file.gc_reference,
                          seeds=file.seeds, variants=variants, repeats=file.repeats,
-                         timing=file.timing, throughput=file.throughput)
+                         timing=file.timing, throughput=file.throughput,
+                         target_loss=file.target_loss)
     except ValueError as e:
         raise SpecError(str(e), "") from None
 

@@ -35,6 +35,7 @@ from aqsgd.train.settings import (
     Compute,
     DataPath,
     DropoutMasks,
+    EvalEvery,
     EvalSamples,
     InitFrom,
     LearningRate,
@@ -58,7 +59,7 @@ __all__ = ["IDENTITY_IF_SET", "PATH_SETTINGS", "Workload"]
 # default (Workload.identity).
 IDENTITY_IF_SET = frozenset({"precision", "model", "tokenizer", "data", "data_path",
                              "seq_len", "schedule", "n_layer", "n_embd", "n_head",
-                             "vocab_size", "n_inner", "compute"})
+                             "vocab_size", "n_inner", "compute", "eval_every"})
 
 
 def _itself(value: str) -> str:
@@ -95,8 +96,8 @@ class Workload:
     then `steps` measured optimizer steps; with `epochs` > 0 (convergence cells) the run
     is that many whole passes over the training split, warm-up epochs included, and
     `steps` is not used. Evaluation: once at the end, or with `eval_each_epoch` also
-    before the first step and after every epoch, each time over `eval_windows` held-out
-    windows, uncompressed.
+    before the first step and after every epoch, or with `eval_every` every that many
+    steps, each time over `eval_windows` held-out windows, uncompressed.
     """
 
     __pydantic_config__ = SPEC_CONFIG  # a variant's workload is validated on its own
@@ -130,6 +131,8 @@ class Workload:
     eval_samples: EvalSamples = setting(EvalSamples)
     eval_each_epoch: Annotated[bool, Field(description=(
         "also evaluate before the first step and after every epoch"))] = False
+    # a fixed cadence instead of epochs (steps to a target: bench.report.target)
+    eval_every: EvalEvery = setting(EvalEvery)
     dropout: Annotated[float, Field(ge=0, lt=1, description=(
         "dropout probability (RunConfig model.dropout; none: the preset's)"))] | None = None
     dropout_masks: DropoutMasks = setting(DropoutMasks)
@@ -187,6 +190,13 @@ class Workload:
             raise ValueError(f"Workload.init_from must be 'pretrained' (the model's weights) "
                              f"or none (random init) when model names a checkpoint, got "
                              f"{self.init_from!r}")
+        if self.eval_every and self.eval_each_epoch:
+            raise ValueError(f"Workload.eval_every ({self.eval_every} steps) and "
+                             f"eval_each_epoch both set when to evaluate: set one")
+        if self.eval_every and self.total_steps % self.eval_every:
+            raise ValueError(f"Workload.eval_every must divide the run's {self.total_steps} "
+                             f"steps (its last evaluation is after the last step), got "
+                             f"{self.eval_every}")
         if not isinstance(self.overrides, dict) or not all(
                 isinstance(k, str) and k.count(".") == 1 for k in self.overrides):
             raise ValueError(f"Workload.overrides must map 'section.key' to a value, "
@@ -278,9 +288,12 @@ class Workload:
 
     @property
     def evaluations(self) -> int:
-        """Evaluations in one run: before the first step and after each epoch, or once."""
+        """Evaluations in one run: before the first step and after each epoch, every
+        `eval_every` steps, or once."""
         if not self.eval_samples:
             return 0
+        if self.eval_every:
+            return self.total_steps // self.eval_every
         return 1 + self.total_steps // self.steps_per_epoch if self.eval_each_epoch else 1
 
 
