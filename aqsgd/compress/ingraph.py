@@ -28,7 +28,7 @@ from torch import nn
 from aqsgd.compress.wire import WireSpec
 
 __all__ = ["BoundaryShape", "InGraph", "StageBoundary", "TOKEN_DTYPE", "boundary_width",
-           "check_coords"]
+           "check_coords", "token_spec"]
 
 # Note [token ids on the wire]: a mode whose receiver needs the tokens (ssn) appends them to
 # every activation message as int16, the id offset by 2^15 (ids 0..65535: any GPT-2
@@ -112,6 +112,16 @@ def boundary_width(cfg, width: int) -> int:
     return max(1, math.ceil(width * half.default_fraction))
 
 
+def token_spec(cfg, batch_shape) -> WireSpec:
+    """The tensors an activation message of `cfg` (the forward direction's) carries after
+    the byte-level half's, for a (B, L, ...) micro-batch: its token ids (B, L) when the
+    mode's half needs them (Note [token ids on the wire]), else nothing."""
+    half = cfg.coding.in_graph
+    if half is None or not half.carries_tokens:
+        return []
+    return [(tuple(int(n) for n in batch_shape[:2]), TOKEN_DTYPE)]
+
+
 class StageBoundary(nn.Module):
     """One stage's in-graph halves: `receiver` (its input boundary; None on the first
     stage) and `sender` (its output boundary; None on the last). Without a half (a
@@ -135,7 +145,7 @@ class StageBoundary(nn.Module):
     def extra_spec(self, batch_shape) -> WireSpec:
         """Tensors an activation message carries after the byte-level half's: the token
         ids (B, L) (Note [token ids on the wire]) or nothing."""
-        return [(tuple(batch_shape[:2]), TOKEN_DTYPE)] if self.tokens else []
+        return [] if self.half is None else token_spec(self.half.cfg, batch_shape)
 
     def pack(self, tokens: torch.Tensor) -> list[torch.Tensor]:
         """The extra tensors of an activation message of these token ids (B, L)."""

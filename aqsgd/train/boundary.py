@@ -86,5 +86,6 @@ def calibrate(runner) -> dict | None:
         half.calibrate(boundary.sender, torch.cat(sent).reshape(-1, width))
     if received:
         half.calibrate(boundary.receiver, torch.cat(received).reshape(-1, width))
-    return runner.meter.record(kind="calibration", step=0, rank=topo.rank, stage=topo.stage,
-                               replica=topo.replica)
+    # sent raw before the first step, as a warm-up's traffic: no throughput counts it
+    return runner.meter.record(kind="calibration", step=0, epoch=0, warmup=True,
+                               rank=topo.rank, stage=topo.stage, replica=topo.replica)

@@ -44,6 +44,8 @@ class TensorBoardWriter:
             add("eval/loss", record["eval_loss"], step)
             add("eval/perplexity", record["perplexity"], step)
             return
+        if record["kind"] != "train":  # a one-off record (an in-graph half's calibration)
+            return
         add("train/loss", record["loss"], step)
         add("lr", record["lr"], step)
         add("step_time_s", record["step_time_s"], step)

@@ -10,8 +10,10 @@ exchange), in the steady state the measured steps run in: after the warm-up epoc
 sample is in the caches (n_raw = 0 for directq and the aqsgd modes) and QuantizedAdam is
 past its freeze. A mode sized by data (its bytes known only after encoding) is costed at
 the size it declares it expects (`message_spec(..., expected=True)`, its length prefix
-included). Compute comes from the profile: measured per-stage costs of the same cut
-and micro-batch when the profile has them, else FLOPs over its achieved FLOP rate.
+included). A mode with an in-graph half sends rows of its k coordinates, and its token
+ids when its receiver needs them (aqsgd.compress.ingraph). Compute comes from the
+profile: measured per-stage costs of the same cut and micro-batch when the profile has
+them, else FLOPs over its achieved FLOP rate.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 from aqsgd.compress.adaptive import widest_fitting
 from aqsgd.compress.gradient import exchange_nbytes
+from aqsgd.compress.ingraph import boundary_width, token_spec
 from aqsgd.compress.message import message_spec, steady_raw_rows
 from aqsgd.compress.wire import spec_nbytes
 from aqsgd.model.config import PRESETS, ModelConfig, layer_split
@@ -183,8 +186,9 @@ def step_workload(config: RunConfig, placement: Placement | dict,
     if (placement["stages"], placement["replicas"]) != (p.stages, p.replicas):
         raise ValueError(f"placement of {placement['stages']} x {placement['replicas']} ranks "
                          f"for a run of {p.stages} stages x {p.replicas} replicas")
-    shape = (p.micro_batch_size, model.seq_len, model.n_embd)
-    elements = p.micro_batch_size * model.seq_len * model.n_embd
+    # a mode with an in-graph half sends its k coordinates a token (and maybe the ids)
+    shape = (p.micro_batch_size, model.seq_len, boundary_width(config.forward, model.n_embd))
+    elements = p.micro_batch_size * model.seq_len * shape[2]
 
     stage = _stage_work(config, profile)
     links = _links(placement)
@@ -207,7 +211,8 @@ def step_workload(config: RunConfig, placement: Placement | dict,
     return StepWorkload(
         schedule=p.schedule, stages=p.stages, replicas=p.replicas,
         micro_batches=p.num_micro_batches, samples_per_step=p.samples_per_step, stage=stage,
-        act_bytes=nbytes(config.forward), grad_bytes=nbytes(config.backward),
+        act_bytes=nbytes(config.forward) + spec_nbytes(token_spec(config.forward, shape)),
+        grad_bytes=nbytes(config.backward),
         encode_act_s=enc[config.forward.mode] * elements,
         decode_act_s=dec[config.forward.mode] * elements,
         encode_grad_s=enc[config.backward.mode] * elements,
