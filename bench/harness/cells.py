@@ -18,7 +18,8 @@ activations, no cache touched): once after the last step, or with
 `Workload.eval_each_epoch` also before the first step and after every epoch. Every
 cell writes TensorBoard event files (OUTPUT_DIR/tensorboard/). `Workload.compute`
 replay:PROFILE puts that profile's times of the cell's cut in the config's `compute`
-section (bench.perfmodel.profile.replay_compute; docs/replay.md): no evaluation then.
+section (bench.perfmodel.profile.replay_compute; docs/replay.md): synthetic token
+windows and no evaluation then.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from aqsgd.train.config import (
     TrainConfig,
     config_from_dict,
 )
+from aqsgd.train.replay import profile_reference
 from bench.harness.modes import ModeSpec
 from bench.harness.sweep import CellSpec, Workload
 from bench.perfmodel.profile import replay_compute
@@ -162,6 +164,18 @@ def _local_path(path: str | None) -> str | None:
     return str(Path(path).resolve()) if path is not None and Path(path).exists() else path
 
 
+def _data(w: Workload, choice: ModelChoice) -> DataConfig:
+    # the evaluation covers each held-out window once (eval_batches per replica); stand-in
+    # stages read token ids only, so a replayed cell trains on synthetic windows (no
+    # tokenizer, no text: a GPT2-XL vocabulary needs neither)
+    if profile_reference(w.compute) is not None:
+        return DataConfig(name="synthetic", max_samples=w.train_samples,
+                          eval_samples=w.eval_windows)
+    return DataConfig(name=w.data, path=_local_path(w.data_path),
+                      max_samples=w.train_samples, eval_samples=w.eval_windows,
+                      tokenizer=choice.tokenizer)
+
+
 def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
     """The validated RunConfig every rank of `cell` runs, writing under `output_dir`."""
     w = cell.workload
@@ -185,10 +199,7 @@ def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
                           dropout_masks=w.dropout_masks,
                           init_from=_init_from(w, choice),
                           precision=w.precision),
-        # the evaluation covers each held-out window once (eval_batches per replica)
-        data=DataConfig(name=w.data, path=_local_path(w.data_path),
-                        max_samples=w.train_samples, eval_samples=w.eval_windows,
-                        tokenizer=choice.tokenizer),
+        data=_data(w, choice),
         dist=DistConfig(timeout_s=w.dist_timeout_s),
         compute=replay_compute(w.compute, model, w.stages, w.micro_batch_size, w.precision),
         output=OutputConfig(dir=str(output_dir), trace=False, tensorboard=True),

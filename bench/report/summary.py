@@ -43,7 +43,8 @@ SUMMARY_COLUMNS = (
     "throughput_tokens_s", "throughput_mean_samples_s", "throughput_e2e_samples_s",
     *(f"speedup{kind}_vs_{ref}" for ref in SPEEDUP_REFERENCES for kind in ("", "_e2e")),
     "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
-    "final_loss", "final_eval_loss", "comm_compute_ratio", "link_share", "compute_bound",
+    "final_loss", "final_eval_loss", "comm_compute_ratio", "coding_comm_ratio", "link_share",
+    "compute_bound",
     "wall_s",
 )
 
@@ -129,6 +130,10 @@ def summarize_cell(frame: pd.DataFrame, links_changed: bool = False) -> dict:
     compute = float(_num(measured["compute_s"]).sum())
     out["comm_compute_ratio"] = (float(_num(measured["comm_wait_s"]).sum()) / compute
                                  if compute > 0 else np.nan)
+    # coding against the link: what replayed compute leaves real (docs/replay.md)
+    waited = float(_num(measured["comm_wait_s"]).sum())
+    out["coding_comm_ratio"] = (float(_num(measured["compress_s"]).sum()) / waited
+                                if waited > 0 else np.nan)
     return out
 
 
