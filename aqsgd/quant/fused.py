@@ -12,7 +12,7 @@ system's C++ compiler into .cache/quant-fused/ and loaded through ctypes:
 
 Where it cannot be built, `available()` is False and the torch path runs (a RuntimeWarning
 says why, once). Its passes, and why C++ through ctypes (measured against torch,
-torch.compile and cpp_extension): docs/compressors.md, "CPU coding at the speed of memory".
+torch.compile and cpp_extension): docs/cpu-coding.md, "CPU coding at the speed of memory".
 """
 
 from __future__ import annotations
