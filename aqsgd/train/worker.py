@@ -252,12 +252,15 @@ def run_local(config_path: str | Path, world_size: int) -> int:
     when one failed (torchrun then stops the others). A config that does not load
     raises ConfigError before any rank starts."""
     cfg = load_config(config_path)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    # -P and PYTHONSAFEPATH (inherited by the ranks torchrun starts): no Python process
+    # reads the current folder, whose json.py would shadow the standard library (the
+    # suite's Note [safe path], bench.launch.process, which aqsgd does not import)
+    argv = [sys.executable, "-P", "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={world_size}", "-m", "aqsgd.train.worker",
             "--config", str(config_path)]  # fmt: skip
     # torchrun sets OMP_NUM_THREADS=1 (with a banner) when unset; each rank sets its own
     # thread count from the config anyway, so give it that.
-    env = {"OMP_NUM_THREADS": str(cfg.train.threads), **os.environ}
+    env = {"OMP_NUM_THREADS": str(cfg.train.threads), **os.environ, "PYTHONSAFEPATH": "1"}
     return subprocess.run(argv, env=env, check=False).returncode
 
 

@@ -47,6 +47,7 @@ from bench.harness.preflight import load_checked_sweep
 from bench.harness.run import pending_cells, run_sweep
 from bench.harness.sweep import SweepSpec, Workload
 from bench.launch.choice import choose_launcher
+from bench.launch.process import SAFE_PATH_ENV, python_argv
 from bench.results.files import ResultFileError, read_record
 
 __all__ = ["SIZES", "ChaosSize", "register", "run_chaos"]
@@ -138,12 +139,12 @@ class Driver:
         order = [cell_dir_name(c, self.choice)
                  for c in pending_cells(spec, self.results, self.choice)]
         log = self.out / f"harness-{number}.log"
-        argv = [sys.executable, "-m", "bench", "sweep", str(self.sweep_path),
-                "--out", str(self.results), "--launcher", "netns", "--quiet"]
+        argv = python_argv(sys.executable, "-m", "bench", "sweep", str(self.sweep_path),
+                           "--out", str(self.results), "--launcher", "netns", "--quiet")
         with open(log, "wb") as f:
             proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                    env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+                                    env=_helper_env())
         self.echo(f"[{self.at():6.1f} s] harness run {number} started (pid {proc.pid}): "
                   f"{len(order)} cells to run; log {log}")
         self.runs.append(Harness(number, proc, log, time.time(), order))
@@ -256,6 +257,12 @@ class Driver:
         free_disk(self.results)
 
 
+def _helper_env() -> dict[str, str]:
+    """The environment of the harness runs and cleanups it starts: this checkout on their
+    path, the current folder not (Note [safe path], bench.launch.process)."""
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), **SAFE_PATH_ENV}
+
+
 def _head_commit() -> str:
     return subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
@@ -337,9 +344,9 @@ def _release(d: Driver, results: Path, echo) -> None:
             except subprocess.TimeoutExpired:
                 run.proc.kill()
                 run.proc.wait()
-    subprocess.run([sys.executable, "-m", "bench.launch", "cleanup", "--all-recorded",
-                    "--state-dir", str(results / ".launcher")], cwd=REPO_ROOT, check=True,
-                   capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    subprocess.run(python_argv(sys.executable, "-m", "bench.launch", "cleanup",
+                               "--all-recorded", "--state-dir", str(results / ".launcher")),
+                   cwd=REPO_ROOT, check=True, capture_output=True, env=_helper_env())
     for _ in range(20):  # a process just killed may hold a file there for a moment
         if subprocess.run(["umount", str(results)], capture_output=True).returncode == 0:
             return
