@@ -8,7 +8,10 @@ The mode codes TRIAL_SHAPE fp32 rows at its `smoke_case` bits; with the cache, s
 receiver start from the same cache rows `m`. What must hold: the wire tensors are
 `coded_spec`'s (shapes, DATA_SIZED dims of any size, dtypes) and contiguous; decode
 returns fp32 rows of the rows' shape; both caches are equal afterwards; everything
-is finite. A defect is a RegistryError: what was expected against what came.
+is finite. A mode with an in-graph half also builds it for TRIAL_SHAPE's width: its
+sender must map (n, L, D) hidden rows to (n, L, k), its receiver those back to (n, L, D),
+finite (and a half that calibrates must take the rows). A defect is a RegistryError:
+what was expected against what came.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from aqsgd.compress.contract import RegistryError
+from aqsgd.compress.ingraph import BoundaryShape, boundary_width
 from aqsgd.compress.message import TRANSPORT_DTYPES, CompressionConfig
 from aqsgd.compress.modes.base import ActivationMode
 from aqsgd.compress.wire import DATA_SIZED, WireSpec
@@ -25,6 +29,7 @@ from aqsgd.quant.backends import auto_means
 __all__ = ["TRIAL_SHAPE", "round_trip"]
 
 TRIAL_SHAPE = (3, 4, 64)  # (n_q, L, D): coded rows of 4 tokens, 64 channels (one TAH tile)
+_TRIAL_VOCAB = 32  # token ids of an in-graph half's trial
 
 
 def _dtype_names(mode: type[ActivationMode]) -> list[str]:
@@ -94,6 +99,40 @@ def _run(mode: type[ActivationMode], cfg: CompressionConfig) -> list[str]:
     return wrong
 
 
+def _trial_tables() -> tuple[torch.Tensor, torch.Tensor]:
+    """Stand-in starting embedding tables (V, D), (L, D) for a half anchored on them."""
+    gen = torch.Generator().manual_seed(1)
+    width = TRIAL_SHAPE[-1]
+    return (torch.randn(_TRIAL_VOCAB, width, generator=gen) * 0.02,
+            torch.randn(TRIAL_SHAPE[1], width, generator=gen) * 0.01)
+
+
+def _run_in_graph(mode: type[ActivationMode], cfg: CompressionConfig) -> list[str]:
+    """The in-graph half's modules on TRIAL_SHAPE hidden rows: their defects."""
+    n, length, width = TRIAL_SHAPE
+    shape = BoundaryShape(seq_len=length, width=width, vocab_size=_TRIAL_VOCAB,
+                          embeddings=_trial_tables)
+    half = mode.in_graph(cfg, shape)
+    k = boundary_width(cfg, width)
+    gen = torch.Generator().manual_seed(2)
+    hidden = torch.randn(TRIAL_SHAPE, generator=gen)
+    tokens = torch.randint(0, _TRIAL_VOCAB, (n, length), generator=gen)
+    sender, receiver = half.sender_module(), half.receiver_module()
+    if half.calibrates:
+        half.calibrate(sender, hidden.reshape(-1, width))
+        half.calibrate(receiver, hidden.reshape(-1, width))
+    z = sender(hidden, tokens)
+    if not isinstance(z, torch.Tensor) or tuple(z.shape) != (n, length, k):
+        got = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
+        return [f"its in-graph sender returned {got}, expected {(n, length, k)} (k = "
+                f"coords)"]
+    back = receiver(z, tokens)
+    if not isinstance(back, torch.Tensor) or tuple(back.shape) != TRIAL_SHAPE:
+        got = tuple(back.shape) if isinstance(back, torch.Tensor) else type(back).__name__
+        return [f"its in-graph receiver returned {got}, expected {TRIAL_SHAPE}"]
+    return _nonfinite({"its in-graph sender's output": z, "its in-graph receiver's": back})
+
+
 def round_trip(mode: type[ActivationMode], where: str) -> None:
     """Check `mode` (registered, declared by module `where`) on one small message;
     RegistryError '{where}: activation mode NAME ...' on the first defect found."""
@@ -112,5 +151,13 @@ def round_trip(mode: type[ActivationMode], where: str) -> None:
         except Exception as err:  # noqa: BLE001 - a plug-in's own bug, reported as such
             raise RegistryError(f"{name}: coding {TRIAL_SHAPE} rows at {bits} bits raised "
                                 f"{type(err).__name__}: {err}") from err
+    if not wrong and mode.in_graph is not None:
+        try:
+            cfg = CompressionConfig(mode=mode.name,
+                                    quant=QuantConfig(bits=min(8, mode.smoke_case[1])))
+            wrong = _run_in_graph(mode, cfg)
+        except Exception as err:  # noqa: BLE001 - a plug-in's own bug, reported as such
+            raise RegistryError(f"{name}: its in-graph half on {TRIAL_SHAPE} hidden rows "
+                                f"raised {type(err).__name__}: {err}") from err
     if wrong:
         raise RegistryError(f"{name} " + "; ".join(wrong))

@@ -155,3 +155,30 @@ def test_a_byte_level_mode_has_an_identity_boundary():
     assert boundary.inbound(x, tokens) is x and boundary.outbound(x, tokens) is x
     assert boundary.extra_spec((B, L, D)) == [] and boundary.pack(tokens) == []
     assert list(boundary.parameters()) == []
+
+
+class _WrongWidth(nn.Module):
+    def forward(self, h, tokens):
+        return h  # (B, L, D): not the k coordinates
+
+
+class _BrokenHalf(Subspace):
+    def sender_module(self):
+        return _WrongWidth()
+
+
+def test_registering_checks_the_in_graph_half_on_hidden_rows():
+    """The load-time check builds the half and runs its modules: a sender that does not
+    return k coordinates is refused naming the shape it returned and the one expected."""
+    from aqsgd.compress.modes.ssn import SSN
+    from aqsgd.compress.registry import RegistryError
+    from aqsgd.compress.trial import round_trip
+
+    round_trip(SSN, "ssn-module")  # the built-in passes
+
+    class Broken(SSN):
+        in_graph = _BrokenHalf
+
+    with pytest.raises(RegistryError, match=r"ssn-module: activation mode 'ssn' its in-graph "
+                                            r"sender returned \(3, 4, 64\), expected \(3, 4, 10\)"):
+        round_trip(Broken, "ssn-module")
