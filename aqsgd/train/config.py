@@ -32,6 +32,7 @@ from pydantic import Field
 
 from aqsgd.compress.gradient import GradCompressionConfig
 from aqsgd.compress.message import GRADIENT_MODES, CompressionConfig
+from aqsgd.compress.ingraph import boundary_width
 from aqsgd.compress.plugins import Plugin, PluginError
 from aqsgd.compress.registry import require_plugins
 from aqsgd.model.config import PRESETS, ModelConfig
@@ -221,6 +222,11 @@ class RunConfig:
                 f"(pipeline.micro_batch_size={self.pipeline.micro_batch_size}); "
                 "set train.eval_batches: 0 to skip evaluation"
             )
+        try:  # an in-graph half's k fits the width (aqsgd.compress.ingraph)
+            boundary_width(self.forward, self.model.n_embd)
+        except ValueError as err:
+            raise ValueError(f"forward.{str(err).removeprefix('CompressionConfig.')} "
+                             f"(model.n_embd {self.model.n_embd})") from None
         self._check_replay()
 
     def _check_replay(self) -> None:
