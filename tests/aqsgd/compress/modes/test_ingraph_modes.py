@@ -182,3 +182,15 @@ def test_registering_checks_the_in_graph_half_on_hidden_rows():
     with pytest.raises(RegistryError, match=r"ssn-module: activation mode 'ssn' its in-graph "
                                             r"sender returned \(3, 4, 64\), expected \(3, 4, 10\)"):
         round_trip(Broken, "ssn-module")
+
+
+def test_a_run_config_refuses_a_rank_over_the_width_naming_both():
+    from aqsgd.train.config import config_from_dict
+
+    cfg = {"model": {"preset": "tiny", "n_embd": 32, "n_head": 2, "vocab_size": 96,
+                     "seq_len": 8},
+           "forward": {"mode": "ssn", "coords": 40}, "train": {"init_from": None},
+           "data": {"name": "synthetic"}, "output": {"dir": "out"}}
+    with pytest.raises(ValueError, match=r"forward.coords: mode 'ssn' sends at most the "
+                                         r"hidden width 32 .*got 40 \(model.n_embd 32\)"):
+        config_from_dict(cfg)
