@@ -41,14 +41,14 @@ from bench.harness import chaos, convergence, paper, regress
 from bench.harness.commands import compose, model, run, slurm, sweep
 from bench.harness.commands.options import launcher_options
 from bench.report import cli as report
-from bench.report import compare
+from bench.report import compare, score
 from bench.report.cli import EXIT_BAD_INPUT, finish_sweep
 
 __all__ = ["main", "build_parser", "finish_sweep", "launcher_options"]
 
 # In the order `python -m bench --help` lists them.
 COMMANDS = (run, sweep, report, compare, compose, slurm, paper, convergence, regress,
-            model, chaos)
+            score, model, chaos)
 
 
 class _Version(argparse.Action):

@@ -5,10 +5,10 @@
     table = target_table(cells)                   # per series: mean over seeds, interval
 
 A run evaluates every `eval_every` optimizer steps (at least TARGET_EVAL_CADENCE, 25:
-ProtocolNanoGPT's rule, so a method is not credited for evaluating more often), and a cell's steps to target
-are the optimizer steps done at its first evaluation whose held-out loss is at or below the
-target. A cell that never gets there is censored: it reached no step within its run, and
-its series' mean is then a lower bound, said as such. The interval is Student's t at
+ProtocolNanoGPT's rule, so a method is not credited for evaluating more often). A cell's
+steps to target are the optimizer steps done at its first evaluation whose held-out loss
+is at or below the target. A cell that never gets there is censored (no step within its
+run), and its series' mean is then a lower bound, said as such. The interval is Student's t at
 LEVEL over the seeds that reached it (bench.report.significance); `ratio_to_fp32` is the
 series' mean over fp32's of the same preset, stages, replicas and variant.
 """
