@@ -6,7 +6,7 @@ Note [plain YAML]: every file the suite reads (scenario, sweep, run config, prof
 parsed by `PlainLoader`, a `yaml.SafeLoader` that refuses, while it composes the document
 and before anything is built from it, anchors and aliases (`&base`, `*base`), merge keys
 (`<<:`), a key written twice in one mapping (naming the key and both lines) and nesting
-deeper than MAX_DEPTH levels. Why each is refused: docs/ARCHITECTURE.md, "Configuration
+deeper than MAX_DEPTH levels. Why each is refused: docs/architecture/train-config.md, "Configuration
 files". The file's size is bounded before parsing, in specfile.load (it holds for JSON
 too). Imports only yaml and the standard library.
 """

@@ -11,7 +11,7 @@ One sender object and one receiver object per stage boundary and direction:
 A mode (aqsgd.compress.modes, `CompressionConfig.mode`) codes the rows a message does not
 send raw; this module frames every message the same way around them, and keeps the
 per-sample cache. Which rows go raw (warm-up, first visits, evaluation) and why:
-docs/ARCHITECTURE.md, "Compressors"; the size rule of a message: aqsgd.compress.message.
+docs/architecture/compress.md, "Compressors"; the size rule of a message: aqsgd.compress.message.
 """
 
 from __future__ import annotations

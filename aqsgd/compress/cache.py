@@ -11,7 +11,7 @@ under the caller's, removed on close(). Unwritten rows read as zeros (`initialis
     cache = ActivationCache(CacheSpec(num_samples, (L, D), "fp16"), device)
     rows = cache.gather(ids); cache.scatter(ids, rows)
 
-Why no prefetch thread (measured): docs/ARCHITECTURE.md, "Compressors".
+Why no prefetch thread (measured): docs/architecture/compress.md, "Compressors".
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
 Wire format, in order (empty parts left out): header int64 (3 + B,) = [format, epoch,
 n_raw, sample ids...] ((5 + B,) with adaptive `widths`: then bits, next bits); raw rows
 (n_raw, *S) in the transport dtype (fp32 in evaluation); the mode's `coded_spec((n_q,
-*S))`. docs/ARCHITECTURE.md, "Compressors", says which rows go raw and what a cache holds.
+*S))`. docs/architecture/compress.md, "Compressors", says which rows go raw and what a cache holds.
 A mode `sized_by_data` has DATA_SIZED dims there (`cfg.sized_by_data`: its direction
 travels length-first); `message_spec(..., expected=True)` fills them as the mode expects.
 """
@@ -51,7 +51,7 @@ MODES = Names(ACTIVATION_MODES)
 # the modes that may code activation gradients (the backward direction)
 GRADIENT_MODES = Names(ACTIVATION_MODES, lambda mode: mode.codes_gradients)
 TRANSPORT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# the dtype of an evaluation message's rows (docs/ARCHITECTURE.md, "Compressors")
+# the dtype of an evaluation message's rows (docs/architecture/compress.md, "Compressors")
 EVAL_DTYPE = torch.float32
 
 # header[0]: FMT_RAW, FMT_WARMUP (every row raw) or the mode's wire_format.

@@ -10,7 +10,7 @@
 Each call checks its arguments, draws the stochastic-rounding seed once (`draw_seed`) and
 runs the backend `aqsgd.quant.backends.backend_for` picks (`backend`: "auto", "torch",
 "triton", "reference"); every backend gives the same bytes. The contract, the backends and
-why each exists: docs/ARCHITECTURE.md, "Quantizer". Imports torch and pydantic; Triton
+why each exists: docs/architecture/quant.md, "Quantizer". Imports torch and pydantic; Triton
 and the C++ build only when a call goes there.
 """
 

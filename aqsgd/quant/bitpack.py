@@ -1,6 +1,6 @@
 """Dense little-endian bit packing of 1..8-bit codes (torch, CPU and CUDA).
 
-The stream layout is part of the quantizer contract (docs/ARCHITECTURE.md, "Packing"):
+The stream layout is part of the quantizer contract (docs/architecture/quant.md, "Packing"):
 code k occupies stream bits [k*b, (k+1)*b), stream bit j is bit j % 8 of byte j // 8,
 padding bits are zero.
 

@@ -2,7 +2,7 @@
 
 `QuantConfig` says how a tensor is quantized; `scale_shape` gives the shape of its fp16
 scales; `draw_seed` turns the caller's generator into the one stochastic-rounding seed of
-a call. The constants below are the contract's numbers (docs/ARCHITECTURE.md,
+a call. The constants below are the contract's numbers (docs/architecture/quant.md,
 "Quantizer"), shared by the reference, the CPU path and the Triton kernels.
 """
 
@@ -55,7 +55,7 @@ Bits = Annotated[int, Field(ge=1, le=8, description="code width in bits")]
 
 @dataclass(frozen=True)
 class QuantConfig:
-    """How a tensor is quantized; see docs/ARCHITECTURE.md "Quantizer" for the arithmetic.
+    """How a tensor is quantized; see docs/architecture/quant.md "Quantizer" for the arithmetic.
     A config file's direction (`forward.bits`, `forward.granularity`, ...) writes these
     keys beside the direction's own (aqsgd.compress.message.CompressionConfig)."""
 

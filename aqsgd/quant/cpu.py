@@ -11,7 +11,7 @@ cannot be built or on CUDA without Triton; the four calls have the signatures of
 
 Each chunk of rows holds whole octets of codes, so its bytes start on a byte of the
 stream (the chunked unpacking is `aqsgd.quant.cpu_unpack`). Why it stays beside the fused
-path, measured, and how it is fast: docs/ARCHITECTURE.md, "Quantizer".
+path, measured, and how it is fast: docs/architecture/quant.md, "Quantizer".
 """
 
 from __future__ import annotations

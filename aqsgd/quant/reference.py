@@ -1,6 +1,6 @@
 """The quantizer's bit-exact contract as plain torch, written to be read, not to be fast.
 
-Each step of docs/ARCHITECTURE.md ("Quantizer") is one torch op on fp32 values, in the
+Each step of docs/architecture/quant.md ("Quantizer") is one torch op on fp32 values, in the
 order the contract writes it; every element looks its scale up by its flat index; bits
 are packed one by one. Every other backend gives its bytes (l2 scales: within one fp16
 ulp); `backend="reference"` runs it and `python -m bench.micro.kernels` times it as the

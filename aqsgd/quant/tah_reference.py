@@ -9,7 +9,7 @@ dequantize, pack, unpack. `seed` is what `aqsgd.quant.draw_seed` draws (unused u
 round-to-nearest); the public calls in `aqsgd.quant.tah` check the arguments.
 `aqsgd.quant.tah_torch` and the Triton kernels give the same bytes (tests/aqsgd/quant/
 test_tah.py, test_tah_triton_kernels.py). Arithmetic as the quantizer contract
-(docs/ARCHITECTURE.md, "Quantizer"); the method and every choice the paper left open,
+(docs/architecture/quant.md, "Quantizer"); the method and every choice the paper left open,
 with its reason: docs/compressors.md, "TAH-Quant".
 """
 

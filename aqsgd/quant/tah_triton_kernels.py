@@ -6,7 +6,7 @@ Each reproduces `aqsgd.quant.tah_reference` bit for bit with the rounding rules 
 holds ROWS whole tiles as a (ROWS, G) block; `hadamard_kernel` (the transform alone),
 `stats_kernel` (pivot, transform, fp16 centre and half-width, entropy key),
 `encode_kernel` (the transform again, codes, packing per octet) and `decode_kernel`.
-How each works: docs/ARCHITECTURE.md, "The Triton kernels".
+How each works: docs/architecture/quant.md, "The Triton kernels".
 """
 
 from __future__ import annotations

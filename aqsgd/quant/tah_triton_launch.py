@@ -6,7 +6,7 @@
     y = dequantize_packed(packed, shape, cfg, dtype)    # one pass
     y = hadamard_tiles(v)                               # the transform alone, (T, G) fp32
 
-What each kernel does: docs/ARCHITECTURE.md, "The Triton kernels".
+What each kernel does: docs/architecture/quant.md, "The Triton kernels".
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ compiles them too).
 Each kernel is mirrored by a function of `aqsgd.quant.reference` and gives its bytes:
 fp32 arithmetic, fp16 scales, divisions by `tl.math.div_rn`, no fused multiply-add,
 bf16 loads and stores written out by hand. The packing into octets, the passes over
-memory and why each rule holds: docs/ARCHITECTURE.md, "The Triton kernels".
+memory and why each rule holds: docs/architecture/quant.md, "The Triton kernels".
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ signatures of `aqsgd.quant.cpu` and `aqsgd.quant.reference`, arguments already c
     packed, scales = aqsgd_encode(x, m, cfg, seed)      # m += deQ in place
     aqsgd_decode(packed, scales, m, cfg)                # m += deQ in place
 
-Which kernels run, and why: docs/ARCHITECTURE.md, "Quantizer" (the Triton kernels).
+Which kernels run, and why: docs/architecture/quant.md, "Quantizer" (the Triton kernels).
 """
 
 from __future__ import annotations

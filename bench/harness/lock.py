@@ -7,7 +7,7 @@ The lock is filelock's `FileLock` (an flock on SWEEP_DIR/LOCK_NAME, which the ke
 drops when its holder exits however it exits) held while the sweep runs. The holder
 writes who it is into that file and empties it when done: a second sweep is refused
 naming the holder, and a sweep that finds the lock free but the file still naming
-someone takes it over and says so. docs/ARCHITECTURE.md, "The sweep lock", says why.
+someone takes it over and says so. docs/architecture/harness.md, "The sweep lock", says why.
 A full file system under the block (ENOSPC, EDQUOT) is raised as ResultsFolderFull
 naming the folder: the sweep stops, recording no cell as failed for it (docs/robustness.md).
 """

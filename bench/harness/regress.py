@@ -6,7 +6,7 @@
 
 Checks: each cell's bytes per step exactly equal to the baseline's, its final loss within
 LOSS_ABS_TOL + LOSS_REL_TOL * |baseline|, status ok; aqsgd 2/4 over fp32 at the slow
-scenario >= SPEEDUP_FLOOR where its links were shaped (docs/ARCHITECTURE.md, "The
+scenario >= SPEEDUP_FLOOR where its links were shaped (docs/architecture/harness.md, "The
 regression check", says why each rule, Note [speed-up floor] the floor).
 
 Exit codes: 0 no regression, 1 regression (a table says what moved and by how

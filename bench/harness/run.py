@@ -8,7 +8,7 @@ the workers' JSONL into result files.
 One cell's life, bring-up to meta.json: `run_cell`; a sweep's, scenario by scenario under
 its lock: `run_sweep`; what would run and how long it would take: `dry_run`,
 `pending_cells`, `estimate_line`. How hosts, schedules and host-limited links are handled
-while cells run: docs/ARCHITECTURE.md, "Running cells".
+while cells run: docs/architecture/harness.md, "Running cells".
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ bench.harness.run runs them, resumably. A sweep file (YAML, checked against Swee
 
     spec = load_sweep("scenarios/sweeps/paper.yaml"); spec.cells()
 
-Every key, repeats, variants and when a cell counts as finished: docs/ARCHITECTURE.md,
+Every key, repeats, variants and when a cell counts as finished: docs/architecture/harness.md,
 "Sweep files"; the modes' syntax: bench.harness.modes.
 """
 

@@ -12,7 +12,7 @@ by bench.launch.choice.choose_launcher (SSH's --hostfile, --no-shaping). It buil
 hosts on `__enter__` and removes exactly what it built on `__exit__` (also after a
 crash, Ctrl-C or SIGTERM). The harness never asks which launcher it holds. Every
 launcher is built on bench.launch.hosts (its transport); `new_run_id()` and
-`links_record()` are shared here. docs/ARCHITECTURE.md, "Launchers".
+`links_record()` are shared here. docs/architecture/launch.md, "Launchers".
 """
 
 from __future__ import annotations

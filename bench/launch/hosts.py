@@ -13,8 +13,8 @@ Mininet's Node.cmd: run a command on a host, everything else built on it).
 `Hosts` gives the arguments every launcher takes (scenario, n_hosts, run_id, state_dir),
 the run prefix, the host limit and check, the state file's path and `record()`;
 `ShapedHosts` adds the link probe (bench.launch.probing), the link schedules
-(bench.launch.schedules) and the shaped launchers' record. docs/ARCHITECTURE.md
-("Adding a launcher") lists what a new launcher writes.
+(bench.launch.schedules) and the shaped launchers' record. docs/architecture/launch.md
+("Launchers") lists what a new launcher writes.
 """
 
 from __future__ import annotations

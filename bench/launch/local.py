@@ -9,7 +9,7 @@ session and starts through PDEATHSIG_GUARD, so the kernel kills it when the harn
 parent's spawning thread: spawn from a thread that outlives the workers) dies; the state
 file lists every worker's identity, so `python -m bench.launch cleanup` and the next local
 run in the same STATE_DIR kill exactly those (`teardown_state` has nothing else to
-remove). docs/ARCHITECTURE.md, "Launchers", has the reasoning.
+remove). docs/architecture/launch.md, "Launchers", has the reasoning.
 """
 
 from __future__ import annotations

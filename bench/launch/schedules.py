@@ -11,7 +11,7 @@ or its delay line (`_set_delay_line`); the same clock starts and stops competing
 and stragglers (bench/launch/competing.py) on the launchers that name them in
 `during_run`. A failed change stops the runner and `stop_schedule` raises it.
 `probe_timeline` streams over one link through any launcher's `spawn`. What each record
-holds and why: docs/ARCHITECTURE.md, "Launchers".
+holds and why: docs/architecture/launch.md, "Launchers".
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ create and the processes it started. A run whose launcher process still runs is 
 left alone; for a killed one, cleanup kills the recorded processes (identity checked),
 calls the teardown of the launcher the file names (bench.launch.choice.state_teardown)
 and deletes the file. Nothing is matched by pattern. Every STATE_DIR used is named in
-the registry REGISTRY_DIR (tmpfs under RUNTIME_DIR). docs/ARCHITECTURE.md, "Launchers".
+the registry REGISTRY_DIR (tmpfs under RUNTIME_DIR). docs/architecture/launch.md, "Launchers".
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ validated `NetworkScenario` (every unit is in the key's name):
 
 Every mistake raises `ScenarioError` naming the file, the field and the value. Schedules,
 competing flows, stragglers, the ranges (`Bounds`, checked by `check_bounds`) and the file
-schema: docs/ARCHITECTURE.md, "Scenarios".
+schema: docs/architecture/launch.md, "Scenarios".
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ measured cells, projected to GPT2-XL on GPUs, and the what-if command.
 Modules: `profile` (the profile file), `measure` (this machine's CPU profile),
 `workload` (what one step does, from a `RunConfig` and a `Placement`), `sim` (the
 discrete-event step), `predict`, `validate`, `project`, `whatif` and `cli` (the
-commands). docs/performance-model.md has the model; docs/ARCHITECTURE.md its calls.
+commands). docs/performance-model.md has the model; docs/architecture/harness.md its calls.
 
 May import `aqsgd`, `bench.micro` (its timing), `bench.net`, `bench.results` and
 `specfile`; `bench.report`, `bench.harness` and `bench.__main__` import it.

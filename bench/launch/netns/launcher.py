@@ -10,7 +10,7 @@ Its transport (bench.launch.hosts): a command runs from this host naming its nam
 (every name from the run prefix), state.py (the state file and teardown by name),
 topology.py (namespaces, switch, veths; the userspace delay line and its TUNs, used
 without netem), shaping.py (the host plan on the veths or TUNs), cgroups.py (a CPU
-cgroup per straggler host). docs/ARCHITECTURE.md, "Launchers", says how they fit.
+cgroup per straggler host). docs/architecture/launch.md, "Launchers", says how they fit.
 """
 
 from __future__ import annotations

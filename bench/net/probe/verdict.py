@@ -9,7 +9,7 @@ CEILING_TOLERANCE of the lesser of the two, makes a short link host-limited (Pyt
 through veths is CPU-bound): recorded and warned about (`host_limited_warning`), not
 stopping the run; otherwise a short link is shaped wrongly and `check_links` stops the
 run. The measurements behind the constants are beside them; the reasoning is in
-docs/ARCHITECTURE.md, "Probe". Standard library only at import.
+docs/architecture/launch.md, "Probe". Standard library only at import.
 """
 
 from __future__ import annotations

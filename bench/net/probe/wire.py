@@ -11,7 +11,7 @@ transfer's payload rate timed at the receiver with the kernel's receive timestam
 `rate_mbit` from the plan's `steady_from_bytes` (the one checked against the scenario),
 `rate_mbit_first_to_last` from the first byte. Pacing is capped at `--max-pacing-mbit`.
 Standard library only: it starts once per link, without site-packages where it must.
-docs/ARCHITECTURE.md, "Probe", says why each choice.
+docs/architecture/launch.md, "Probe", says why each choice.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def assert_scales(got: torch.Tensor, want: torch.Tensor, cfg: QuantConfig) -> No
     if cfg.scale_method == "maxabs":
         assert_same_bits(got, want, "scales")
         return
-    # l2: the summation order is free, one fp16 ulp (docs/ARCHITECTURE.md, "Quantizer")
+    # l2: the summation order is free, one fp16 ulp (docs/architecture/quant.md, "Quantizer")
     ulps = (got.view(torch.int16).int() - want.view(torch.int16).int()).abs()
     assert ulps.max() <= 1, f"l2 scales differ by {int(ulps.max())} fp16 ulps"
 

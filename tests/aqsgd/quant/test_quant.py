@@ -1,5 +1,5 @@
 """aqsgd.quant (its torch path, aqsgd.quant.cpu) against aqsgd.quant.reference, the
-plain-torch reference of the contract in docs/ARCHITECTURE.md "Quantizer", bit for bit;
+plain-torch reference of the contract in docs/architecture/quant.md "Quantizer", bit for bit;
 the reference itself against a worked example, pinned hash values and numpy's bit
 packing; plus error bounds, unbiasedness and the AQ-SGD cache invariant (arguments and
 dispatch: test_quant_api.py). Budget: about 30 s on a loaded 2-core machine."""
@@ -27,7 +27,7 @@ def check_against_reference(x: torch.Tensor, cfg: QuantConfig, gen_seed: int = 7
     got_s = scales.numpy().reshape(-1)
     if cfg.scale_method == "maxabs":
         np.testing.assert_array_equal(got_s.view(np.uint16), want_s.view(np.uint16))
-    else:  # summation order is free: one fp16 ulp (ARCHITECTURE.md)
+    else:  # summation order is free: one fp16 ulp (docs/architecture/quant.md)
         ulps = np.abs(got_s.view(np.int16).astype(np.int32) - want_s.view(np.int16))
         assert ulps.max() <= 1, f"l2 scales differ by {ulps.max()} fp16 ulps"
     want_codes = reference.quantize(x, scales, cfg, seed)  # under the path's own scales

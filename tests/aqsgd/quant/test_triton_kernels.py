@@ -8,7 +8,7 @@ library is @jit code, some of it imported lazily at the first launch), so this
 module sets TRITON_INTERPRET=1 before anything imports triton, and it stays set
 for the pytest process (and the processes it starts). GPU checks of the compiled
 kernels run in their own process: `python -m bench.micro.gpu_check`. Two references:
-`aqsgd.quant.reference`, the contract of docs/ARCHITECTURE.md in plain torch
+`aqsgd.quant.reference`, the contract of docs/architecture/quant.md in plain torch
 (unpacked codes, one bit at a time), and `aqsgd.quant` with backend="torch". The
 kernels must match both to the bit, except l2 scales, which may differ by one fp16
 ulp (the fp32 sum order differs), as documented.
