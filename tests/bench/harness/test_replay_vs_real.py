@@ -1,0 +1,126 @@
+"""Replay against real compute where both run (issue 38, item 6): 2 stages of the tiny
+preset on 2 cores, one rank a core, through network namespaces at 10 and 100 Mbit/s,
+fp32 and aqsgd:2/4. The profile is measured here first (the cut's two stages, one
+thread each, bench.perfmodel.measure.time_stage); each scenario's real cells and then its
+replayed cells run back to back, so both see the same load. A replayed cell's median
+step time must be within 5% of the real one's.
+
+Beside it, each real cell is replayed once more from its own compute: the profile's
+times scaled per stage to the median compute the real cell's rank recorded a step
+(`in_situ`). That replay separates the mechanism (does replay give the step time of the
+compute it is given?) from the profile (was the compute of the real cell the compute
+measured alone?), which on a shared machine it is not.
+
+    .venv/bin/python -m pytest -s tests/bench/harness/test_replay_vs_real.py  # the table
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.perfmodel.measure import time_stage
+from bench.perfmodel.profile import ComputeProfile, Profile, load_profile, write_profile
+
+SCENARIOS = ("10mbps", "100mbps")
+MODES = ("fp32", "aqsgd:2/4")
+TOLERANCE = 0.05
+PRESET, STAGES, MICRO_BATCH, MICRO_BATCHES = "tiny", 2, 16, 4
+
+
+def measure_cut(path: Path, repeats: int = 20) -> Path:
+    """A profile of this machine holding the cut's stage costs only."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread per rank, as the cells run
+    try:
+        costs = tuple(time_stage(PRESET, STAGES, s, MICRO_BATCH, repeats)
+                      for s in range(STAGES))
+    finally:
+        torch.set_num_threads(threads)
+    profile = Profile(name="cpu-here", device=f"this machine ({os.cpu_count()} cores)",
+                      source="tests/bench/harness/test_replay_vs_real.py: time_stage of the "
+                             "cut, CPU time, one thread",
+                      date=datetime.date.today().isoformat(), kind="measured",
+                      cores=os.cpu_count(), compute=ComputeProfile(stages=costs))
+    return write_profile(profile, path)
+
+
+def run_cells(out: Path, scenario: str, compute: str, modes=MODES) -> dict[str, dict]:
+    """`bench run` of `modes` on `scenario` (no unshaped reference cell); each mode's
+    summary row."""
+    argv = [sys.executable, "-m", "bench", "run", "--scenario", scenario, "--modes", *modes,
+            "--launcher", "netns", "--preset", PRESET, "--stages", str(STAGES),
+            "--micro-batch-size", str(MICRO_BATCH), "--num-micro-batches", str(MICRO_BATCHES),
+            "--init-from", "none",
+            "--reference", "none", "--compute", compute, "--out", str(out), "--quiet"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    rows = json.loads((out / "summary.json").read_text())
+    return {r["mode_spec"]: r for r in rows if r["scenario"] == scenario}
+
+
+def step_compute_s(cell_dir: Path, rank: int) -> float:
+    """Median compute seconds of the measured steps of one rank of a cell."""
+    lines = (cell_dir / "metrics" / f"rank{rank}.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return statistics.median(r["compute_s"] for r in records
+                             if r["kind"] == "train" and not r["warmup"])
+
+
+def in_situ(profile: Path, cell_dir: Path, out: Path) -> Path:
+    """`profile` with each stage's times scaled to the compute the real cell recorded."""
+    base = load_profile(profile)
+    costs = []
+    for cost in base.compute.stages:
+        alone = MICRO_BATCHES * (cost.forward_s + cost.backward_s) + cost.optimizer_s
+        k = step_compute_s(cell_dir, cost.stage) / alone
+        costs.append(dataclasses.replace(cost, forward_s=cost.forward_s * k,
+                                         backward_s=cost.backward_s * k,
+                                         optimizer_s=cost.optimizer_s * k))
+    compute = dataclasses.replace(base.compute, stages=tuple(costs))
+    return write_profile(base.replace(name=out.stem, compute=compute), out)
+
+
+def compare(tmp: Path) -> list[dict]:
+    """One paired round: per scenario, the real cells, the replayed ones, then each real
+    cell replayed from its own compute."""
+    profile = measure_cut(tmp / "cpu-here.yaml")
+    rows = []
+    for scenario in SCENARIOS:
+        load = os.getloadavg()[0]
+        real = run_cells(tmp / f"real-{scenario}", scenario, "real")
+        replayed = run_cells(tmp / f"replay-{scenario}", scenario, f"replay:{profile}")
+        for mode in MODES:
+            tag = f"{scenario}-{mode.replace(':', '').replace('/', '')}"
+            cell_dir = tmp / f"real-{scenario}" / real[mode]["cell"]
+            own = in_situ(profile, cell_dir, tmp / f"insitu-{tag}.yaml")
+            insitu = run_cells(tmp / f"insitu-{tag}", scenario, f"replay:{own}", (mode,))
+            r, p, i = (x[mode]["step_time_s"] for x in (real, replayed, insitu))
+            rows.append({"scenario": scenario, "mode": mode, "real_s": r, "replayed_s": p,
+                         "error": p / r - 1, "in_situ_s": i, "in_situ_error": i / r - 1,
+                         "load_1min": load})
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+@pytest.mark.workers
+@pytest.mark.timeout(1800)
+def test_a_replayed_cell_reproduces_the_real_cells_step_time(tmp_path):
+    rows = compare(tmp_path)
+    for r in rows:
+        print(f"{r['scenario']:>8} {r['mode']:>10}  real {r['real_s']:.3f} s  replayed "
+              f"{r['replayed_s']:.3f} s  {r['error']:+.1%}  in situ {r['in_situ_s']:.3f} s  "
+              f"{r['in_situ_error']:+.1%}  (load {r['load_1min']:.2f})")
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    assert abs(worst["error"]) <= TOLERANCE, worst
