@@ -31,8 +31,8 @@ import yaml
 from pydantic import Field
 
 from aqsgd.compress.gradient import GradCompressionConfig
-from aqsgd.compress.message import GRADIENT_MODES, CompressionConfig
 from aqsgd.compress.ingraph import boundary_width
+from aqsgd.compress.message import GRADIENT_MODES, CompressionConfig
 from aqsgd.compress.plugins import Plugin, PluginError
 from aqsgd.compress.registry import require_plugins
 from aqsgd.model.config import PRESETS, ModelConfig
