@@ -185,3 +185,16 @@ def test_a_preset_beside_a_model_folder_is_refused_naming_both(tmp_path, capsys)
             "--dry-run"]
     assert main(argv) == 2
     assert f"--preset tiny beside --model {folder}" in capsys.readouterr().err
+
+
+def test_a_model_folder_cell_builds_no_preset_checkpoint(tmp_path):
+    from bench.harness.prebuild import prepare_checkpoints
+    from bench.harness.sweep import CellSpec
+
+    folder = tmp_path / "my-gpt2"
+    folder.mkdir()
+    own = CellSpec("100mbps", parse_mode("fp32"), Workload(model=str(folder)))
+    assert Workload().checkpoint_preset == "tiny"  # a preset cell fine-tunes its checkpoint
+    assert own.workload.checkpoint_preset is None
+    said: list[str] = []
+    assert prepare_checkpoints([own], tmp_path, said.append) == [] and said == []
