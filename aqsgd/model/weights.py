@@ -110,7 +110,10 @@ def load_pretrained_state(
             state = _from_hf_names(state)
     else:
         from transformers import GPT2LMHeadModel
+        from transformers.utils import logging as hf_logging
 
+        # no "Loading weights: 100%" bar at the head of a rank log: the suite's lines first
+        hf_logging.disable_progress_bar()
         where = _resolve_hub_repo_dir(os.fspath(source))
         try:
             hf_model = GPT2LMHeadModel.from_pretrained(where, local_files_only=True)

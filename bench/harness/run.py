@@ -114,7 +114,10 @@ def run_cell(cell: CellSpec, hosts: Launcher, cell_dir: Path, *, sweep: str,
                     "--rank", str(rank), "--world-size", str(cell.world_size),
                     "--master-addr", str(hosts.addr(placement.host_of(0))),
                     "--master-port", str(port)]
-            env = {**os.environ, "PYTHONPATH": str(REPO_ROOT),
+            # TORCH_CPP_LOG_LEVEL: c10d's C++ warnings (in namespaces without name resolution,
+            # "hostname of the client socket cannot be retrieved" on every rank) would head
+            # each rank log; its errors still print. One set by the user wins.
+            env = {"TORCH_CPP_LOG_LEVEL": "ERROR", **os.environ, "PYTHONPATH": str(REPO_ROOT),
                    "WORLD_SIZE": str(cell.world_size), **hosts.worker_env(host)}
             procs.append(hosts.spawn(host, argv, env, cell_dir / "logs" / f"rank{rank}.log"))
         failure = wait_for_workers(procs, cell_timeout_s(cell.workload.timeout_s, scenario,

@@ -72,6 +72,10 @@ def test_a_smoke_cell_over_ssh_matches_the_netns_launcher(sshd_hosts, tmp_path):
     assert f"[h1 {sshd_hosts.addr(1)}] " in log
     # the suite's own lines only: no dependency's deprecation warnings (asyncssh's DSA)
     assert "DeprecationWarning" not in log, log[:2000]
+    # nor c10d's C++ warnings (no name resolution for the namespaces' addresses)
+    for logs in (sshd_hosts.results / SSH_CELL / "logs", tmp_path / "netns"):
+        for rank_log in logs.glob("**/rank*.log"):
+            assert "[c10d]" not in rank_log.read_text(), rank_log
     assert ssh_meta["launcher"]["hosts"][1]["addr"] == sshd_hosts.addr(1)
     print(f"\nssh {ssh_meta['probe']}\nnetns {netns_meta['probe']}")
 
