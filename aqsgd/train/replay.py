@@ -28,7 +28,7 @@ from aqsgd.train.settings import Compute, Precision
 from specfile import check_fields, setting
 
 __all__ = ["REPLAY_PREFIX", "StageTimes", "ComputeConfig", "ReplayStage", "replay_loss",
-           "optimizer_wait", "profile_reference"]
+           "optimizer_wait", "profile_reference", "check_compute"]
 
 REPLAY_PREFIX = "replay:"  # Compute's spelling of a replayed run: replay:PROFILE
 
@@ -36,6 +36,13 @@ REPLAY_PREFIX = "replay:"  # Compute's spelling of a replayed run: replay:PROFIL
 def profile_reference(source: str) -> str | None:
     """The PROFILE of a `replay:PROFILE` compute setting; None for real compute."""
     return source[len(REPLAY_PREFIX):] if source.startswith(REPLAY_PREFIX) else None
+
+
+def check_compute(owner: str, source: str) -> None:
+    """The compute setting's spelling: 'real', or 'replay:PROFILE' with a PROFILE."""
+    if source != "real" and not (profile_reference(source) or "").strip():
+        raise ValueError(f"{owner} must be 'real' or 'replay:PROFILE' (a profile file, or a "
+                         f"name under profiles/), got {source!r}")
 
 
 def _seconds(owner: str, name: str, value: float) -> None:
@@ -71,6 +78,7 @@ class ComputeConfig:
 
     def __post_init__(self):
         check_fields(self)
+        check_compute("source", self.source)
         if self.replayed and not (self.stages and self.profile and self.precision):
             raise ValueError(f"compute.source {self.source!r} needs the profile's name, its "
                              f"precision and one entry of stages per stage, got profile="

@@ -30,7 +30,7 @@ from aqsgd.model.config import (
     VocabSize,
     Width,
 )
-from aqsgd.train.replay import profile_reference
+from aqsgd.train.replay import check_compute, profile_reference
 from aqsgd.train.settings import (
     Compute,
     DataPath,
@@ -173,6 +173,7 @@ class Workload:
         if not isinstance(self.variant, str) or not set(self.variant) <= _VARIANT_CHARS:
             raise ValueError(f"Workload.variant must be a short label of a-z, 0-9, '-' and "
                              f"'_' (it goes in directory names), got {self.variant!r}")
+        check_compute("Workload.compute", self.compute)
         if self.data not in DATASETS:
             raise ValueError(f"Workload.data must be one of {', '.join(DATASETS)}, "
                              f"got {self.data!r}")

@@ -40,29 +40,30 @@ from bench.perfmodel.profile import (
 __all__ = ["time_stage", "time_compressors", "time_grad_codecs", "measure_profile"]
 
 
-def _median_s(fn: Callable[[], object], repeats: int) -> float:
-    """CPU seconds of `fn()`: the median of `repeats` calls after one that warms
-    allocators and kernels."""
-    return time_call(fn, repeats, clock="cpu").median_s
+def _median_s(fn: Callable[[], object], repeats: int, clock: str = "cpu") -> float:
+    """Seconds of `fn()` on `clock` (CPU time by default): the median of `repeats` calls
+    after one that warms allocators and kernels."""
+    return time_call(fn, repeats, clock=clock).median_s
 
 
 def time_stage(preset: str, stages: int, stage: int, micro_batch_size: int,
-               repeats: int) -> StageCost:
-    """Forward, backward (per micro-batch) and AdamW step of one stage, training mode."""
+               repeats: int, clock: str = "cpu") -> StageCost:
+    """Forward, backward (per micro-batch) and AdamW step of one stage, training mode;
+    `clock` "wall" for what the stage takes under the machine's present load."""
     cfg = PRESETS[preset]
     module = init_stage(cfg, stage, stages, seed=0).train()
     opt = torch.optim.AdamW(module.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, cfg.vocab_size, (micro_batch_size, cfg.seq_len), generator=gen)
     x = torch.randn(micro_batch_size, cfg.seq_len, cfg.n_embd, generator=gen)
-    timer = Timer("cpu")
+    timer = Timer(clock)
     for _ in timer.rounds(repeats, warmup=1):  # the first call warms up
         with timer.phase("forward"):
             out = module(ids if module.first else x.clone().requires_grad_())
             loss = lm_loss(out, ids) if module.last else (out * out).mean()
         with timer.phase("backward"):
             loss.backward()
-    optimizer = _median_s(opt.step, repeats)
+    optimizer = _median_s(opt.step, repeats, clock)
     return StageCost(preset, stages, stage, micro_batch_size,
                      timer.samples("forward").median_s, timer.samples("backward").median_s,
                      optimizer)

@@ -27,7 +27,7 @@ B, L, D = 3, 7, 24  # irregular on purpose
 TIMES = StageTimes(forward_s=0.03, backward_s=0.05, optimizer_s=0.02)
 
 
-SLACK_S = 1.0  # the upper bounds allow for two cores shared with other work
+SLACK_S = 5.0  # upper bounds catch a runaway wait only: 2 cores shared, load up to 11
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -128,7 +128,7 @@ def test_the_run_config_checks_its_compute_section():
                                           "optimizer_s": 0}]))
     with pytest.raises(ConfigError, match=r"compute.precision 'bf16' .* train.precision"):
         config_from_dict(_config(precision="bf16"))
-    with pytest.raises(ConfigError, match=r"compute.source.*got 'gpu'"):
+    with pytest.raises(ConfigError, match=r"compute: source must be 'real' or 'replay:PRO"):
         config_from_dict({"compute": {"source": "gpu"}})
     with pytest.raises(ConfigError, match=r"stages\[1\]: StageTimes.optimizer_s"):
         config_from_dict(_config(stages=[{"forward_s": 0, "backward_s": 0, "optimizer_s": 0},

@@ -75,7 +75,7 @@ def test_the_workload_names_the_profile_in_its_label_and_builds_no_checkpoint():
     assert w.label == "1f1b+replay-profile-bf16"
     assert w.checkpoint_preset is None
     assert "compute" in w.identity() and "compute" not in Workload().identity()
-    with pytest.raises(ValueError, match="compute"):
+    with pytest.raises(ValueError, match=r"Workload.compute must be 'real' or 'replay:PROFILE'"):
         Workload(compute="gpu")
 
 

@@ -5,11 +5,13 @@ thread each, bench.perfmodel.measure.time_stage); each scenario's real cells and
 replayed cells run back to back, so both see the same load. A replayed cell's median
 step time must be within 5% of the real one's.
 
-Beside it, each real cell is replayed once more from its own compute: the profile's
-times scaled per stage to the median compute the real cell's rank recorded a step
-(`in_situ`). That replay separates the mechanism (does replay give the step time of the
-compute it is given?) from the profile (was the compute of the real cell the compute
-measured alone?), which on a shared machine it is not.
+Beside it, two diagnostics: a profile of the same cut in wall-clock time, measured just
+before the scenario's real cells (what a stage takes under the machine's present load,
+`wall`), and each real cell replayed from its own compute: the profile's times scaled per
+stage to the median compute the real cell's rank recorded a step (`in_situ`). The latter
+separates the mechanism (does replay give the step time of the compute it is given?)
+from the profile (was the real cell's compute the compute measured alone?), which on a
+shared machine it is not.
 
     .venv/bin/python -m pytest -s tests/bench/harness/test_replay_vs_real.py  # the table
 """
@@ -36,20 +38,20 @@ TOLERANCE = 0.05
 PRESET, STAGES, MICRO_BATCH, MICRO_BATCHES = "tiny", 2, 16, 4
 
 
-def measure_cut(path: Path, repeats: int = 20) -> Path:
-    """A profile of this machine holding the cut's stage costs only."""
+def measure_cut(path: Path, repeats: int = 20, clock: str = "cpu") -> Path:
+    """A profile of this machine holding the cut's stage costs only, on `clock`."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread per rank, as the cells run
     try:
-        costs = tuple(time_stage(PRESET, STAGES, s, MICRO_BATCH, repeats)
+        costs = tuple(time_stage(PRESET, STAGES, s, MICRO_BATCH, repeats, clock)
                       for s in range(STAGES))
     finally:
         torch.set_num_threads(threads)
-    profile = Profile(name="cpu-here", device=f"this machine ({os.cpu_count()} cores)",
-                      source="tests/bench/harness/test_replay_vs_real.py: time_stage of the "
-                             "cut, CPU time, one thread",
+    profile = Profile(name=path.stem, device=f"this machine ({os.cpu_count()} cores)",
+                      source=f"tests/bench/harness/test_replay_vs_real.py: time_stage of the "
+                             f"cut, {clock} clock, one thread",
                       date=datetime.date.today().isoformat(), kind="measured",
                       cores=os.cpu_count(), compute=ComputeProfile(stages=costs))
     return write_profile(profile, path)
@@ -98,17 +100,19 @@ def compare(tmp: Path) -> list[dict]:
     rows = []
     for scenario in SCENARIOS:
         load = os.getloadavg()[0]
+        wall = measure_cut(tmp / f"wall-{scenario}.yaml", clock="wall")
         real = run_cells(tmp / f"real-{scenario}", scenario, "real")
         replayed = run_cells(tmp / f"replay-{scenario}", scenario, f"replay:{profile}")
+        walled = run_cells(tmp / f"walled-{scenario}", scenario, f"replay:{wall}")
         for mode in MODES:
             tag = f"{scenario}-{mode.replace(':', '').replace('/', '')}"
             cell_dir = tmp / f"real-{scenario}" / real[mode]["cell"]
             own = in_situ(profile, cell_dir, tmp / f"insitu-{tag}.yaml")
             insitu = run_cells(tmp / f"insitu-{tag}", scenario, f"replay:{own}", (mode,))
-            r, p, i = (x[mode]["step_time_s"] for x in (real, replayed, insitu))
+            r, p, w, i = (x[mode]["step_time_s"] for x in (real, replayed, walled, insitu))
             rows.append({"scenario": scenario, "mode": mode, "real_s": r, "replayed_s": p,
-                         "error": p / r - 1, "in_situ_s": i, "in_situ_error": i / r - 1,
-                         "load_1min": load})
+                         "error": p / r - 1, "wall_s": w, "wall_error": w / r - 1,
+                         "in_situ_s": i, "in_situ_error": i / r - 1, "load_1min": load})
     return rows
 
 
@@ -120,7 +124,8 @@ def test_a_replayed_cell_reproduces_the_real_cells_step_time(tmp_path):
     rows = compare(tmp_path)
     for r in rows:
         print(f"{r['scenario']:>8} {r['mode']:>10}  real {r['real_s']:.3f} s  replayed "
-              f"{r['replayed_s']:.3f} s  {r['error']:+.1%}  in situ {r['in_situ_s']:.3f} s  "
+              f"{r['replayed_s']:.3f} s {r['error']:+.1%}  wall-clock profile "
+              f"{r['wall_s']:.3f} s {r['wall_error']:+.1%}  in situ {r['in_situ_s']:.3f} s "
               f"{r['in_situ_error']:+.1%}  (load {r['load_1min']:.2f})")
     worst = max(rows, key=lambda r: abs(r["error"]))
     assert abs(worst["error"]) <= TOLERANCE, worst
