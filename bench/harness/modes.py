@@ -55,9 +55,12 @@ COORD_MODES = Names(COMPARISONS, lambda c: ACTIVATION_MODES[c.forward].in_graph 
 # TAH-Quant there too (its 2 code bits plus 0.75 bit of tile header an element: the
 # nearest it comes to AQ-SGD 2/4's bytes), and bf16, the baseline a system of today sends
 # (speed-ups are shown over it too). fp16 has bf16's bytes, so its throughput adds nothing
-# here; it is one name away (`--modes`).
+# here; it is one name away (`--modes`). ssn:15, Subspace Networks at AQ-SGD 2/4's bytes
+# a token on the tiny family's width 128: 2 x 15 + 2 = 32 bytes forward against AQ-SGD's
+# 32.25 (2-bit codes plus per-channel scales), 30 backward against 64.25
+# (docs/trainable-codecs.md, "Equal bytes a token").
 DEFAULT_GRID = ("fp32", "bf16", "directq:2/4", "directq:4/8", "tahquant:2/4", "aqsgd:2/4",
-                "aqsgd:3/6", "aqsgd:4/8", "aqsgd+gc/qadam:2/4")
+                "aqsgd:3/6", "aqsgd:4/8", "aqsgd+gc/qadam:2/4", "ssn:15")
 BITS_RANGE = (1, 8)
 
 

@@ -155,6 +155,7 @@ def series_labels(frame: pd.DataFrame) -> pd.Series:
     series_text): 'aqsgd:2/4', 'fp32 dp2', 'directq:2/4 [dropout0]'; with
     ' [LAUNCHER (SHAPING)]' after it when the rows come from more than one launcher."""
     keys = ["mode", "fw_bits", "bw_bits", "grad_mode", "replicas", "variant"]
+    keys += ["label"] if "label" in frame else []  # the k of a mode with an in-graph half
     ids = frame[keys].astype(object)
     ids = ids.where(ids.notna(), None)  # NaN is no dict key
     names = {tuple(r.values()): series_text(r)  # once per series: `frame` may be metrics

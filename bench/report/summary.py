@@ -13,6 +13,7 @@ in docs/results-schema.md, "Summary"; summary.csv and summary.json are
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -242,17 +243,27 @@ def _link_share(record: CellRecord, row: dict) -> float:
     return np.nan if bound is None else measured / bound.schedule_samples_s
 
 
+# the '-kN' of ModeSpec.label: N coordinates a token of a mode with an in-graph half
+_COORDS = re.compile(r"-k(\d+)$")
+
+
 def mode_text(row) -> str:
     """A cell's mode in the command line's spelling (docs/results-schema.md, "Mode
     spellings"): 'fp32', 'aqsgd:2/4', 'aqsgd+gc/ef21:2/4' (the gradient compressor always
-    shown), what `--modes` and a sweep file's `modes:` read back; ' [VARIANT]' added for a
-    non-default variant. `row` needs mode, fw_bits, bw_bits, grad_mode and variant."""
+    shown), what `--modes` and a sweep file's `modes:` read back, with the k of a mode with
+    an in-graph half ('ssn:15', read from the label's '-k15'); ' [VARIANT]' added for a
+    non-default variant. `row` needs mode, fw_bits, bw_bits, grad_mode and variant, and
+    label for k."""
     name = row["mode"]
     mode = COMPARISONS.get(name)  # None: a mode no longer registered (an old result file)
     if mode is not None and mode.data_parallel:
         name = f"{name}/{row['grad_mode']}"
     if mode is None or mode.takes_bits:
         name = f"{name}:{int(row['fw_bits'])}/{int(row['bw_bits'])}"
+    label = row.get("label")
+    coords = _COORDS.search(label) if isinstance(label, str) else None
+    if coords:
+        name += f":{coords.group(1)}"
     return f"{name} [{row['variant']}]" if row["variant"] else name
 
 

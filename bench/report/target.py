@@ -119,13 +119,14 @@ def target_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 def write_target_report(conv_dir: Path, target: float, out_dir: Path, *,
-                        quiet: bool = False) -> Path:
+                        quiet: bool = False, also: tuple[Path, ...] = ()) -> Path:
     """Write `out_dir/target.md` (steps to `target` of the cells under `conv_dir`) and
-    print the table (unless quiet); returns the report's path. A ValueError naming the
+    print the table (unless quiet); returns the report's path. `also`: more folders of
+    cells read with conv_dir (one sweep run in several parts). A ValueError naming the
     cell when a cell evaluated closer than TARGET_EVAL_CADENCE steps."""
     conv_dir, out_dir = Path(conv_dir), Path(out_dir)
-    found = conv_dir.is_dir() and bool(find_cells([conv_dir]))
-    curves = eval_curves(load_results([conv_dir])) if found else pd.DataFrame()
+    found = [d for d in (conv_dir, *map(Path, also)) if d.is_dir() and find_cells([d])]
+    curves = eval_curves(load_results(found)) if found else pd.DataFrame()
     lines = [f"# Steps to a held-out loss of {target}", ""]
     if curves.empty:
         lines += [f"No cells with evaluations under `{conv_dir}`.", ""]
@@ -138,7 +139,8 @@ def write_target_report(conv_dir: Path, target: float, out_dir: Path, *,
                              f"{close['cadence'].iloc[0]:.0f} steps; steps to target need "
                              f"evaluations at least {TARGET_EVAL_CADENCE} steps apart")
         headers, rows = target_rows(target_table(cells))
-        lines += [f"Cells under `{conv_dir}`, evaluated every {cells['cadence'].min():.0f} "
+        where = ", ".join(f"`{d}`" for d in found)
+        lines += [f"Cells under {where}, evaluated every {cells['cadence'].min():.0f} "
                   f"steps; the first evaluation at or below {target} counts. A `>=` mean "
                   f"has a seed that never reached the target (a lower bound); intervals are "
                   f"Student's t over the seeds that reached it.", "",

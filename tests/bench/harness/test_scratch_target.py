@@ -13,6 +13,7 @@ from bench.__main__ import main
 from bench.harness.convergence import plan
 from bench.harness.modes import parse_mode
 from bench.harness.sweep import SweepSpec, Workload, load_sweep
+from bench.report.target import write_target_report
 from specfile import SpecError
 
 
@@ -78,3 +79,12 @@ def test_scratch_smoke_end_to_end(tmp_path, capsys):
             or line.startswith("| aqsgd:2/4 ")]
     assert len(rows) == 2 and all("2/2" in row for row in rows), report
     assert "steps to target: " in out
+    # one sweep in two folders reads as one: seed 2's cells moved aside, read with `also`
+    other = tmp_path / "other"
+    other.mkdir()
+    for cell_dir in conv.glob("*__s2__local"):
+        cell_dir.rename(other / cell_dir.name)
+    joined = write_target_report(conv, spec.target_loss, tmp_path / "joined", quiet=True,
+                                 also=(other,)).read_text()
+    assert [line for line in joined.splitlines() if line.startswith("| fp32 ")
+            or line.startswith("| aqsgd:2/4 ")] == rows

@@ -138,3 +138,13 @@ def test_a_scheduled_cell_reads_its_mean_rate_and_samples_over_time(tmp_path):
     assert row["throughput_samples_s"] == pytest.approx(row["throughput_mean_samples_s"],
                                                         rel=0.01)
     assert "dynamic-halving‡" in format_table(summarize([tmp_path]))
+
+
+def test_mode_text_shows_the_k_of_a_mode_with_an_in_graph_half():
+    row = {"mode": "ssn", "fw_bits": None, "bw_bits": None, "grad_mode": "fp32",
+           "variant": "", "label": "ssn-k15"}
+    assert mode_text(row) == "ssn:15"
+    assert mode_text({**row, "mode": "bottleneck", "label": "bottleneck-k4"}) == "bottleneck:4"
+    assert mode_text({**row, "label": "ssn"}) == "ssn"  # k left to the mode's default
+    aq = {**row, "mode": "aqsgd", "fw_bits": 2, "bw_bits": 4, "label": "aqsgd-fw2-bw4"}
+    assert mode_text(aq) == "aqsgd:2/4"
