@@ -24,7 +24,7 @@ DEBIAN_SUITE ?= bookworm
 
 .PHONY: help setup test test-fast lint bench bench-kernels bench-compressors bench-coding regress \
 	paper convergence convergence-depth convergence-size convergence-scratch \
-	finetune pretrain checkpoints-check probe net-cleanup chaos gpu-check profile clean-venv docker-base docker-image \
+	finetune pretrain checkpoints-check replay-check probe net-cleanup chaos gpu-check profile clean-venv docker-base docker-image \
 	docker-wheelhouse docker-daemon-start docker-daemon-stop
 
 # One line per target: `make help`.
@@ -125,6 +125,11 @@ pretrain: setup
 # Rebuild each checkpoint shipped under checkpoints/ from its recipe; compare bit for bit.
 checkpoints-check: setup
 	$(PY) -m aqsgd.model.shipped check
+
+# Replay against real compute: tiny in 2 stages at 10 and 100 Mbit/s, fp32 and aqsgd:2/4,
+# real and replayed cells back to back; prints each step time, exit 1 past 5% (root).
+replay-check: setup
+	$(PY) -m bench.harness.replay_check
 
 # Bring SCENARIO up in network namespaces, print the achieved link table, tear down.
 probe: setup

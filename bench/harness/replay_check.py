@@ -1,9 +1,15 @@
-"""Replay against real compute where both run (issue 38, item 6): 2 stages of the tiny
-preset on 2 cores, one rank a core, through network namespaces at 10 and 100 Mbit/s,
-fp32 and aqsgd:2/4. The profile is measured here first (the cut's two stages, one
-thread each, bench.perfmodel.measure.time_stage); each scenario's real cells and then its
-replayed cells run back to back, so both see the same load. A replayed cell's median
-step time must be within 5% of the real one's.
+"""Replay against real compute where both run (issue 38, item 6), as a benchmark that
+prints its figures: 2 stages of the tiny preset on 2 cores, one rank a core, through
+network namespaces at 10 and 100 Mbit/s, fp32 and aqsgd:2/4.
+
+    python -m bench.harness.replay_check          # make replay-check; root (netns)
+
+The profile is measured here first (the cut's two stages, one thread each,
+bench.perfmodel.measure.time_stage); each scenario's real cells and then its replayed
+cells run back to back, so both see the same load. The target: a replayed cell's median
+step time within TOLERANCE (5%) of the real one's; the exit status is 1 when a cell
+misses it. A timed comparison on a shared machine is a measurement, not a test: it
+prints the table and the load it ran under, and docs/replay.md holds the figures.
 
 Beside it, two diagnostics: a profile of the same cut in wall-clock time, measured just
 before the scenario's real cells (what a stage takes under the machine's present load,
@@ -12,8 +18,6 @@ stage to the median compute the real cell's rank recorded a step (`in_situ`). Th
 separates the mechanism (does replay give the step time of the compute it is given?)
 from the profile (was the real cell's compute the compute measured alone?), which on a
 shared machine it is not.
-
-    .venv/bin/python -m pytest -s tests/bench/harness/test_replay_vs_real.py  # the table
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-
-import pytest
 
 from bench.perfmodel.measure import time_stage
 from bench.perfmodel.profile import ComputeProfile, Profile, load_profile, write_profile
+
+__all__ = ["TOLERANCE", "compare", "in_situ", "main"]
 
 SCENARIOS = ("10mbps", "100mbps")
 MODES = ("fp32", "aqsgd:2/4")
@@ -50,7 +55,7 @@ def measure_cut(path: Path, repeats: int = 20, clock: str = "cpu") -> Path:
     finally:
         torch.set_num_threads(threads)
     profile = Profile(name=path.stem, device=f"this machine ({os.cpu_count()} cores)",
-                      source=f"tests/bench/harness/test_replay_vs_real.py: time_stage of the "
+                      source=f"bench.harness.replay_check: time_stage of the "
                              f"cut, {clock} clock, one thread",
                       date=datetime.date.today().isoformat(), kind="measured",
                       cores=os.cpu_count(), compute=ComputeProfile(stages=costs))
@@ -66,7 +71,9 @@ def run_cells(out: Path, scenario: str, compute: str, modes=MODES) -> dict[str, 
             "--init-from", "none",
             "--reference", "none", "--compute", compute, "--out", str(out), "--quiet"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    if done.returncode != 0:
+        raise RuntimeError(f"bench run on {scenario} ({compute}) failed:\n"
+                           f"{done.stdout[-2000:]}{done.stderr[-3000:]}")
     rows = json.loads((out / "summary.json").read_text())
     return {r["mode_spec"]: r for r in rows if r["scenario"] == scenario}
 
@@ -116,16 +123,22 @@ def compare(tmp: Path) -> list[dict]:
     return rows
 
 
-@pytest.mark.slow
-@pytest.mark.netns
-@pytest.mark.workers
-@pytest.mark.timeout(1800)
-def test_a_replayed_cell_reproduces_the_real_cells_step_time(tmp_path):
-    rows = compare(tmp_path)
+def main(argv: list[str] | None = None) -> int:
+    """Run one paired round in a temporary folder; print each cell; 1 when a replayed
+    cell's step time is off the real one's by more than TOLERANCE."""
+    del argv
+    with tempfile.TemporaryDirectory(prefix="aqsgd-replay-check-") as tmp:
+        rows = compare(Path(tmp))
     for r in rows:
         print(f"{r['scenario']:>8} {r['mode']:>10}  real {r['real_s']:.3f} s  replayed "
               f"{r['replayed_s']:.3f} s {r['error']:+.1%}  wall-clock profile "
               f"{r['wall_s']:.3f} s {r['wall_error']:+.1%}  in situ {r['in_situ_s']:.3f} s "
               f"{r['in_situ_error']:+.1%}  (load {r['load_1min']:.2f})")
     worst = max(rows, key=lambda r: abs(r["error"]))
-    assert abs(worst["error"]) <= TOLERANCE, worst
+    print(f"worst: {worst['scenario']} {worst['mode']} {worst['error']:+.1%} "
+          f"(target within {TOLERANCE:.0%})")
+    return 0 if abs(worst["error"]) <= TOLERANCE else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
