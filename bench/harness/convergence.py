@@ -88,7 +88,7 @@ def register(sub) -> None:
         "convergence", help="model quality: every mode for many epochs and seeds, held-out "
                             "loss per epoch, then the convergence report")
     p.add_argument("--size", default="default", choices=SIZES,
-                   help="default: about 37 min on 2 cores; depth: pipeline depth; size: "
+                   help="default: about 42 min on 2 cores; depth: pipeline depth; size: "
                         "model size; scratch: from random init to a target held-out loss "
                         "(each states its time before the first cell); smoke, "
                         "depth-smoke, size-smoke, scratch-smoke: seconds")

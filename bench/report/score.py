@@ -164,8 +164,13 @@ def register(sub) -> None:
     p = sub.add_parser("score", help="time to a target loss: steps to target x steady step",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("throughput", type=Path, help="throughput cells (their step times)")
-    p.add_argument("--quality", type=Path, help="quality cells evaluated at a fixed cadence")
-    p.add_argument("--target", type=float, help="the held-out loss to count steps to")
+    p.add_argument("--quality", type=Path,
+                   help="quality cells evaluated at a fixed cadence (default: none; steps "
+                        "from --steps)")
+    p.add_argument("--target", type=float,
+                   help="the held-out loss to count steps to (default: none; needed with "
+                        "--quality)")
     p.add_argument("--steps", action="append", default=[], metavar="MODE=N",
-                   help="steps to target of a mode, given (repeatable; wins over --quality)")
+                   help="steps to target of a mode, given (repeatable; wins over --quality; "
+                        "default: none)")
     p.set_defaults(func=run_score)

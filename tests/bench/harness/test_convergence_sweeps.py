@@ -20,7 +20,9 @@ from bench.harness.sweep import SweepSpec, Timing
 from bench.harness.workload import Workload
 
 SERIES = {"fp32", "directq-fw2-bw4", "directq-fw4-bw8", "tahquant-fw2-bw4",
-          "tahquant-fw4-bw8", "tahquant-pub-fw2-bw4", "aqsgd-fw2-bw4", "aqsgd-fw4-bw8"}
+          "tahquant-fw4-bw8", "tahquant-pub-fw2-bw4", "aqsgd-fw2-bw4", "aqsgd-fw4-bw8",
+          # the trainable codecs at AQ-SGD 2/4's bytes a token and at a quarter of them
+          "ssn-k15", "ssn-k3", "bottleneck-k16", "bottleneck-k4"}
 LADDER = {"fp32", "directq-fw2-bw4", "tahquant-fw2-bw4", "tahquant-pub-fw2-bw4",
           "aqsgd-fw2-bw4", "aqsgd-fw4-bw8"}
 

@@ -10,8 +10,7 @@ import json
 import pytest
 
 from bench.harness.replay_check import MICRO_BATCHES, in_situ
-from bench.perfmodel.profile import ComputeProfile, Profile, StageCost, load_profile, \
-    write_profile
+from bench.perfmodel.profile import ComputeProfile, Profile, StageCost, load_profile, write_profile
 
 
 def _profile(path):
