@@ -323,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         topo = Topology(cfg.pipeline.stages, cfg.pipeline.replicas, args.rank)
         where = f"rank {args.rank} (stage {topo.stage}, replica {topo.replica})"
+        # a rank log's first line is the suite's own: which rank, which config
+        print(f"aqsgd.train.worker: {where} of {args.world_size} starting: {args.config}",
+              file=sys.stderr, flush=True)
         run_worker(cfg, args.rank, args.world_size, args.master_addr, args.master_port)
     except BaseException as e:  # noqa: BLE001 - every failure must end the process
         if isinstance(e, SystemExit) and not e.code:

@@ -69,7 +69,8 @@ def test_a_smoke_cell_over_ssh_matches_the_netns_launcher(sshd_hosts, tmp_path):
         assert abs(link["rate_mbit_achieved"] - 100.0) <= 5.0, link
     # the metrics came back over SFTP: each host's results folder is its own tmpfs
     log = (sshd_hosts.results / SSH_CELL / "logs" / "rank1.log").read_text()
-    assert f"[h1 {sshd_hosts.addr(1)}] " in log
+    assert f"[h1 {sshd_hosts.addr(1)}] aqsgd.train.worker: rank 1 (stage 1, replica 0) of 2 " \
+           "starting: " in log.splitlines()[0], log[:2000]
     # the suite's own lines only: no dependency's deprecation warnings (asyncssh's DSA)
     assert "DeprecationWarning" not in log, log[:2000]
     # nor c10d's C++ warnings (no name resolution for the namespaces' addresses)
