@@ -48,6 +48,7 @@ __all__ = [
     "SHIPPED_DIR",
     "PretrainConfig",
     "checkpoint_path",
+    "existing_checkpoint",
     "estimate_s",
     "pretrain",
     "starting_checkpoint",
@@ -120,6 +121,15 @@ def checkpoint_path(
 ) -> Path:
     name = f"gpt2-{cfg.config_hash()}-tok{tokenizer.fingerprint}-pre{pretrain_cfg.config_hash()}.pt"
     return Path(cache_dir) / "checkpoints" / name
+
+
+def existing_checkpoint(path: Path) -> Path | None:
+    """The checkpoint named `path` (checkpoint_path) when there is one: the cached file,
+    else the one of its name shipped in SHIPPED_DIR; None when it must be built."""
+    if path.exists():
+        return path
+    shipped = SHIPPED_DIR / path.name
+    return shipped if shipped.exists() else None
 
 
 def estimate_s(cfg: ModelConfig, pretrain_cfg: PretrainConfig = PretrainConfig()) -> float:
@@ -247,9 +257,8 @@ def starting_checkpoint_path(
     if tokenizer is None:
         tokenizer = tokenizer_for(cfg.vocab_size, cache_dir)
     path = checkpoint_path(cfg, cache_dir, tokenizer, pretrain_cfg)
-    shipped = SHIPPED_DIR / path.name
-    if use_shipped and not path.exists() and shipped.exists():
-        return shipped, False
+    if use_shipped and (ready := existing_checkpoint(path)) is not None:
+        return ready, False
 
     def write(tmp: Path) -> None:
         previous = torch.get_num_threads()

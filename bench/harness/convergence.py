@@ -25,10 +25,10 @@ from aqsgd.filecache import default_cache_dir
 from aqsgd.model.config import PRESETS
 from aqsgd.model.pretrain import (
     MAX_PRETRAIN_PARAMS,
-    SHIPPED_DIR,
     PretrainConfig,
     checkpoint_path,
     estimate_s,
+    existing_checkpoint,
 )
 from bench import REPO_ROOT, SCENARIO_DIR
 from bench.harness.estimate import estimate_line
@@ -129,7 +129,7 @@ def pretrain_lines(spec: SweepSpec) -> list[str]:
             continue  # GPT-2's published weights, not pre-trained here
         tokenizer = tokenizer_for(cfg.vocab_size, default_cache_dir())
         path = checkpoint_path(cfg, default_cache_dir(), tokenizer, PretrainConfig())
-        if not (path.is_file() or (SHIPPED_DIR / path.name).is_file()):
+        if existing_checkpoint(path) is None:
             lines.append(f"pre-training preset {preset} ({cfg.num_parameters() / 1e6:.1f}M "
                          f"parameters) once first, about {estimate_s(cfg) / 60:.1f} min on "
                          f"an idle core; then cached in .cache/checkpoints")

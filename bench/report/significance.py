@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["LEVEL", "Interval", "t_cdf", "t_quantile", "paired_interval", "welch_interval",
-           "gap_interval", "noninferior", "equivalent"]
+__all__ = ["LEVEL", "Interval", "t_cdf", "t_quantile", "mean_half_width", "paired_interval",
+           "welch_interval", "gap_interval", "noninferior", "equivalent"]
 
 LEVEL = 0.95  # two-sided confidence of every interval the reports print
 
@@ -111,6 +111,13 @@ def _var(v: list[float]) -> float:
     return sum((x - m) ** 2 for x in v) / (len(v) - 1)
 
 
+def mean_half_width(values: list[float], level: float = LEVEL) -> float:
+    """Half the width of Student's t interval of the mean of `values` (two or more), on
+    len(values) - 1 degrees of freedom."""
+    n = len(values)
+    return t_quantile(0.5 + level / 2, n - 1) * math.sqrt(_var(values) / n)
+
+
 def paired_interval(diffs: list[float], scale: float, level: float = LEVEL) -> Interval:
     """The mean of per-seed differences over `scale`, in percent, with Student's t
     interval on len(diffs) - 1 degrees of freedom."""
@@ -118,7 +125,7 @@ def paired_interval(diffs: list[float], scale: float, level: float = LEVEL) -> I
     est = 100.0 * _mean(diffs) / scale if n else math.nan
     if n < 2:
         return Interval(est, math.nan, math.nan, n, "none", math.nan)
-    half = t_quantile(0.5 + level / 2, n - 1) * math.sqrt(_var(diffs) / n)
+    half = mean_half_width(diffs, level)
     return Interval(est, est - 100.0 * half / scale, est + 100.0 * half / scale, n, "paired",
                     float(n - 1))
 

@@ -28,7 +28,7 @@ from aqsgd.filecache import atomic_write_text
 from aqsgd.train.settings import TARGET_EVAL_CADENCE
 from bench.report.markdown import markdown_table
 from bench.report.quality import LAYOUT, eval_curves
-from bench.report.significance import LEVEL, t_quantile
+from bench.report.significance import LEVEL, mean_half_width
 from bench.results.files import find_cells, load_results
 
 __all__ = ["steps_to_target", "target_table", "target_rows",
@@ -54,12 +54,9 @@ def steps_to_target(curves: pd.DataFrame, target: float) -> pd.DataFrame:
 
 
 def _interval(values: list[float]) -> tuple[float, float]:
-    n = len(values)
-    if n < 2:
+    if len(values) < 2:
         return math.nan, math.nan
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t_quantile(0.5 + LEVEL / 2, n - 1) * sd / math.sqrt(n)
+    mean, half = sum(values) / len(values), mean_half_width(values)
     return mean - half, mean + half
 
 
