@@ -19,12 +19,16 @@ from bench.harness.modes import parse_mode
 from bench.harness.sweep import SweepSpec, Timing
 from bench.harness.workload import Workload
 
-SERIES = {"fp32", "directq-fw2-bw4", "directq-fw4-bw8", "tahquant-fw2-bw4",
+SERIES = {"fp32", "bf16", "directq-fw2-bw4", "directq-fw4-bw8", "tahquant-fw2-bw4",
           "tahquant-fw4-bw8", "tahquant-pub-fw2-bw4", "aqsgd-fw2-bw4", "aqsgd-fw4-bw8",
           # the trainable codecs at AQ-SGD 2/4's bytes a token and at a quarter of them
           "ssn-k15", "ssn-k3", "bottleneck-k16", "bottleneck-k4"}
-LADDER = {"fp32", "directq-fw2-bw4", "tahquant-fw2-bw4", "tahquant-pub-fw2-bw4",
+LADDER = {"fp32", "bf16", "directq-fw2-bw4", "tahquant-fw2-bw4", "tahquant-pub-fw2-bw4",
           "aqsgd-fw2-bw4", "aqsgd-fw4-bw8"}
+# ssn and bottleneck at AQ-SGD 2/4's bytes a token (32.25 forward at width 128, 64.5 at
+# 256: ssn sends 2k + 2, bottleneck 2k) and at a quarter of them, per preset width
+TRAINABLE = {128: {"ssn-k15", "bottleneck-k16", "ssn-k3", "bottleneck-k4"},
+             256: {"ssn-k31", "bottleneck-k32", "ssn-k7", "bottleneck-k8"}}
 
 
 def test_the_sizes_name_their_sweep_files():
@@ -68,7 +72,10 @@ def test_the_size_ladder_runs_larger_presets_pretrained_here():
     assert sizes == sorted(set(sizes)) and sizes[-1] <= MAX_PRETRAIN_PARAMS  # pre-trained here
     for preset in presets:
         runs = {(c.mode.label, c.workload.seed) for c in cells if c.workload.preset == preset}
-        assert {label for label, _ in runs} == LADDER, preset
+        # tiny also runs the width-256 k (AQ-SGD 4/8's bytes a token at width 128)
+        trainable = TRAINABLE[128] | TRAINABLE[256] if preset == "tiny" else TRAINABLE[256]
+        assert PRESETS[preset].n_embd == (128 if preset == "tiny" else 256)
+        assert {label for label, _ in runs} == LADDER | trainable, preset
         assert len({seed for _, seed in runs}) >= 2
     assert {c.workload.stages for c in cells} == {2}
     assert all(c.workload.init_from == "pretrained" for c in cells)
