@@ -61,6 +61,7 @@ from bench.report.timetoquality import (
     time_to_quality_under_schedule,
     timed_bands,
 )
+from bench.report.wire import bytes_a_token, bytes_text, with_bytes
 from bench.results.files import find_cells, load_records, load_results
 
 __all__ = ["DEFAULT_SCENARIO", "Convergence", "analyse", "quality_rows", "time_rows",
@@ -117,7 +118,8 @@ def analyse(conv_dir: Path, throughput_dir: Path, claims: list[dict],
     found = [d for d in (conv_dir, *also) if _has_cells(d)]
     metrics = load_results(found) if found else pd.DataFrame()
     curves = eval_curves(metrics)
-    bands, quality = seed_bands(curves), quality_table(curves)
+    bands = seed_bands(curves)
+    quality = with_bytes(quality_table(curves), curves, bytes_a_token(metrics))
     thr = load_results([throughput_dir]) if _has_cells(throughput_dir) else pd.DataFrame()
     times = step_times(thr) if not thr.empty else pd.DataFrame()
     shapes = (pair_table(quality), shape_gaps(quality, "stages"),
@@ -150,9 +152,10 @@ def _f(value: float, fmt: str, sign: bool = False) -> str:
 
 
 def quality_rows(quality: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """(d): per series, final held-out loss over seeds and the gap to fp32."""
-    headers = ["mode", "seeds", "final held-out loss (mean)", "spread (sd)", "min..max",
-               "gap to fp32 (%)", "gap (seed spreads)", "fp32 reference",
+    """(d): per series, bytes a token each way (bench.report.wire), final held-out loss
+    over seeds and the gap to fp32."""
+    headers = ["mode", "bytes a token fw / bw", "seeds", "final held-out loss (mean)",
+               "spread (sd)", "min..max", "gap to fp32 (%)", "gap (seed spreads)", "fp32 reference",
                "gap: 95% interval over seeds"]
     rows = []
     for _, q in quality.iterrows():
@@ -162,7 +165,8 @@ def quality_rows(quality: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             ref = "-"
         elif math.isnan(q["fp32_mean"]):
             ref = f"none (no {ref} cells)"
-        rows.append([q["series"], str(q["n_seeds"]), _f(q["mean"], ".4f"), _f(q["sd"], ".4f"),
+        rows.append([q["series"], bytes_text(q), str(q["n_seeds"]), _f(q["mean"], ".4f"),
+                     _f(q["sd"], ".4f"),
                      f"{q['lo']:.4f}..{q['hi']:.4f}" + (" (diverged)" if q["diverged"] else ""),
                      "-" if q["mode"] == "fp32" else _f(q["gap_pct"], ".2f", True),
                      "-" if q["mode"] == "fp32" else _f(q["gap_spreads"], ".1f", True), ref,

@@ -29,6 +29,7 @@ from aqsgd.train.settings import TARGET_EVAL_CADENCE
 from bench.report.markdown import markdown_table
 from bench.report.quality import LAYOUT, eval_curves
 from bench.report.significance import LEVEL, mean_half_width
+from bench.report.wire import bytes_a_token, bytes_text, with_bytes
 from bench.results.files import find_cells, load_results
 
 __all__ = ["steps_to_target", "target_table", "target_rows",
@@ -99,9 +100,10 @@ def _steps_text(row) -> str:
 
 
 def target_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """The report's table: series, layout, seeds at target, steps (mean and interval),
+    """The report's table: series, layout, bytes a token each way (bench.report.wire),
+    seeds at target, steps (mean and interval),
     per seed, ratio to fp32, lowest loss."""
-    headers = ["series", "preset", "stages", "seeds at target",
+    headers = ["series", "preset", "stages", "bytes a token fw / bw", "seeds at target",
                f"steps to target (mean [{LEVEL:.0%}])", "per seed", "vs fp32", "lowest loss"]
     rows = []
     for _, r in table.iterrows():
@@ -109,7 +111,7 @@ def target_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         ratio = "-" if math.isnan(r["ratio_to_fp32"]) else f"{r['ratio_to_fp32']:.2f}x"
         if r["censored"] and r["reached"]:
             ratio = f">= {ratio}" if ratio != "-" else ratio
-        rows.append([r["series"], str(r["preset"]), str(r["stages"]),
+        rows.append([r["series"], str(r["preset"]), str(r["stages"]), bytes_text(r),
                      f"{r['reached']}/{r['n_seeds']}", _steps_text(r), per_seed, ratio,
                      f"{r['best']:.4f}"])
     return headers, rows
@@ -123,7 +125,8 @@ def write_target_report(conv_dir: Path, target: float, out_dir: Path, *,
     cell when a cell evaluated closer than TARGET_EVAL_CADENCE steps."""
     conv_dir, out_dir = Path(conv_dir), Path(out_dir)
     found = [d for d in (conv_dir, *map(Path, also)) if d.is_dir() and find_cells([d])]
-    curves = eval_curves(load_results(found)) if found else pd.DataFrame()
+    metrics = load_results(found) if found else pd.DataFrame()
+    curves = eval_curves(metrics) if found else pd.DataFrame()
     lines = [f"# Steps to a held-out loss of {target}", ""]
     if curves.empty:
         lines += [f"No cells with evaluations under `{conv_dir}`.", ""]
@@ -135,7 +138,8 @@ def write_target_report(conv_dir: Path, target: float, out_dir: Path, *,
             raise ValueError(f"{close['cell_dir'].iloc[0]}: evaluated every "
                              f"{close['cadence'].iloc[0]:.0f} steps; steps to target need "
                              f"evaluations at least {TARGET_EVAL_CADENCE} steps apart")
-        headers, rows = target_rows(target_table(cells))
+        table = with_bytes(target_table(cells), cells, bytes_a_token(metrics))
+        headers, rows = target_rows(table)
         where = ", ".join(f"`{d}`" for d in found)
         lines += [f"Cells under {where}, evaluated every {cells['cadence'].min():.0f} "
                   f"steps; the first evaluation at or below {target} counts. A `>=` mean "

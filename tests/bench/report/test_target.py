@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from bench.report.target import steps_to_target, target_rows, target_table
+from bench.report.wire import with_bytes
 
 
 def _curves(losses: dict[tuple[str, int], list[tuple[int, float]]]) -> pd.DataFrame:
@@ -29,6 +30,15 @@ CURVES = _curves({
     ("aqsgd:2/4", 2): [(25, 4.2), (50, 3.3), (75, 3.1), (100, 3.02)],  # never reaches
     ("aqsgd:2/4", 3): [(25, 4.2), (50, 3.3), (75, 2.99), (100, 2.9)],
 })
+
+
+def _with_bytes(cells: pd.DataFrame) -> pd.DataFrame:
+    # what each cell sent a token, as bench.report.wire.bytes_a_token measures it
+    sent = {"fp32": (512.15, 512.15), "aqsgd:2/4": (32.4, 64.4)}
+    per_cell = pd.DataFrame([{"cell_dir": d, "fw_bytes_a_token": sent[s][0],
+                              "bw_bytes_a_token": sent[s][1]}
+                             for d, s in zip(cells["cell_dir"], cells["series"], strict=True)])
+    return with_bytes(target_table(cells), cells, per_cell)
 
 
 def test_the_first_evaluation_at_or_below_the_target_counts():
@@ -52,8 +62,10 @@ def test_a_series_with_a_censored_seed_is_a_lower_bound_with_its_interval():
     assert fp32["hi"] == pytest.approx(200 / 3 + half, rel=1e-4)
     assert aq["reached"] == 2 and aq["censored"] and aq["steps"] == {1: 100, 2: None, 3: 75}
     assert aq["ratio_to_fp32"] == pytest.approx(87.5 / (200 / 3))
-    headers, rows = target_rows(table.reset_index())
+    headers, rows = target_rows(_with_bytes(steps_to_target(CURVES, 3.0)))
     by_series = {r[0]: dict(zip(headers, r, strict=True)) for r in rows}
+    assert by_series["aqsgd:2/4"]["bytes a token fw / bw"] == "32.4 / 64.4"
+    assert by_series["fp32"]["bytes a token fw / bw"] == "512.1 / 512.1"
     assert by_series["aqsgd:2/4"]["seeds at target"] == "2/3"
     assert by_series["aqsgd:2/4"]["steps to target (mean [95%])"].startswith(">= 88 [")
     assert by_series["aqsgd:2/4"]["vs fp32"] == ">= 1.31x"
@@ -61,6 +73,6 @@ def test_a_series_with_a_censored_seed_is_a_lower_bound_with_its_interval():
 
 
 def test_a_series_that_never_reaches_the_target_says_so():
-    table = target_table(steps_to_target(CURVES, 2.0))
-    _, rows = target_rows(table)
-    assert {r[4] for r in rows} == {"not reached in 100"}
+    headers, rows = target_rows(_with_bytes(steps_to_target(CURVES, 2.0)))
+    column = headers.index("steps to target (mean [95%])")
+    assert {r[column] for r in rows} == {"not reached in 100"}
