@@ -85,7 +85,7 @@ class Convergence:
     ttq: pd.DataFrame
     verdicts: tuple[Verdict, ...]
     schedule_ttq: pd.DataFrame  # time to quality on links that change (empty: none ran)
-    pairs: pd.DataFrame  # AQ-SGD against DirectQ and TAH-Quant at equal bits (gaps.pair_table)
+    pairs: pd.DataFrame  # AQ-SGD against the others at equal bits or bytes (gaps.pair_table)
     depth: pd.DataFrame  # gaps.shape_gaps against stages (empty: one depth only)
     size: pd.DataFrame  # gaps.shape_gaps against the model preset (empty: one preset only)
     # time to quality within one run beside the joined estimate (inrun.beside_joined;
@@ -324,9 +324,12 @@ def _tables(conv: Convergence) -> list[tuple[str, str, tuple[list[str], list[lis
                     "Medians of the throughput cell's warm-up and measured steps.",
                     source_rows(conv.timed, conv.order)))
     if not conv.pairs.empty:
-        out.append(("AQ-SGD against DirectQ and TAH-Quant at equal bits",
+        out.append(("AQ-SGD against the other compressors at equal bits or bytes",
                     "AQ-SGD's final held-out loss minus the other's, in % of the other's "
-                    "mean, paired on seeds; within 1%: the whole interval inside +-1%.",
+                    "mean, paired on seeds; within 1%: the whole interval inside +-1%. "
+                    "Matched on bits: DirectQ and TAH-Quant at AQ-SGD's widths; on bytes: "
+                    "any other compressor with the AQ-SGD series nearest in forward bytes "
+                    "a token.",
                     pair_rows(conv.pairs)))
     for gaps, x, what in ((conv.depth, "stages", "pipeline depth"),
                           (conv.size, "preset", "model size")):

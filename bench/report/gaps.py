@@ -1,21 +1,26 @@
 """Gaps with their intervals across shapes: AQ-SGD against DirectQ and TAH-Quant at equal
-bits, and every mode's gap to fp32 against pipeline depth and model size. Made from
-bench.report.quality.quality_table (result files only).
+bits and against every other compressor (ssn, bottleneck, a plug-in) at about equal bytes a
+token, and every mode's gap to fp32 against pipeline depth and model size. Made from
+bench.report.quality.quality_table with bench.report.wire's bytes (result files only).
 
-    pairs = pair_table(quality)          # AQ-SGD over each rival, same bits and layout
+    pairs = pair_table(with_bytes(quality, curves, per_cell))   # AQ-SGD over each rival
     depth = shape_gaps(quality, "stages")   # one row per (mode, stages) with its interval
     size = shape_gaps(quality, "preset")    # the same against the model preset
     headers, rows = shape_rows(depth, "stages")   # markdown: a mode per row, a column per x
 
 A rival's gap is AQ-SGD's final held-out loss minus the rival's, in percent of the
 rival's mean, paired on seeds (bench.report.significance.gap_interval); its words are
-the two-sided `equivalent`. docs/convergence.md, "Verdicts with their significance".
+the two-sided `equivalent`. A rival that is not a quantizer of the same bits is paired
+with the AQ-SGD series of the same layout nearest to it in forward bytes a token (by
+ratio): ssn:15 (32.1 bytes at width 128) with AQ-SGD 2/4 (32.4), ssn:3 (8.1) too, a
+quarter of its bytes. docs/convergence.md, "Verdicts with their significance".
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from aqsgd.model.config import PRESETS
@@ -29,6 +34,8 @@ __all__ = ["RIVALS", "pair_table", "pair_rows", "preset_size", "shape_gaps", "sh
 # the modes AQ-SGD is compared with at equal bits (TAH-Quant as the suite reads the paper
 # and as its authors' code runs it)
 RIVALS = ("directq", "tahquant", "tahquant-pub")
+# what is compared with nothing: the references themselves
+_UNCOMPRESSED = ("fp32", "bf16", "fp16")
 _SHAPE_X = {"stages": "stages", "preset": "preset"}
 
 
@@ -36,12 +43,29 @@ def _bits(row) -> tuple:
     return (row["fw_bits"], row["bw_bits"])
 
 
+def _pair(aq, rival, matched: str) -> dict:
+    iv = gap_interval(aq["finals"], rival["finals"], rival["mean"])
+    lower = ("neither shown" if not iv.known or iv.lo <= 0 <= iv.hi
+             else aq["series"] if iv.hi < 0 else rival["series"])
+    return {"series": aq["series"], "rival": rival["series"], "matched": matched,
+            "gap_pct": iv.estimate, "lo": iv.lo, "hi": iv.hi, "n": iv.n,
+            "method": iv.method, "verdict": equivalent(iv, TOLERANCE_PCT), "lower": lower}
+
+
+def _bytes_text(row) -> str:
+    return f"{row['fw_bytes_a_token']:.1f}"
+
+
 def pair_table(quality: pd.DataFrame) -> pd.DataFrame:
-    """One row per AQ-SGD series and rival series of the same bits and LAYOUT: `series`,
-    `rival`, `gap_pct` (AQ-SGD minus the rival, percent of the rival's mean), `lo`, `hi`,
-    `n`, `method`, `verdict` (equivalent's words) and `lower` (the series whose loss is
-    lower at the interval's confidence, or 'neither shown')."""
-    columns = ["series", "rival", "gap_pct", "lo", "hi", "n", "method", "verdict", "lower"]
+    """One row per AQ-SGD series and rival series of the same LAYOUT: a quantizer of
+    RIVALS at the same bits (`matched` 'bits'), any other compressed series with the
+    AQ-SGD series nearest in forward bytes a token (`matched` '32.1 vs 32.4 bytes');
+    `series`, `rival`, `gap_pct` (AQ-SGD minus the rival, percent of the rival's mean),
+    `lo`, `hi`, `n`, `method`, `verdict` (equivalent's words) and `lower` (the series
+    whose loss is lower at the interval's confidence, or 'neither shown'). `quality`
+    carries bench.report.wire's BYTES_COLUMNS."""
+    columns = ["series", "rival", "matched", "gap_pct", "lo", "hi", "n", "method", "verdict",
+               "lower"]
     if quality.empty:
         return pd.DataFrame(columns=columns)
     rows = []
@@ -49,15 +73,17 @@ def pair_table(quality: pd.DataFrame) -> pd.DataFrame:
     rivals = quality[quality["mode"].isin(RIVALS)]
     for _, aq in aqsgd.iterrows():
         for _, rival in rivals.iterrows():
-            if _bits(rival) != _bits(aq) or any(rival[k] != aq[k] for k in LAYOUT):
-                continue
-            iv = gap_interval(aq["finals"], rival["finals"], rival["mean"])
-            lower = ("neither shown" if not iv.known or iv.lo <= 0 <= iv.hi
-                     else aq["series"] if iv.hi < 0 else rival["series"])
-            rows.append({"series": aq["series"], "rival": rival["series"],
-                         "gap_pct": iv.estimate, "lo": iv.lo, "hi": iv.hi, "n": iv.n,
-                         "method": iv.method, "verdict": equivalent(iv, TOLERANCE_PCT),
-                         "lower": lower})
+            if _bits(rival) == _bits(aq) and all(rival[k] == aq[k] for k in LAYOUT):
+                rows.append(_pair(aq, rival, "bits"))
+    others = quality[~quality["mode"].isin(("aqsgd", *RIVALS, *_UNCOMPRESSED))]
+    for _, other in others.iterrows():
+        mine = aqsgd[(aqsgd[list(LAYOUT)] == other[list(LAYOUT)]).all(axis=1)
+                     & (aqsgd["fw_bytes_a_token"] > 0)]
+        if mine.empty or not other["fw_bytes_a_token"] > 0:
+            continue
+        distance = (np.log(mine["fw_bytes_a_token"] / other["fw_bytes_a_token"])).abs()
+        aq = mine.loc[distance.idxmin()]
+        rows.append(_pair(aq, other, f"{_bytes_text(other)} vs {_bytes_text(aq)} bytes"))
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -67,9 +93,9 @@ def _pct(value: float) -> str:
 
 def pair_rows(pairs: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The pair table as (headers, rows) for markdown_table and rich."""
-    headers = ["AQ-SGD", "against", "gap (%)", "95% interval (%)", "seeds", "verdict",
-               "lower loss"]
-    rows = [[p["series"], p["rival"], _pct(p["gap_pct"]),
+    headers = ["AQ-SGD", "against", "matched on", "gap (%)", "95% interval (%)", "seeds",
+               "verdict", "lower loss"]
+    rows = [[p["series"], p["rival"], p["matched"], _pct(p["gap_pct"]),
              "-" if math.isnan(p["lo"]) else f"{_pct(p['lo'])}..{_pct(p['hi'])}",
              f"{p['n']} ({'no interval' if p['method'] == 'none' else p['method']})",
              p["verdict"], p["lower"]] for _, p in pairs.iterrows()]

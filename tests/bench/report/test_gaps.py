@@ -14,6 +14,7 @@ from bench.report.convergence import analyse, write_convergence_report
 from bench.report.convergence_plots import plot_gap_shape
 from bench.report.gaps import pair_table, shape_gaps, shape_rows
 from bench.report.quality import eval_curves, quality_table
+from bench.report.wire import bytes_a_token, with_bytes
 from bench.results.files import load_results
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,7 +48,9 @@ def depth_dir(tmp_path_factory):
 
 
 def _quality(root):
-    return quality_table(eval_curves(load_results([root])))
+    metrics = load_results([root])
+    curves = eval_curves(metrics)
+    return with_bytes(quality_table(curves), curves, bytes_a_token(metrics))
 
 
 def test_gap_intervals_against_fp32_by_hand(depth_dir):
@@ -112,7 +115,7 @@ def test_the_report_prints_the_verdicts_and_draws_the_depth_figure(depth_dir, tm
     assert "## Gap to fp32 against pipeline depth" in text
     assert ("| aqsgd:2/4 | +0.67% [-0.16, +1.49] cannot tell with 3 seeds | "
             "+0.10% [+0.10, +0.10] within 1% |") in text
-    assert ("| aqsgd:2/4 | directq:2/4 | -2.69 | -3.15..-2.22 | 3 (paired) | beyond 1% | "
+    assert ("| aqsgd:2/4 | directq:2/4 | bits | -2.69 | -3.15..-2.22 | 3 (paired) | beyond 1% | "
             "aqsgd:2/4 |") in text
     assert "95% interval +3.44% [+2.97, +3.92] (paired, 3 seeds): beyond 1% |" in text
     assert "![convergence_gap_stages](convergence_gap_stages.png)" in text
@@ -132,3 +135,29 @@ def test_a_sweep_run_in_parts_reads_as_one(depth_dir, tmp_path):
     split = analyse(parts[0], tmp_path / "none", [], also=(parts[1],))
     pd.testing.assert_frame_equal(split.depth, whole.depth)
     assert split.quality["n_seeds"].tolist() == whole.quality["n_seeds"].tolist()
+
+
+def test_other_compressors_pair_with_the_aqsgd_series_nearest_in_bytes(tmp_path):
+    # bytes a step of 64 x 64 tokens: AQ-SGD 2/4 32.4 and 4/8 64.4 bytes a token forward;
+    # a codec at 32.1 and one at 8.1 (a quarter): both nearest to 2/4 by ratio
+    tokens = 64 * 64
+    sent = {("aqsgd", 2, 4): 32.4, ("aqsgd", 4, 8): 64.4, ("ssn", None, None): 32.1,
+            ("bottleneck", None, None): 8.1}
+    finals = {("aqsgd", 2, 4): 0.01, ("aqsgd", 4, 8): 0.0, ("ssn", None, None): 0.20,
+              ("bottleneck", None, None): 0.50}
+    for seed, base in zip((1, 2, 3), FP32, strict=True):
+        kw = {"seed": seed, "scenario": "local", "rate_mbit": None, "launcher": "local"}
+        write_fixture_cell(tmp_path, eval_losses=[4.0, base], act_bytes=512 * tokens, **kw)
+        for (mode, fw, bw), per_token in sent.items():
+            write_fixture_cell(tmp_path, mode=mode, fw=fw, bw=bw, **kw,
+                               act_bytes=round(per_token * tokens),
+                               eval_losses=[4.0, base + finals[(mode, fw, bw)] + seed / 1e3])
+    pairs = pair_table(_quality(tmp_path)).set_index("rival")
+    assert set(pairs.index) == {"ssn", "bottleneck"}  # no quantizer at equal bits here
+    assert pairs.loc["ssn", "series"] == pairs.loc["bottleneck", "series"] == "aqsgd:2/4"
+    assert pairs.loc["ssn", "matched"] == "32.1 vs 32.4 bytes"
+    assert pairs.loc["bottleneck", "matched"] == "8.1 vs 32.4 bytes"
+    # AQ-SGD 2/4 minus ssn: -0.19 every seed over ssn's mean 3.202: -5.93%, no spread
+    assert (pairs.loc["ssn", "gap_pct"], pairs.loc["ssn", "lo"]) == pytest.approx(
+        (-0.19 / 3.202 * 100, -0.19 / 3.202 * 100), rel=1e-4)
+    assert pairs.loc["ssn", "lower"] == "aqsgd:2/4"
