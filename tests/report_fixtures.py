@@ -39,6 +39,9 @@ def fixture_label(mode: str, fw: int | None, bw: int | None, grad_mode: str) -> 
     return f"{mode}{gc}-fw{fw}-bw{bw}"
 
 
+_PEAK_RSS = 300_000_000  # bytes; each rank's record adds its rank
+
+
 def _records(rank: int, *, stages: int, replicas: int, epochs: int, steps_per_epoch: int,
              warmup_epochs: int, step_time_s: float, warmup_step_time_s: float,
              act_bytes: int, samples: int, train_loss0: float,
@@ -50,7 +53,7 @@ def _records(rank: int, *, stages: int, replicas: int, epochs: int, steps_per_ep
         recs.append({"kind": "eval", "step": i * steps_per_epoch, "epoch": i, "warmup": False,
                      "rank": rank, "stage": stage, "replica": replica,
                      "eval_loss": loss if last else None, "samples": 128, "tokens": 128 * 64,
-                     "eval_time_s": 0.5})
+                     "eval_time_s": 0.5, "peak_rss_bytes": _PEAK_RSS + rank})
     for step in range(epochs * steps_per_epoch):
         warm = step < warmup_epochs * steps_per_epoch
         sent = {"activation": act_bytes if not last else 0,
@@ -63,7 +66,7 @@ def _records(rank: int, *, stages: int, replicas: int, epochs: int, steps_per_ep
             "step_time_s": t, "compute_s": 0.1, "comm_wait_s": t - 0.1, "compress_s": 0.0,
             "samples": samples, "tokens": samples * 64, "lr": 1e-4,
             "bytes_sent": sent, "bytes_recv": {"activation": 0, "gradient": 0, "dp": 0},
-            "bytes_by_peer": {}})
+            "bytes_by_peer": {}, "peak_rss_bytes": _PEAK_RSS + rank})
     return recs
 
 

@@ -7,23 +7,33 @@ optional Chrome trace (chrome://tracing, ui.perfetto.dev).
 
 The record's fields, units and meaning (train and eval records, `warmup`, `end_unix`,
 the byte counts and `bits_sent`, the adaptive widths' `adaptive`, the time accounting of
-`compute_s`, `compress_s`, `comm_wait_s` and `dp_sync_s`) are the metrics table of
-docs/results-schema.md; byte counts are exactly numel * element_size of every tensor
-handed to isend or filled by irecv, headers included.
+`compute_s`, `compress_s`, `comm_wait_s` and `dp_sync_s`, the rank's `peak_rss_bytes`)
+are the metrics table of docs/results-schema.md; byte counts are exactly numel *
+element_size of every tensor handed to isend or filled by irecv, headers included.
 """
 
 from __future__ import annotations
 
 import json
+import resource
+import sys
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["KINDS", "StepMeter", "MetricsWriter"]
+__all__ = ["KINDS", "StepMeter", "MetricsWriter", "peak_rss_bytes"]
 
 KINDS = ("activation", "gradient", "dp")
 _CATEGORIES = ("compute", "compress", "comm_wait", "dp_sync")
+# getrusage's ru_maxrss unit: kibibytes on Linux, bytes on macOS
+_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set so far, in bytes (getrusage's ru_maxrss: the
+    high-water mark of its resident memory since it started, never lowered)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT
 
 
 class StepMeter:
@@ -95,6 +105,7 @@ class StepMeter:
             bytes_recv=dict(self.bytes_recv),
             bytes_by_peer={str(p): dict(v) for p, v in sorted(self.by_peer.items())},
             bits_sent={k: list(v) for k, v in self.bits_sent.items()},
+            peak_rss_bytes=peak_rss_bytes(),
         )
         return rec
 

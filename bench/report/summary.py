@@ -45,7 +45,7 @@ SUMMARY_COLUMNS = (
     *(f"speedup{kind}_vs_{ref}" for ref in SPEEDUP_REFERENCES for kind in ("", "_e2e")),
     "bytes_per_step", *(f"bytes_per_step_{k}" for k in BYTE_KINDS),
     "final_loss", "final_eval_loss", "comm_compute_ratio", "coding_comm_ratio", "link_share",
-    "compute_bound",
+    "compute_bound", "peak_rss_max_bytes", "peak_rss_total_bytes",
     "wall_s",
 )
 
@@ -88,6 +88,11 @@ def summarize_cell(frame: pd.DataFrame, links_changed: bool = False) -> dict:
     train = frame[frame["kind"] == "train"]
     measured = train[~train["warmup"].astype(bool)]
     out: dict = {"measured_steps": int(measured["step"].nunique())}
+    # memory: each rank's high-water mark over all its records (warm-up and evaluation
+    # included); the largest rank's and the sum over ranks
+    rank_peak = _num(frame["peak_rss_bytes"]).groupby(frame["rank"]).max()
+    out["peak_rss_max_bytes"] = float(rank_peak.max())
+    out["peak_rss_total_bytes"] = float(rank_peak.sum(min_count=1))
     if measured.empty:
         return out
     step_wall = _num(measured["step_time_s"]).groupby(measured["step"]).max()

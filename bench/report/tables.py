@@ -68,6 +68,7 @@ TABLE_COLUMNS = (
     ("bytes_per_step", "MB/step", lambda v: f"{v / 1e6:.3f}"),
     ("final_eval_loss", "held-out loss", lambda v: f"{v:.4f}"),
     ("comm_compute_ratio", "comm/compute", lambda v: f"{v:.2f}"),
+    ("peak_rss_total_bytes", "peak RSS GB (all ranks)", lambda v: f"{v / 1e9:.2f}"),
     ("status_text", "status", str),
 )
 # Table columns whose cells wrap at spaces on the console (a failed cell's reason), so a
@@ -203,7 +204,7 @@ def format_table(summary: pd.DataFrame) -> str:
 # terminal (summary column names; the others are always shown). report.md, summary.csv
 # and summary.json keep every column.
 DROP_ORDER = (
-    "schedule",
+    "peak_rss_total_bytes", "schedule",
     *(f"speedup_e2e_vs_{ref}" for ref in reversed(SPEEDUP_REFERENCES)),
     "throughput_tokens_s", "comm_compute_ratio", "speedup_vs_unshaped_fp32",
     *(f"speedup_vs_{ref}" for ref in reversed(SPEEDUP_REFERENCES[1:])),

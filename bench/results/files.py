@@ -76,7 +76,7 @@ METRIC_COLUMNS = (
     "compress_s", "samples", "tokens", "lr",
     *(f"bytes_sent_{k}" for k in BYTE_KINDS), "bytes_sent_total",
     *(f"bytes_recv_{k}" for k in BYTE_KINDS), "bytes_recv_total",
-    "wall_s", "end_unix",
+    "wall_s", "end_unix", "peak_rss_bytes",
 )
 
 

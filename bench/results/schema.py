@@ -27,7 +27,9 @@ __all__ = ["SCHEMA_VERSION", "CELL_KEYS", "IDENTITY_KEYS", "BYTE_KINDS", "Fields
 # metrics.csv) carry `end_unix`, the wall clock at the end of the step.
 # 5: meta.json has `identity` (IDENTITY_KEYS and the mechanisms the launcher used), the
 # `cell` block `spec_name` and `shaping`, and `name` carries the launcher's tag.
-SCHEMA_VERSION = 5
+# 6: every record (and metrics.csv) carries `peak_rss_bytes`, the rank's peak resident
+# memory so far.
+SCHEMA_VERSION = 6
 # What a run must share with a finished cell to reuse it (meta.json `identity`; the
 # harness builds them, bench.harness.meta.expected_identity, Note [cell identity] there).
 IDENTITY_KEYS = ("spec_key", "scenario_key", "launcher", "machine", "git_commit")

@@ -258,6 +258,7 @@ def test_a_cell_on_changing_links_headlines_samples_over_time():
     # 7 x 64 samples in 7.5 s; the median step (0.5 s) would say 128 samples/s
     frame = _frame(STEPS).assign(
         tokens=64 * 128, loss=3.0, eval_loss=3.1, compute_s=0.1, comm_wait_s=0.1, compress_s=0.0,
+        peak_rss_bytes=3e8,
         **{f"bytes_sent_{k}": 0 for k in ("total", "activation", "gradient", "dp")})
     over_time = summarize_cell(frame, links_changed=True)
     assert over_time["throughput_samples_s"] == pytest.approx(7 * 64 / 7.5, rel=0.01)
