@@ -9,8 +9,7 @@ transform_map, transform, untransform (pivot swap and Hadamard on some tiles),
 tile_affine, quantize_tiles, dequantize_tiles (asymmetric from the tile's minimum).
 Rounding is to nearest, ties to even (torch.round), as the published code rounds. The
 layout and the wire: aqsgd.quant.tahpub_config. The suite's own reading of the paper is
-aqsgd.quant.tah; how the two differ and why: docs/compressors.md, "TAH-Quant as
-published".
+aqsgd.quant.tah; how the two differ and why: docs/tahquant-pub.md.
 """
 
 from __future__ import annotations

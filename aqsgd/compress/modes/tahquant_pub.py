@@ -1,6 +1,6 @@
 """Mode ``tahquant-pub``: TAH-Quant as its authors' public code runs it (aqsgd.quant.tahpub),
 beside ``tahquant``, the suite's reading of the paper (how the two differ and why:
-docs/compressors.md, "TAH-Quant as published").
+docs/tahquant-pub.md).
 
 The message's ``bits`` is the high width; the low width is one less (at least 1), so
 ``tahquant-pub:4/8`` is the published default pair, 4 and 3 bits, with DirectQ at 8 bits
