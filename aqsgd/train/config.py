@@ -240,10 +240,13 @@ class RunConfig:
             raise ValueError(f"compute.precision {c.precision!r} (profile {c.profile!r}) "
                              f"differs from train.precision {self.train.precision!r}: the "
                              f"profile's times stand for its own precision")
-        if self.pipeline.replicas > 1:  # stand-in stages have no weights to exchange
-            raise ValueError(f"pipeline.replicas={self.pipeline.replicas} under compute."
-                             f"source {c.source!r}: replayed data parallelism is not built "
-                             f"(docs/replay.md)")
+        if c.coding == "replay":  # aqsgd.train.replay_coding: sizes known before coding
+            for name, comp in (("forward", self.forward), ("backward", self.backward)):
+                if comp.sized_by_data or comp.widths:
+                    raise ValueError(f"{name}.mode {comp.mode!r}"
+                                     f"{' with widths' if comp.widths else ''} under "
+                                     f"compute.coding 'replay': its message size is chosen "
+                                     f"while coding, which replayed coding does not run")
 
     def to_dict(self) -> dict:
         tree = {**dataclasses.asdict(self), "forward": self.forward.to_dict(),

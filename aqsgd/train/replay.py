@@ -6,10 +6,12 @@
     hidden = module(tokens)                  # (B, L, D) fp32 after forward_s seconds
     optimizer_wait(optimizer, compute.stages[s].optimizer_s)
 
-A `ReplayStage` holds one scalar weight and no model: its forward waits the profile's
-forward time and returns a tensor of the real boundary shape and dtype that depends on
-its input, its backward (a custom autograd function) waits the backward time and
-returns a gradient of the input's shape. The last stage returns (B, L) instead of
+A `ReplayStage` holds one scalar weight and no model (with data-parallel replicas also
+stand-in weights of the real stage's size for the exchange: aqsgd.train.replay_weights;
+`compute.coding: replay` waits the coding too: aqsgd.train.replay_coding): its forward
+waits the profile's forward time and returns a tensor of the real boundary shape and
+dtype that depends on its input, its backward (a custom autograd function) waits the
+backward time and returns a gradient of the input's shape. The last stage returns (B, L) instead of
 logits (never materialised) and `replay_loss` makes the scalar loss of it. The runtime
 (aqsgd.train.pipeline) codes, counts and sends these tensors as it does real ones.
 The harness resolves a profile into `ComputeConfig` (bench.perfmodel.profile), so a
@@ -24,11 +26,11 @@ from dataclasses import dataclass
 
 import torch
 
-from aqsgd.train.settings import Compute, Precision
+from aqsgd.train.settings import Coding, Compute, Precision
 from specfile import check_fields, setting
 
-__all__ = ["REPLAY_PREFIX", "StageTimes", "ComputeConfig", "ReplayStage", "replay_loss",
-           "optimizer_wait", "profile_reference", "check_compute"]
+__all__ = ["REPLAY_PREFIX", "StageTimes", "CodingRates", "ComputeConfig", "ReplayStage",
+           "replay_loss", "optimizer_wait", "profile_reference", "check_compute"]
 
 REPLAY_PREFIX = "replay:"  # Compute's spelling of a replayed run: replay:PROFILE
 
@@ -65,16 +67,40 @@ class StageTimes:
 
 
 @dataclass(frozen=True)
+class CodingRates:
+    """Replayed coding's seconds a coded element, from the profile's `compress` tables
+    for the run's forward and backward modes (encode_s_per_element,
+    decode_s_per_element). The data-parallel gradient codec is not among them: it runs
+    (aqsgd.train.replay_coding says why)."""
+
+    forward_encode_s: float
+    forward_decode_s: float
+    backward_encode_s: float
+    backward_decode_s: float
+
+    def __post_init__(self):
+        for name in ("forward_encode_s", "forward_decode_s", "backward_encode_s",
+                     "backward_decode_s"):
+            _seconds("CodingRates", name, getattr(self, name))
+
+
+@dataclass(frozen=True)
 class ComputeConfig:
     """How the stages compute: `source` real, or replay:PROFILE with that profile's times
     for this run's cut (one StageTimes per stage, stage order) resolved by the harness;
     `profile` is the profile's own name and `precision` the compute precision its times
-    stand for, both for the run record."""
+    stand for, both for the run record. `derived` says how the stage times were made
+    when the profile has no measured cut (its FLOP rate: bench.perfmodel.workload), None
+    when measured. `coding` real runs the compressors; replay waits `coding_rates`
+    (aqsgd.train.replay_coding)."""
 
     source: Compute = setting(Compute)
     profile: str | None = None
     precision: Precision | None = None
     stages: tuple[StageTimes, ...] = ()
+    derived: str | None = None
+    coding: Coding = setting(Coding)
+    coding_rates: CodingRates | None = None
 
     def __post_init__(self):
         check_fields(self)
@@ -84,9 +110,17 @@ class ComputeConfig:
                              f"precision and one entry of stages per stage, got profile="
                              f"{self.profile!r}, precision={self.precision!r}, "
                              f"{len(self.stages)} stages")
-        if not self.replayed and (self.stages or self.profile or self.precision):
+        if not self.replayed and (self.stages or self.profile or self.precision
+                                  or self.derived):
             raise ValueError(f"compute.source 'real' takes no profile, precision or stages, "
                              f"got profile={self.profile!r}, {len(self.stages)} stages")
+        if (self.coding == "replay") != (self.coding_rates is not None):
+            raise ValueError(f"compute.coding {self.coding!r} needs coding_rates exactly when "
+                             f"it is 'replay' (the profile's seconds an element), got "
+                             f"{self.coding_rates!r}")
+        if self.coding == "replay" and not self.replayed:
+            raise ValueError(f"compute.coding 'replay' needs replayed compute (compute.source "
+                             f"replay:PROFILE), got source {self.source!r}")
 
     @property
     def replayed(self) -> bool:
@@ -126,7 +160,8 @@ class _Replayed(torch.autograd.Function):
             else:
                 grad_h = grad_out * gain
         _wait_until(start + ctx.backward_s)
-        return grad_h, torch.zeros_like(gain), None, None, None, None
+        grad_gain = torch.zeros_like(gain) if ctx.needs_input_grad[1] else None
+        return grad_h, grad_gain, None, None, None, None
 
 
 class ReplayStage(torch.nn.Module):
@@ -144,23 +179,32 @@ class ReplayStage(torch.nn.Module):
     that work is shorter.
     """
 
-    def __init__(self, times: StageTimes, *, first: bool, last: bool, n_embd: int):
+    def __init__(self, times: StageTimes, *, first: bool, last: bool, n_embd: int,
+                 weights: torch.nn.Module | None = None):
         super().__init__()
         if n_embd < 1:
             raise ValueError(f"ReplayStage.n_embd must be >= 1, got {n_embd}")
         self.times, self.first, self.last = times, first, last
-        self.gain = torch.nn.Parameter(torch.ones(()))  # the one stand-in weight
+        # data-parallel replicas: the real stage's parameter shapes, with synthetic
+        # gradients the exchange averages (aqsgd.train.replay_weights.ReplayWeights);
+        # then the scalar is not trained, so the exchange moves the real count exactly
+        self.weights = weights
+        self.gain = torch.nn.Parameter(torch.ones(()), requires_grad=weights is None)
         scale = torch.linspace(0.01, 0.2, n_embd)  # (D,)
         self.register_buffer("scale", scale, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         start = time.perf_counter()
+        if self.weights is not None:
+            self.weights.attach_grads()  # views: no work, inside the forward's time
         if self.first:
             if x.dtype != torch.int64 or x.dim() != 2:
                 raise ValueError(f"ReplayStage (first stage) takes token ids (B, L) int64, "
                                  f"got {tuple(x.shape)} {x.dtype}")
             level = (x % 13).float() - 6.0  # (B, L) in [-6, 6]
             h = level.unsqueeze(-1) * self.scale  # (B, L, D) fp32
+            if not self.gain.requires_grad:  # the output still needs a backward
+                h.requires_grad_(True)
         else:
             if x.dim() != 3 or x.shape[-1] != self.scale.numel():
                 raise ValueError(f"ReplayStage takes hidden states (B, L, "

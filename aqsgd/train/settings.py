@@ -25,7 +25,8 @@ from aqsgd.train.schedule import SCHEDULES
 from specfile import Default
 
 __all__ = [
-    "ClipNorm", "Compute", "DataName", "DataPath", "DistBackend", "DistDevice", "DropoutMasks",
+    "ClipNorm", "Coding", "Compute", "DataName", "DataPath", "DistBackend", "DistDevice",
+    "DropoutMasks",
     "EvalAtStart", "EvalBatches", "EvalEvery", "EvalSamples", "InitFrom", "LearningRate",
     "LrWarmupSteps", "MaxSamples", "MicroBatchSize", "NumMicroBatches", "Precision",
     "Replicas", "Schedule", "Seed", "Stages", "TARGET_EVAL_CADENCE", "TextField", "Threads",
@@ -90,6 +91,12 @@ Compute = Annotated[str, Field(min_length=1, description=(
     "stage compute: real, or replay:PROFILE (a profile file, or a name under profiles/) "
     "whose measured forward, backward and optimizer times each stage waits instead; the "
     "messages stay real")), Default("real")]
+# under replayed compute only: the boundary coders and the gradient codec either run
+# (real) or wait the profile's seconds a coded element (aqsgd.train.replay_coding)
+Coding = Annotated[Literal["real", "replay"], Field(description=(
+    "coding under replayed compute: real (the compressors run) or replay (each message "
+    "waits the profile's encode/decode seconds an element and carries a payload of the "
+    "real coded size; values synthetic)")), Default("real")]
 
 # ---------------------------------------------------------------- data
 DataName = Annotated[Literal[(*DATASETS, "synthetic")], Field(description=(

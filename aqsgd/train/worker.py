@@ -37,6 +37,8 @@ from aqsgd.train.metrics import MetricsWriter, StepMeter
 from aqsgd.train.p2p import P2P
 from aqsgd.train.pipeline import PipelineRunner, Topology, linear_warmup_decay, make_groups
 from aqsgd.train.replay import ReplayStage, optimizer_wait, replay_loss
+from aqsgd.train.replay_coding import ReplayedCoder
+from aqsgd.train.replay_weights import ReplayWeights, stage_shapes
 from aqsgd.train.schedule import make_schedule
 from aqsgd.train.tensorboard import TensorBoardWriter
 
@@ -114,6 +116,14 @@ def _build_compressors(cfg: RunConfig, topo: Topology, n_train: int, device) -> 
         comp["fwd_recv"] = make_compressor(cfg.forward, "recv", shape, n_train, device, seed)
         comp["bwd_send"] = make_compressor(cfg.backward, "send", shape, n_train, device, seed,
                                            kind="gradient")  # fmt: skip
+    rates = cfg.compute.coding_rates
+    if rates is not None:  # compute.coding replay: each coder waits the profile's time
+        per_element = {"fwd": (rates.forward_encode_s, rates.forward_decode_s),
+                       "bwd": (rates.backward_encode_s, rates.backward_decode_s)}
+        for key in ("fwd_send", "fwd_recv", "bwd_send", "bwd_recv"):
+            if key in comp:
+                encode_s, decode_s = per_element[key[:3]]
+                comp[key] = ReplayedCoder(comp[key], encode_s=encode_s, decode_s=decode_s)
     return comp
 
 
@@ -125,8 +135,13 @@ def _load_stage(cfg: RunConfig, topo: Topology, device: torch.device) -> torch.n
             raise ConfigError(f"forward.mode {cfg.forward.mode!r} codes inside the stages' "
                               f"graph; compute.source {cfg.compute.source!r} has no stages "
                               f"to hold it (docs/replay.md)")
+        weights = None  # replicas: the real stage's gradient size to exchange
+        if topo.replicas > 1:
+            weights = ReplayWeights(stage_shapes(cfg.model, topo.stage, topo.stages),
+                                    seed=cfg.train.seed * 1000 + topo.rank)
         module = ReplayStage(cfg.compute.stages[topo.stage], first=topo.is_first,
-                             last=topo.is_last, n_embd=cfg.model.n_embd).to(device)
+                             last=topo.is_last, n_embd=cfg.model.n_embd,
+                             weights=weights).to(device)
         attach_boundary(cfg, topo, module, device, None)  # the identity: byte-level coding
         return module
     init = cfg.train.init_from

@@ -18,7 +18,7 @@ activations, no cache touched): once after the last step, or with
 `Workload.eval_each_epoch` also before the first step and after every epoch. Every
 cell writes TensorBoard event files (OUTPUT_DIR/tensorboard/). `Workload.compute`
 replay:PROFILE puts that profile's times of the cell's cut in the config's `compute`
-section (bench.perfmodel.profile.replay_compute; docs/replay.md): synthetic token
+section (bench.perfmodel.replay.replay_compute; docs/replay.md): synthetic token
 windows and no evaluation then.
 """
 
@@ -49,7 +49,7 @@ from aqsgd.train.config import (
 from aqsgd.train.replay import profile_reference
 from bench.harness.modes import ModeSpec
 from bench.harness.sweep import CellSpec, Workload
-from bench.perfmodel.profile import replay_compute
+from bench.perfmodel.replay import replay_compute
 
 __all__ = ["FREEZE_FRACTION", "compression", "freeze_after_steps", "model_choice",
            "run_config", "write_run_config"]
@@ -201,7 +201,8 @@ def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
                           precision=w.precision),
         data=_data(w, choice),
         dist=DistConfig(timeout_s=w.dist_timeout_s),
-        compute=replay_compute(w.compute, model, w.stages, w.micro_batch_size, w.precision),
+        compute=replay_compute(w.compute, model, w.stages, w.micro_batch_size, w.precision,
+                               coding=w.coding, modes=(forward.mode, backward.mode)),
         output=OutputConfig(dir=str(output_dir), trace=False, tensorboard=True),
         plugins=cell.mode.plugins,  # its workers load them (docs/plugins.md)
     )

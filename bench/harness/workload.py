@@ -32,6 +32,7 @@ from aqsgd.model.config import (
 )
 from aqsgd.train.replay import check_compute, profile_reference
 from aqsgd.train.settings import (
+    Coding,
     Compute,
     DataPath,
     DropoutMasks,
@@ -59,7 +60,7 @@ __all__ = ["IDENTITY_IF_SET", "PATH_SETTINGS", "Workload"]
 # default (Workload.identity).
 IDENTITY_IF_SET = frozenset({"precision", "model", "tokenizer", "data", "data_path",
                              "seq_len", "schedule", "n_layer", "n_embd", "n_head",
-                             "vocab_size", "n_inner", "compute", "eval_every"})
+                             "vocab_size", "n_inner", "compute", "eval_every", "coding"})
 
 
 def _itself(value: str) -> str:
@@ -140,6 +141,8 @@ class Workload:
     precision: Precision = setting(Precision)
     # in the label when replayed: a speed-up divides like by like (docs/replay.md)
     compute: Compute = setting(Compute)
+    # in the label when replayed: replayed coding times differ from real coding's
+    coding: Coding = setting(Coding)
     variant: str = ""  # short label of a sweep variant, in the cell's name ("" = default)
     dist_timeout_s: TimeoutS = setting(TimeoutS)
     init_from: InitFrom = setting(InitFrom)
@@ -174,6 +177,9 @@ class Workload:
             raise ValueError(f"Workload.variant must be a short label of a-z, 0-9, '-' and "
                              f"'_' (it goes in directory names), got {self.variant!r}")
         check_compute("Workload.compute", self.compute)
+        if self.coding != "real" and profile_reference(self.compute) is None:
+            raise ValueError(f"Workload.coding {self.coding!r} replays coding from a profile: "
+                             f"it needs compute replay:PROFILE, got compute {self.compute!r}")
         if self.data not in DATASETS:
             raise ValueError(f"Workload.data must be one of {', '.join(DATASETS)}, "
                              f"got {self.data!r}")
@@ -226,13 +232,15 @@ class Workload:
         bf16-compute row never reads as the bf16 wire mode (docs/precision.md), then the
         schedule when it is not gpipe ('1f1b'), then a replayed profile ('replay-NAME', the
         profile file's stem: a speed-up never divides a replayed row by a measured one,
-        docs/replay.md)."""
+        docs/replay.md), then replayed coding ('replay-coding')."""
         compute = "" if self.precision == "fp32" else f"{self.precision}-compute"
         schedule = "" if self.schedule == "gpipe" else self.schedule
         profile = profile_reference(self.compute)
         replay = "" if profile is None else "replay-" + "".join(
             c if c in _VARIANT_CHARS else "-" for c in Path(profile).stem.lower())
-        return "+".join(part for part in (self.variant, compute, schedule, replay) if part)
+        coding = "" if self.coding == "real" else f"{self.coding}-coding"
+        return "+".join(part for part in (self.variant, compute, schedule, replay, coding)
+                        if part)
 
     def paths(self) -> dict[str, str]:
         """The settings of PATH_SETTINGS that name an existing file or folder, each as its

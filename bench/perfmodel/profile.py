@@ -23,14 +23,12 @@ import yaml
 
 from aqsgd.compress import registry
 from aqsgd.filecache import atomic_write_text
-from aqsgd.model.config import PRESETS, SHAPE_FIELDS, ModelConfig
-from aqsgd.train.replay import ComputeConfig, StageTimes, profile_reference
 from aqsgd.train.settings import Precision
 from bench import PROFILE_DIR
 from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
 __all__ = ["ProfileError", "StageCost", "ComputeProfile", "CompressProfile", "CommProfile",
-           "Profile", "load_profile", "write_profile", "replay_compute", "PROFILE_DIR"]
+           "Profile", "load_profile", "write_profile", "profile_path", "PROFILE_DIR"]
 
 # the keys of the compress tables: every registered activation mode and gradient codec
 # (plug-ins included); a profile needs the built-ins' (registry.BUILT_IN_MODES, _CODECS)
@@ -178,7 +176,7 @@ class Profile:
 
 def load_profile(path: str | Path) -> Profile:
     """The profile in `path` (a file, or a name under profiles/ without .yaml)."""
-    path = _profile_path(str(path))
+    path = profile_path(str(path))
     raw = read_file(path, error=ProfileError, what="profile")
     with raising(ProfileError, source=str(path)):
         return validate(Profile, raw)
@@ -191,52 +189,7 @@ def write_profile(profile: Profile, path: str | Path, header: str = "") -> Path:
     return atomic_write_text(path, comment + text)
 
 
-# ------------------------------------------------------------------ replayed compute
-
-
-def _shape(model: ModelConfig) -> dict:
-    return {k: getattr(model, k) for k in SHAPE_FIELDS}
-
-
-def _cut_text(c: StageCost) -> str:
-    return f"{c.preset} in {c.stages} stages, micro-batch {c.micro_batch_size}"
-
-
-def replay_compute(source: str, model: ModelConfig, stages: int, micro_batch_size: int,
-                   precision: str) -> ComputeConfig:
-    """The worker's compute section for `source` ('real', or 'replay:PROFILE'): the
-    profile's measured times of every stage of this cut. A stage cost matches when its
-    preset's shape is `model`'s (every SHAPE_FIELDS value), its stage count and its
-    micro-batch are these, and the profile's precision is `precision`; ProfileError
-    naming the file, the field and the value otherwise."""
-    reference = profile_reference(source)
-    if reference is None:
-        return ComputeConfig(source=source)
-    profile = load_profile(reference)
-    path = _profile_path(reference)
-    if profile.precision != precision:
-        raise ProfileError(f"{path}: field 'precision': the profile's times are for "
-                           f"{profile.precision} compute, the run's precision is "
-                           f"{precision!r}: set precision: {profile.precision}")
-    for k, cost in enumerate(profile.compute.stages):
-        if cost.preset not in PRESETS:
-            raise ProfileError(f"{path}: field 'compute.stages[{k}].preset': expected one "
-                               f"of {sorted(PRESETS)}, got {cost.preset!r}")
-    rows = sorted((c for c in profile.compute.stages
-                   if _shape(PRESETS[c.preset]) == _shape(model) and c.stages == stages
-                   and c.micro_batch_size == micro_batch_size), key=lambda c: c.stage)
-    if [c.stage for c in rows] != list(range(stages)):
-        have = sorted({_cut_text(c) for c in profile.compute.stages}) or ["none"]
-        raise ProfileError(f"{path}: field 'compute.stages': no measured stage "
-                           f"{sorted(set(range(stages)) - {c.stage for c in rows})} of a "
-                           f"model of shape {_shape(model)} in {stages} stages with "
-                           f"micro-batch {micro_batch_size} (measured cuts: "
-                           f"{'; '.join(have)}); `python -m bench profile` measures them")
-    return ComputeConfig(source=source, profile=profile.name, precision=profile.precision,
-                         stages=tuple(StageTimes(c.forward_s, c.backward_s, c.optimizer_s)
-                                      for c in rows))
-
-
-def _profile_path(reference: str) -> Path:
+def profile_path(reference: str) -> Path:
+    """The file of a profile reference: a path, or a name under profiles/ without .yaml."""
     path = Path(reference)
     return PROFILE_DIR / f"{path}.yaml" if not path.suffix and not path.exists() else path

@@ -1,5 +1,5 @@
 """Replayed compute in the harness: a profile resolved into the worker's compute section
-(bench.perfmodel.profile.replay_compute), its errors naming the file, the field and the
+(bench.perfmodel.replay.replay_compute), its errors naming the file, the field and the
 value, the replayed cell's label, and speed-ups that never divide a replayed row by a
 measured one."""
 
@@ -14,7 +14,8 @@ from report_fixtures import write_fixture_cell
 from aqsgd.model.config import PRESETS
 from bench.harness.cells import run_config
 from bench.harness.sweep import CellSpec, Workload, parse_mode
-from bench.perfmodel.profile import PROFILE_DIR, ProfileError, load_profile, replay_compute
+from bench.perfmodel.profile import PROFILE_DIR, ProfileError, load_profile
+from bench.perfmodel.replay import replay_compute
 from bench.report.summary import summarize
 
 CPU = "replay:cpu-2core"
