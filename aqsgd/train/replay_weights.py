@@ -49,15 +49,17 @@ class ReplayWeights(torch.nn.Module):
     """One fp32 parameter of each of `shapes`, views of one flat vector, and their
     gradients, views of a second (module docstring)."""
 
-    def __init__(self, shapes: list[tuple[int, ...]], seed: int = 0) -> None:
+    def __init__(self, shapes: list[tuple[int, ...]], seed: int = 0,
+                 device: torch.device | str = "cpu") -> None:
         super().__init__()
         if not shapes:
             raise ValueError("ReplayWeights needs at least one parameter shape")
         sizes = [math.prod(s) for s in shapes]
         self.numel = sum(sizes)
-        flat = torch.zeros(self.numel)
+        # made where they stay: a later .to() would copy the parameters off the views
+        flat = torch.zeros(self.numel, device=device)
         g = torch.Generator().manual_seed(seed)
-        self._grad_flat = torch.randn(self.numel, generator=g).mul_(GRAD_SCALE)
+        self._grad_flat = torch.randn(self.numel, generator=g).mul_(GRAD_SCALE).to(device)
         self.weights = torch.nn.ParameterList()
         self._grads = []
         offset = 0

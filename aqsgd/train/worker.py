@@ -138,7 +138,7 @@ def _load_stage(cfg: RunConfig, topo: Topology, device: torch.device) -> torch.n
         weights = None  # replicas: the real stage's gradient size to exchange
         if topo.replicas > 1:
             weights = ReplayWeights(stage_shapes(cfg.model, topo.stage, topo.stages),
-                                    seed=cfg.train.seed * 1000 + topo.rank)
+                                    seed=cfg.train.seed * 1000 + topo.rank, device=device)
         module = ReplayStage(cfg.compute.stages[topo.stage], first=topo.is_first,
                              last=topo.is_last, n_embd=cfg.model.n_embd,
                              weights=weights).to(device)
