@@ -11,8 +11,9 @@ raw (warm-up, first visits: the cache's `initialised` marks, kept as the real co
 keeps them), the header with epoch and sample ids, which the receiver checks as always,
 and the size rule (aqsgd.compress.message.message_spec), so the message has the real
 coded size and the meter counts the real bytes. What it carries past the header is
-zeros, from one reused buffer a wire shape, and the receiver hands on zeros of the
-batch's shape and dtype: the values are synthetic. The wait runs to a deadline from the
+zeros, from one reused buffer a wire shape, and the receiver hands on a view of a
+reused zero batch of the right shape and dtype: the values are synthetic, and neither
+side allocates a message's worth a call. The wait runs to a deadline from the
 start of the call, so the wrapper's own work counts inside it. A mode sized by data
 (its size known only after coding) and adaptive widths are refused by the run config.
 
@@ -107,7 +108,8 @@ class ReplayedCoder:
         c.bits = c._check_header(tensors[0], lay, training)
         self._mark_raw(lay)
         c.last_bits = c.bits if lay.q_rows.numel() else 0
-        out = torch.zeros((lay.ids.numel(), *c.sample_shape), dtype=c.out_dtype,
-                          device=c.device)
+        # a view of one reused buffer: a tensor of its own (its own .grad), no allocation
+        out = self._payload((lay.ids.numel(), *c.sample_shape), c.out_dtype)
+        out = out.view(out.shape)
         wait_until(start + self.decode_s * out.numel())
         return out
