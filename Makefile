@@ -23,7 +23,7 @@ WHEELHOUSE := docker/wheelhouse
 DEBIAN_SUITE ?= bookworm
 
 .PHONY: help setup test test-fast lint bench bench-kernels bench-compressors bench-coding regress \
-	paper convergence convergence-depth convergence-size convergence-scratch \
+	paper paper-replay convergence convergence-depth convergence-size convergence-scratch \
 	finetune pretrain checkpoints-check replay-check probe net-cleanup chaos gpu-check profile clean-venv docker-base docker-image \
 	docker-wheelhouse docker-daemon-start docker-daemon-stop
 
@@ -78,6 +78,12 @@ regress: setup
 # with the published claims and the convergence report.
 paper: setup
 	$(PY) -m bench paper --launcher $(LAUNCHER)
+
+# The paper's throughput figure from replayed GPT2-XL cells, the model's curve and the claims.
+# Replayed: 8 stages wait the H200 bf16 profile's times, messages and shaped links are real
+# (scenarios/sweeps/paper-replay.yaml, resumable, results/paper-replay).
+paper-replay: setup
+	$(PY) -m bench paper-replay --launcher $(LAUNCHER)
 
 # This machine's profile for the performance model, in about 2 min (profiles/cpu-2core.yaml).
 # Stages and compressors timed here, the runtime's communication constants fitted on the

@@ -37,7 +37,7 @@ import sys
 import warnings
 
 from bench import REPO_ROOT
-from bench.harness import chaos, convergence, paper, regress
+from bench.harness import chaos, convergence, paper, paper_replay, regress
 from bench.harness.commands import compose, model, run, slurm, sweep
 from bench.harness.commands.options import launcher_options
 from bench.report import cli as report
@@ -47,8 +47,8 @@ from bench.report.cli import EXIT_BAD_INPUT, finish_sweep
 __all__ = ["main", "build_parser", "finish_sweep", "launcher_options"]
 
 # In the order `python -m bench --help` lists them.
-COMMANDS = (run, sweep, report, compare, compose, slurm, paper, convergence, regress,
-            score, model, chaos)
+COMMANDS = (run, sweep, report, compare, compose, slurm, paper, paper_replay, convergence,
+            regress, score, model, chaos)
 
 
 class _Version(argparse.Action):

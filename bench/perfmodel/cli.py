@@ -4,6 +4,8 @@
     python -m bench model ... --rate-mbit 500           # every link of the scenario at 500
     python -m bench model ... --scenario 100mbps --add-hosts   # 8 stages on a 4-host file
     python -m bench profile --out profiles/cpu-2core.yaml --cells results/profile-fit
+    python -m bench profile --from cpu-2core --name cpu-2core --out profiles/cpu-2core.yaml \
+        --keep-comm --cells results/bench-100mbps     # refit the contention term only
     python -m bench validate --profile cpu-2core results/paper results/regress
     python -m bench model ... --json                   # the rows as JSON on stdout, no table
     python -m bench validate ... --csv out.csv         # the table, and its rows in out.csv
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +32,17 @@ from aqsgd.model.config import PRESETS, SHAPE_FIELDS, ModelConfig
 from aqsgd.train.config import PipelineConfig, RunConfig
 from bench.net.placement import PlacementError, place
 from bench.net.scenario import NetworkScenario, load_scenario
+from bench.perfmodel.contention import fit_contention
 from bench.perfmodel.measure import measure_profile
 from bench.perfmodel.profile import PROFILE_DIR, Profile, load_profile, write_profile
-from bench.perfmodel.validate import TARGET, fit_comm, load_cells, validate_cells, worst_cell
+from bench.perfmodel.validate import (
+    TARGET,
+    compute_source,
+    fit_comm,
+    load_cells,
+    validate_cells,
+    worst_cell,
+)
 from bench.perfmodel.whatif import is_fp32, scenario_for, whatif, whatif_text
 from bench.results.files import find_cells
 from bench.results.records import records_json
@@ -246,8 +258,15 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=10,
                    help="timed calls per measurement (default 10)")
     p.add_argument("--cells", type=Path, nargs="*", default=[],
-                   help="measured cells whose fp32 cells fit the runtime's per-message cost "
-                        "and overlap (default: none, comm left at its defaults)")
+                   help="measured cells: their fp32 cells fit the runtime's per-message cost "
+                        "and overlap, then every cell of real compute the contention term "
+                        "(default: none, comm at its defaults and no contention term)")
+    p.add_argument("--from", dest="start", metavar="PROFILE",
+                   help="refit this profile (a file or a name in profiles/) from --cells "
+                        "instead of measuring the stages again (default: measure)")
+    p.add_argument("--keep-comm", action="store_true",
+                   help="keep the profile's comm and fit the contention term only (with "
+                        "--from; default: fit both)")
     p.set_defaults(func=run_profile)
 
 
@@ -260,17 +279,32 @@ def run_profile(args) -> int:
     if args.out.is_dir():
         raise ValueError(f"--out {args.out} is a directory: name the profile file, e.g. "
                          f"{args.out / (args.name + '.yaml')}")
-    fp32 = [c for c in load_cells(args.cells) if c.record.cell.mode == "fp32"]
-    if args.cells and not fp32:
+    if args.keep_comm and not args.start:
+        raise ValueError("--keep-comm keeps the comm of the profile --from names: give --from")
+    cells = [c for c in load_cells(args.cells) if compute_source(c) == "real"]
+    fp32 = [c for c in cells if c.record.cell.mode == "fp32"]
+    if args.cells and not fp32 and not args.keep_comm:
         raise ValueError(f"--cells {' '.join(map(str, args.cells))}: no finished fp32 cell "
-                         f"with measured steps to fit the runtime's costs on; name the "
-                         f"results of `make paper` or `bench run`, or leave --cells out")
-    profile = measure_profile(args.repeats, args.name)
+                         f"of real compute with measured steps to fit the runtime's costs on; "
+                         f"name the results of `make paper` or `bench run`, or leave --cells "
+                         f"out")
+    if args.start and not args.cells:
+        raise ValueError(f"--from {args.start}: name the --cells to refit it from")
+    profile = (find_profile(args.start).replace(name=args.name) if args.start
+               else measure_profile(args.repeats, args.name))
     note = "comm: defaults (no cells given)"
     if args.cells:
-        profile = profile.replace(comm=fit_comm(fp32, profile))
-        note = (f"comm fitted on {len(fp32)} fp32 cells of "
-                f"{', '.join(str(c) for c in args.cells)}")
+        where = ", ".join(str(c) for c in args.cells)
+        if not args.keep_comm:
+            profile = profile.replace(comm=fit_comm(fp32, profile))
+        note = ("comm kept" if args.keep_comm
+                else f"comm fitted on {len(fp32)} fp32 cells of {where}")
+        if profile.cores is not None:
+            fitted_on = (f"{len(cells)} cells of real compute of {where} (fitted "
+                         f"{datetime.date.today().isoformat()}, load average then "
+                         + ", ".join(f"{x:.2f}" for x in os.getloadavg()) + ")")
+            profile = profile.replace(contention=fit_contention(cells, profile, fitted_on))
+            note += f"; contention fitted on {len(cells)} cells of real compute of {where}"
     write_profile(profile, args.out, header=f"Written by `python -m bench profile`; {note}.\n"
                   "Format: docs/performance-model.md (Profile format).")
     print(f"profile: {args.out} ({note})")
@@ -286,17 +320,23 @@ def add_validate_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_validate)
 
 
-VALIDATE_COLUMNS = ("cell", "stages", "replicas", "measured_s", "predicted_s", "error",
-                    "predicted_profile_s", "error_profile")
+VALIDATE_COLUMNS = ("cell", "compute", "schedule", "stages", "replicas", "measured_s",
+                    "predicted_s", "error", "predicted_profile_s", "error_profile",
+                    "wait_overrun")
 
 
 def _print_validation(table: pd.DataFrame) -> None:
     print(table[list(VALIDATE_COLUMNS)].to_string(index=False,
                                                   float_format=lambda v: f"{v:.3f}"))
-    worst = worst_cell(table)
-    within = (table["error"].abs() <= TARGET).mean()
-    print(f"within {TARGET:.0%}: {within:.0%} of {len(table)} cells; worst: {worst['cell']} "
-          f"({worst['error']:+.1%})")
+    for replayed, rows in table.groupby(table["compute"] != "real", sort=True):
+        worst = worst_cell(rows)
+        ok = int((rows["error"].abs() <= TARGET).sum())
+        alone = int((rows["error_profile"].abs() <= TARGET).sum())
+        what = "replayed cells" if replayed else "real-compute cells"
+        source = "the times they waited" if replayed else "the profile"
+        print(f"{what}: {ok} of {len(rows)} within {TARGET:.0%} in situ, {alone} of "
+              f"{len(rows)} from {source}; worst in situ: {worst['cell']} "
+              f"({worst['error']:+.1%})")
 
 
 def run_validate(args) -> int:

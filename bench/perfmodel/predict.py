@@ -8,6 +8,8 @@ The runtime's measured overlap (profile `comm.overlap`, fitted from measured cel
 `bench.perfmodel.validate.fit_comm`) weighs two simulations of the same step: sends in
 the background (overlap 1) and blocking sends (overlap 0):
 step = overlap * T_background + (1 - overlap) * T_blocking.
+Sharing a CPU profile's cores, compute and coding first take its contention factor
+(profile `contention`: its ranks computing together against one stage alone).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from bench.perfmodel.profile import Profile
 from bench.perfmodel.sim import SimResult, simulate
 from bench.perfmodel.workload import LinkWork, StepWorkload
 
-__all__ = ["COMM_BOUND_SLOWDOWN", "Prediction", "predict", "bytes_per_step", "bottleneck",
+__all__ = ["COMM_BOUND_SLOWDOWN", "Prediction", "predict", "contended", "bytes_per_step",
+           "bottleneck",
            "with_rate", "comm_bound_rate_mbit"]
 
 # A run is communication-bound when its step takes this much longer than with links of
@@ -51,16 +54,32 @@ def predict(work: StepWorkload, profile: Profile, *, cores: int | None | bool = 
             ) -> Prediction:
     """`cores=True`: share the profile's cores; False: a device per rank (compute already
     measured with every rank running); an int: that many. With more ranks than the
-    profile's cores, a rank that blocked waits `comm.wake_s` for a core after it."""
-    n = _cores(profile, cores)
+    profile's cores, a rank that blocked waits `comm.wake_s` for a core after it. A
+    replayed step (`work.replayed`) waits its stages' times instead of computing: no
+    core is shared and nobody waits for one."""
+    n = None if work.replayed else _cores(profile, cores)
+    if n is not None and profile.contention is not None:
+        work = contended(work, profile.contention.factor(work.stages * work.replicas))
     comm = profile.comm
-    crowded = profile.cores is not None and work.stages * work.replicas > profile.cores
+    crowded = (not work.replayed and profile.cores is not None
+               and work.stages * work.replicas > profile.cores)
     kw = dict(overhead_s=comm.message_overhead_s, unshaped_rate_mbit=comm.unshaped_rate_mbit,
               cores=n, wake_s=comm.wake_s if crowded else 0.0)
     bg = simulate(work, **kw)
     blk = bg if comm.overlap >= 1.0 else simulate(work, blocking_sends=True, **kw)
     step = comm.overlap * bg.step_s + (1.0 - comm.overlap) * blk.step_s
     return Prediction(step, work.samples_per_step / step, bytes_per_step(work), bg, blk)
+
+
+def contended(work: StepWorkload, factor: float) -> StepWorkload:
+    """`work` with every compute and coding time `factor` times longer (a CPU profile's
+    contention: its ranks computing together against one stage alone)."""
+    return work.replace(stage=tuple(w.scaled(factor) for w in work.stage),
+                        encode_act_s=work.encode_act_s * factor,
+                        decode_act_s=work.decode_act_s * factor,
+                        encode_grad_s=work.encode_grad_s * factor,
+                        decode_grad_s=work.decode_grad_s * factor,
+                        dp_codec_s=tuple(x * factor for x in work.dp_codec_s))
 
 
 def bottleneck(work: StepWorkload, profile: Profile, *, cores: int | None | bool = True

@@ -7,7 +7,9 @@ Sections: what and where (`name`, `device`, `source`, `date`, `kind: measured |
 published`, `assumptions`), `cores`, `compute` (per-stage measured times, or an
 achieved FLOP rate), `compress` (seconds per element, one entry per built-in mode and
 gradient codec, and any plug-in's: a plug-in's mode without one is unprofiled) and
-`comm` (`message_overhead_s`, `overlap`, `unshaped_rate_mbit`, `wake_s`). Every key
+`comm` (`message_overhead_s`, `overlap`, `unshaped_rate_mbit`, `wake_s`) and, for a CPU
+profile, `contention` (`base`, `per_rank`, `fitted_on`: its ranks' compute together
+against one stage alone). Every key
 is checked by specfile (unknown keys refused, errors naming the file, field and value);
 the format is docs/performance-model.md, "Profile format".
 """
@@ -28,7 +30,8 @@ from bench import PROFILE_DIR
 from specfile import SPEC_CONFIG, SpecError, raising, read_file, validate
 
 __all__ = ["ProfileError", "StageCost", "ComputeProfile", "CompressProfile", "CommProfile",
-           "Profile", "load_profile", "write_profile", "profile_path", "PROFILE_DIR"]
+           "ContentionProfile", "Profile", "load_profile", "write_profile", "profile_path",
+           "PROFILE_DIR"]
 
 # the keys of the compress tables: every registered activation mode and gradient codec
 # (plug-ins included); a profile needs the built-ins' (registry.BUILT_IN_MODES, _CODECS)
@@ -140,6 +143,30 @@ class CommProfile:
 
 
 @dataclass(frozen=True)
+class ContentionProfile:
+    """How much longer the ranks of a cell compute together on a profile's `cores` than
+    one stage timed alone: every compute and coding time of a cell of `n` ranks is
+    `factor(n) = 1 + base + per_rank * (n - 1)` times the profile's, before the cores are
+    shared (docs/performance-model.md, "Contention"). Fitted from measured cells
+    (bench.perfmodel.contention); `fitted_on` says which, and under what load."""
+
+    base: float = 0.0
+    per_rank: float = 0.0
+    fitted_on: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.base > -1.0:
+            raise SpecError.at("base", "a number > -1 (ContentionProfile)", self.base)
+        _positive("ContentionProfile", "per_rank", self.per_rank)
+        if not self.fitted_on.strip():
+            raise SpecError.at("fitted_on", "a text naming the cells it was fitted on",
+                               self.fitted_on)
+
+    def factor(self, ranks: int) -> float:
+        return 1.0 + self.base + self.per_rank * (ranks - 1)
+
+
+@dataclass(frozen=True)
 class Profile:
     __pydantic_config__ = SPEC_CONFIG
 
@@ -155,11 +182,16 @@ class Profile:
     precision: Precision = "fp32"
     compress: CompressProfile = field(default_factory=CompressProfile)
     comm: CommProfile = field(default_factory=CommProfile)
+    # a CPU profile's (cores set): its ranks' compute together against alone; None: 1x
+    contention: ContentionProfile | None = None
     assumptions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.cores is not None and self.cores < 1:
             raise SpecError.at("cores", "an int >= 1 or null", self.cores)
+        if self.contention is not None and self.cores is None:
+            raise SpecError.at("contention", "null for a profile without shared cores "
+                                             "(cores: null)", dataclasses.asdict(self.contention))
         for name in ("name", "device", "source", "date"):
             if not getattr(self, name).strip():
                 raise SpecError.at(name, "a non-empty text", getattr(self, name))

@@ -5,7 +5,8 @@
 
 Ranks run their actions in order (compute, blocking receives, sends in the background
 or, with `blocking_sends`, waiting until their last byte left); each directed link is a
-FIFO (bytes * 8 / rate, then delay + message_overhead); OPT_STEP waits for the sends,
+FIFO (bytes * 8 / rate, then delay + message_overhead), and so is a host's capped uplink
+or downlink, which every link out of or into the host shares; OPT_STEP waits for the sends,
 the data-parallel exchange and the clipping all-reduce; compute shares `cores` slots by
 processor sharing, and a rank that blocked wakes `wake_s` late. The step ends when the
 last rank finishes. The model in full: docs/performance-model.md, "The model of one step".
@@ -49,7 +50,7 @@ class _Step:
         self.w, self.overhead, self.unshaped = work, overhead_s, unshaped_mbit
         self.cores, self.blocking, self.wake = cores, blocking_sends, wake_s
         self.sched = _schedule(work.schedule, work.stages, work.micro_batches)
-        self.link_free: dict[tuple[int, int], float] = {}
+        self.link_free: dict = {}  # a link (src, dst) or a HostWire -> when it is free
         self.link_busy: dict[tuple[int, int], float] = {}
         self.arrival: dict[tuple, float] = {}
         self.sent_done: dict[int, float] = {}
@@ -137,10 +138,16 @@ class _Step:
 
     # ---------------------------------------------------------------- events
     def send(self, key: tuple, nbytes: int, t: float) -> float:
+        """A message holds its link and the capped host wires on its way (a host's
+        uplink, the peer's downlink) from when all are free, at the slowest's rate."""
         _, src, dst, _ = key
-        start = max(t, self.link_free.get((src, dst), 0.0))
-        dur = transfer_s(nbytes, self._rate(src, dst))
-        self.link_free[(src, dst)] = start + dur
+        wires = self.w.wires.get((src, dst), ())
+        held = [(src, dst), *wires]
+        start = max([t] + [self.link_free.get(h, 0.0) for h in held])
+        rate = min([self._rate(src, dst)] + [w.rate_mbit for w in wires])
+        dur = transfer_s(nbytes, rate)
+        for h in held:
+            self.link_free[h] = start + dur
         self.link_busy[(src, dst)] = self.link_busy.get((src, dst), 0.0) + dur
         self.arrival[key] = start + dur + self._hop_s(src, dst)
         self.sent_done[src] = max(self.sent_done.get(src, 0.0), start + dur)

@@ -4,7 +4,10 @@
     comm = fit_comm(cells, profile)         # the runtime's overhead and overlap, measured
 
 Measured: the reports' statistic (the slowest rank's `step_time_s`, median over the
-measured steps). Two predictions per cell: `predicted_s` ("in situ": the cell's own
+measured steps). A replayed cell (`compute` column 'replay:PROFILE') takes its compute
+from the times its stages waited (its run config's `compute.stages`), not from the
+profile's cut; `wait_overrun` says how much longer its waits ran than that. Two
+predictions per cell: `predicted_s` ("in situ": the cell's own
 measured compute and coding times, the network and the overlap the model's: it checks
 the model of communication) and `predicted_profile_s` (compute from the profile alone,
 shared over its cores: it checks the whole model). Links as the placement in meta.json
@@ -32,6 +35,7 @@ from bench.results.files import load_records, metrics_frame
 from bench.results.record import CellRecord
 
 __all__ = ["TARGET", "MeasuredCell", "measured_step_s", "load_cells", "in_situ",
+           "compute_source", "step_workload_of",
            "validate_cells", "fit_comm", "worst_cell", "why_it_misses"]
 
 TARGET = 0.10  # the validation target: within 10% of the measured step time
@@ -99,10 +103,20 @@ def _placement(record: CellRecord) -> Placement:
         p.ranks_per_machine, p.within_machine)
 
 
-def _workload(cell: MeasuredCell, profile: Profile) -> StepWorkload:
+def step_workload_of(cell: MeasuredCell, profile: Profile) -> StepWorkload:
+    """The step the cell ran (its run config, its placement, the scenario's host caps),
+    costed by `profile`."""
     assert cell.record.run_config is not None, "an ok cell has its run config"
     config = config_from_dict(dict(cell.record.run_config))
-    return step_workload(config, _placement(cell.record), profile)
+    scenario = cell.record.scenario
+    caps = [(h.host, h.uplink_mbit, h.downlink_mbit) for h in scenario.hosts] if scenario else []
+    return step_workload(config, _placement(cell.record), profile, caps)
+
+
+def compute_source(cell: MeasuredCell) -> str:
+    """The cell's compute setting: 'real', or 'replay:PROFILE' (its run config's)."""
+    assert cell.record.run_config is not None, "an ok cell has its run config"
+    return config_from_dict(dict(cell.record.run_config)).compute.source
 
 
 def _coding_per_step(work: StepWorkload, s: int) -> float:
@@ -114,13 +128,14 @@ def _coding_per_step(work: StepWorkload, s: int) -> float:
 
 def in_situ(work: StepWorkload, cell: MeasuredCell) -> StepWorkload:
     """`work` with each stage's compute and the coding scaled to the cell's measured
-    medians (module docstring)."""
+    medians (module docstring); a replayed cell's measured compute is its waits as they
+    ran (what the machine's load added to them included)."""
     S, R, M = work.stages, work.replicas, work.micro_batches
     stages = []
     for s, st in enumerate(work.stage):
+        model = M * (st.forward_s + st.backward_s) + st.optimizer_s
         measured = np.mean([cell.compute_s[r * S + s] + cell.other_s[r * S + s]
                             for r in range(R)])
-        model = M * (st.forward_s + st.backward_s) + st.optimizer_s
         k = measured / model if model > 0 else 1.0
         stages.append(st.scaled(k))
     coded = sum(_coding_per_step(work, s) for s in range(S))
@@ -134,9 +149,9 @@ def in_situ(work: StepWorkload, cell: MeasuredCell) -> StepWorkload:
 
 def _row(cell: MeasuredCell, profile: Profile) -> dict:
     c = cell.record.cell
-    work = _workload(cell, profile)
-    situ = predict(in_situ(work, cell), profile, cores=False)
+    work = step_workload_of(cell, profile)
     alone = predict(work, profile, cores=True)
+    situ = predict(in_situ(work, cell), profile, cores=False)
     return {
         "sweep": c.sweep, "cell": cell.name, "scenario": c.scenario, "mode": c.mode,
         "label": c.label, "stages": c.stages, "replicas": c.replicas,
@@ -148,8 +163,17 @@ def _row(cell: MeasuredCell, profile: Profile) -> dict:
         "bytes_measured": cell.bytes_per_step, "bytes_predicted": situ.bytes_per_step,
         "compute_spread": _spread(cell), "links": _links_text(work),
         "preset": c.preset, "compute_s_mean": float(np.mean(list(cell.compute_s.values()))),
-        "cores": profile.cores,
+        "cores": profile.cores, "compute": compute_source(cell), "schedule": work.schedule,
+        "wait_overrun": _overrun(work, cell) if work.replayed else float("nan"),
     }
+
+
+def _overrun(work: StepWorkload, cell: MeasuredCell) -> float:
+    """A replayed cell's measured compute per step over what its stages waited, less 1
+    (mean over ranks): how late the waits ended on this machine's load."""
+    S, M = work.stages, work.micro_batches
+    waited = [M * (st.forward_s + st.backward_s) + st.optimizer_s for st in work.stage]
+    return float(np.mean([cell.compute_s[r] / waited[r % S] for r in cell.compute_s])) - 1.0
 
 
 def _spread(cell: MeasuredCell) -> float:
@@ -207,7 +231,7 @@ def fit_comm(cells: list[MeasuredCell], profile: Profile) -> CommProfile:
     the usual choice, the other modes then test the fit): the per-message overhead and
     the overlap on the cells with at most `profile.cores` ranks, then `wake_s` on those
     with more."""
-    works = [(in_situ(_workload(c, profile), c), c.step_s) for c in cells]
+    works = [(in_situ(step_workload_of(c, profile), c), c.step_s) for c in cells]
     ranks = [w.stages * w.replicas for w, _ in works]
     cores = profile.cores or max(ranks)
     roomy = [x for x, n in zip(works, ranks, strict=True) if n <= cores]

@@ -13,14 +13,19 @@ the size it declares it expects (`message_spec(..., expected=True)`, its length 
 included). A mode with an in-graph half sends rows of its k coordinates, and its token
 ids when its receiver needs them (aqsgd.compress.ingraph). Compute comes from the
 profile: measured per-stage costs of the same cut and micro-batch when the profile has
-them, else FLOPs over its achieved FLOP rate.
+them, else FLOPs over its achieved FLOP rate; a replayed run's (`compute: replay:...`)
+are the times its run config says its stages waited (`RunConfig.compute.stages`), not
+the profile's. A host's uplink or downlink cap (a scenario's `hosts`) is one wire that
+every link out of or into the host shares (`StepWorkload.wires`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from aqsgd.compress.adaptive import widest_fitting
 from aqsgd.compress.gradient import exchange_nbytes
@@ -32,7 +37,8 @@ from aqsgd.train.config import RunConfig
 from bench.net.placement import Placement
 from bench.perfmodel.profile import Profile
 
-__all__ = ["ADAM_BYTES_PER_PARAM", "StageWork", "LinkWork", "StepWorkload", "stage_params",
+__all__ = ["ADAM_BYTES_PER_PARAM", "StageWork", "LinkWork", "HostWire", "StepWorkload",
+           "stage_params",
            "stage_flops", "step_workload", "preset_of", "adaptive_bits", "UnprofiledShape"]
 
 # AdamW per parameter and step: read parameter, gradient and both moments (16 bytes),
@@ -64,6 +70,16 @@ class LinkWork:
 
 
 @dataclass(frozen=True)
+class HostWire:
+    """A host's capped uplink or downlink: one wire of `rate_mbit` that every message out
+    of (`direction` "up") or into ("down") host `host` holds while it is sent."""
+
+    host: int
+    direction: str  # "up" or "down"
+    rate_mbit: float
+
+
+@dataclass(frozen=True)
 class StepWorkload:
     schedule: str
     stages: int
@@ -81,6 +97,10 @@ class StepWorkload:
     dp_codec_s: tuple[float, ...]  # per stage: the gradient codec's compute per step
     grad_mode: str
     links: dict[tuple[int, int], LinkWork]  # (src rank, dst rank) -> its link
+    # True: the stages wait their times (replayed compute), they do not share cores
+    replayed: bool = False
+    # (src rank, dst rank) -> the host wires a message on that link also holds
+    wires: dict[tuple[int, int], tuple[HostWire, ...]] = field(default_factory=dict)
 
     def replace(self, **changes) -> StepWorkload:
         return dataclasses.replace(self, **changes)
@@ -130,6 +150,9 @@ class UnprofiledShape(ValueError):
 def _stage_work(config: RunConfig, profile: Profile) -> tuple[StageWork, ...]:
     p, model = config.pipeline, config.model
     params = stage_params(model, p.stages)
+    if config.compute.replayed:  # exactly what the stages waited
+        return tuple(StageWork(t.forward_s, t.backward_s, t.optimizer_s, n)
+                     for t, n in zip(config.compute.stages, params, strict=True))
     preset = preset_of(model)
     measured = profile.compute.measured(preset, p.stages, p.micro_batch_size) if preset else []
     if measured:
@@ -159,6 +182,22 @@ def _links(placement: dict) -> dict[tuple[int, int], LinkWork]:
             for b in range(len(hosts)) if (hosts[a], hosts[b]) in by_hosts}
 
 
+def _wires(placement: dict, caps: Iterable[tuple[int, float | None, float | None]]
+           ) -> dict[tuple[int, int], tuple[HostWire, ...]]:
+    """(src rank, dst rank) -> the capped host wires of a link between two hosts (caps:
+    (host, uplink Mbit/s, downlink Mbit/s), None uncapped)."""
+    up = {h: HostWire(h, "up", u) for h, u, _ in caps if u is not None}
+    down = {h: HostWire(h, "down", d) for h, _, d in caps if d is not None}
+    hosts = [r["host"] for r in sorted(placement["ranks"], key=lambda r: r["rank"])]
+    out = {}
+    for a, b in itertools.permutations(range(len(hosts)), 2):
+        ha, hb = hosts[a], hosts[b]
+        held = tuple(w for w in (up.get(ha), down.get(hb)) if w is not None and ha != hb)
+        if held:
+            out[(a, b)] = held
+    return out
+
+
 def adaptive_bits(cfg, shape, stage: tuple[StageWork, ...],
                   links: dict[tuple[int, int], LinkWork]) -> int:
     """The steady width of an adaptive direction (`cfg.widths`): the chooser's rule
@@ -176,10 +215,12 @@ def adaptive_bits(cfg, shape, stage: tuple[StageWork, ...],
     return widest_fitting(cfg.widths, size, min(rates) * 1e6 / 8, budget)
 
 
-def step_workload(config: RunConfig, placement: Placement | dict,
-                  profile: Profile) -> StepWorkload:
+def step_workload(config: RunConfig, placement: Placement | dict, profile: Profile,
+                  host_caps: Iterable[tuple[int, float | None, float | None]] = ()
+                  ) -> StepWorkload:
     """The step of `config` on `placement` (a Placement or its `to_dict()`, as meta.json
-    keeps it), costed by `profile` (module docstring)."""
+    keeps it), costed by `profile`; `host_caps` the scenario's per-host caps as (host,
+    uplink Mbit/s, downlink Mbit/s) (module docstring)."""
     p, model = config.pipeline, config.model
     if isinstance(placement, Placement):
         placement = placement.to_dict()
@@ -217,4 +258,5 @@ def step_workload(config: RunConfig, placement: Placement | dict,
         decode_act_s=dec[config.forward.mode] * elements,
         encode_grad_s=enc[config.backward.mode] * elements,
         decode_grad_s=dec[config.backward.mode] * elements,
-        dp_bytes=dp_bytes, dp_codec_s=dp_codec, grad_mode=grad.mode, links=links)
+        dp_bytes=dp_bytes, dp_codec_s=dp_codec, grad_mode=grad.mode, links=links,
+        replayed=config.compute.replayed, wires=_wires(placement, host_caps))

@@ -1,7 +1,8 @@
 """Reports made from files, never from live objects: summary numbers (summary), tables
 and report.md (tables), link bounds (linkbound), figures (plots), a sweep's repeats as
 medians with their band (repeats), cells on scheduled links in time (timeline), the
-paper figures with the published claims and the model report (paper, claims), and the
+paper figures with the published claims and the model report (paper, claims), the
+same figure from replayed cells beside the model's curve (paper_replay), and the
 convergence report (convergence: quality over seeds in quality, the gaps' intervals and
 their words in significance, gaps across depth and size and against rival modes in gaps,
 time to quality in timetoquality and within one run in inrun, its figures in

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from bench.results.schema import Fields
 
-__all__ = ["CompetingFlow", "CompetingInterval", "LauncherRecord", "LinkChange",
+__all__ = ["CompetingFlow", "CompetingInterval", "HostCap", "LauncherRecord", "LinkChange",
            "LinkSchedule", "Outage", "OutageRecord", "ScenarioRecord", "ScheduleEvent",
            "SchedulePhase", "ScheduleRun", "ScheduledLink", "Straggler", "parse_launcher",
            "parse_outages", "parse_scenario"]
@@ -44,12 +44,23 @@ class Straggler:
 
 
 @dataclass(frozen=True)
+class HostCap:
+    """A scenario's cap on one host's uplink or downlink (None: uncapped): every link out
+    of (into) the host shares that one wire."""
+
+    host: int
+    uplink_mbit: float | None
+    downlink_mbit: float | None
+
+
+@dataclass(frozen=True)
 class ScenarioRecord:
     """meta.json's `scenario` (NetworkScenario.to_dict()), as the readers use it."""
 
     link_rate_mbit: float | None  # the scenario's link rate; None: unshaped
     competing: tuple[CompetingFlow, ...] = ()  # absent from a scenario without flows
     stragglers: tuple[Straggler, ...] = ()
+    hosts: tuple[HostCap, ...] = ()  # the per-host caps (`hosts`)
 
 
 def parse_scenario(f: Fields) -> ScenarioRecord:
@@ -59,7 +70,11 @@ def parse_scenario(f: Fields) -> ScenarioRecord:
     stragglers = tuple(Straggler(s.need("host", int), s.number("factor"), s.number("start_s"),
                                  s.number("duration_s"))
                        for s in (f.blocks("stragglers") if f.has("stragglers") else []))
-    return ScenarioRecord(f.block("link").number_or_none("rate_mbit"), competing, stragglers)
+    hosts = tuple(HostCap(h.need("host", int), h.number_or_none("uplink_mbit"),
+                          h.number_or_none("downlink_mbit"))
+                  for h in (f.blocks("hosts") if f.has("hosts") else []))
+    return ScenarioRecord(f.block("link").number_or_none("rate_mbit"), competing, stragglers,
+                          hosts)
 
 
 # ------------------------------------------------------- the launcher's schedule

@@ -13,7 +13,13 @@ from bench.__main__ import main
 from bench.harness.run import run_sweep
 from bench.harness.sweep import SweepSpec, Workload, parse_mode
 from bench.perfmodel.profile import load_profile
-from bench.perfmodel.validate import _workload, in_situ, load_cells, measured_step_s, validate_cells
+from bench.perfmodel.validate import (
+    in_situ,
+    load_cells,
+    measured_step_s,
+    step_workload_of,
+    validate_cells,
+)
 from bench.report.summary import summarize_cell
 
 
@@ -27,7 +33,7 @@ def _frame() -> pd.DataFrame:
                          "stage": rank, "step_time_s": t, "samples": 64, "tokens": 4096,
                          "compute_s": 0.1, "comm_wait_s": 0.0, "loss": 1.0,
                          "bytes_sent_total": 10, "bytes_sent_activation": 10,
-                         "bytes_sent_gradient": 0, "bytes_sent_dp": 0})
+                         "bytes_sent_gradient": 0, "bytes_sent_dp": 0, "peak_rss_bytes": 0})
     return pd.DataFrame(rows)
 
 
@@ -64,7 +70,7 @@ def test_smoke_validation_on_real_cells(tmp_path, capsys):
     assert sorted(r["label"] for r in rows) == sorted(table.index)
     # in situ, each stage's compute per step is the cell's own
     for cell in cells:
-        work = in_situ(_workload(cell, profile), cell)
+        work = in_situ(step_workload_of(cell, profile), cell)
         for s, st in enumerate(work.stage):
             assert work.micro_batches * (st.forward_s + st.backward_s) + st.optimizer_s == (
                 pytest.approx(cell.compute_s[s] + cell.other_s[s]))
