@@ -31,6 +31,7 @@ from bench import REPO_ROOT
 from bench.harness.cells import run_config, write_run_config
 from bench.harness.estimate import estimate_line
 from bench.harness.lock import raise_if_full, sweep_lock
+from bench.harness.memory import memory_line
 from bench.harness.meta import cell_dir_name, expected_identity, meta_head
 from bench.harness.outages import cell_timeout_s, outage_note, outages_applied, schedule_block
 from bench.harness.outages import survivable as survivable_config
@@ -291,6 +292,7 @@ def dry_run(spec: SweepSpec, sweep_dir: Path, *, launcher: str = "auto", fresh: 
             shown.add(layout)
             echo(plan.placements[cell.name].table())
     echo(estimate_line(spec, todo, sweep_dir, choice))
+    echo(memory_line(spec, todo, choice))  # raises MemoryRefusal when it would not fit
     return plan
 
 
@@ -368,6 +370,7 @@ def _run_locked(spec: SweepSpec, cells: list[CellSpec], scenarios: dict[str, Net
         if why[c.name] not in ("", "not measured yet"):
             echo(f"measure {cell_dir_name(c, choice)} again: {why[c.name]}")
     echo(estimate_line(spec, todo, sweep_dir, choice))
+    echo(memory_line(spec, todo, choice))  # raises MemoryRefusal when it would not fit
     builds = prepare_builds(todo, REPO_ROOT, echo)  # nothing is built inside a cell
     if builds:
         write_json(sweep_dir / "builds.json", [b.to_dict() for b in builds])
