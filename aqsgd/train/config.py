@@ -240,6 +240,11 @@ class RunConfig:
             raise ValueError(f"compute.precision {c.precision!r} (profile {c.profile!r}) "
                              f"differs from train.precision {self.train.precision!r}: the "
                              f"profile's times stand for its own precision")
+        want = self.pipeline.stages if self.pipeline.replicas > 1 else 0
+        if len(c.grad_params) != want:  # the record of what the replicas exchange
+            raise ValueError(f"compute.grad_params has {len(c.grad_params)} entries: one "
+                             f"per stage with replicas, none without (pipeline.stages="
+                             f"{self.pipeline.stages}, replicas={self.pipeline.replicas})")
         if c.coding == "replay":  # aqsgd.train.replay_coding: sizes known before coding
             for name, comp in (("forward", self.forward), ("backward", self.backward)):
                 if comp.sized_by_data or comp.widths:

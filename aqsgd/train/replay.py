@@ -92,7 +92,9 @@ class ComputeConfig:
     stand for, both for the run record. `derived` says how the stage times were made
     when the profile has no measured cut (its FLOP rate: bench.perfmodel.workload), None
     when measured. `coding` real runs the compressors; replay waits `coding_rates`
-    (aqsgd.train.replay_coding)."""
+    (aqsgd.train.replay_coding). `grad_params`: with data-parallel replicas, each
+    stage's real parameter count, which its stand-in weights hold and the exchange moves
+    with synthetic values (aqsgd.train.replay_weights); () without replicas."""
 
     source: Compute = setting(Compute)
     profile: str | None = None
@@ -101,6 +103,7 @@ class ComputeConfig:
     derived: str | None = None
     coding: Coding = setting(Coding)
     coding_rates: CodingRates | None = None
+    grad_params: tuple[int, ...] = ()
 
     def __post_init__(self):
         check_fields(self)
@@ -118,6 +121,10 @@ class ComputeConfig:
             raise ValueError(f"compute.coding {self.coding!r} needs coding_rates exactly when "
                              f"it is 'replay' (the profile's seconds an element), got "
                              f"{self.coding_rates!r}")
+        if self.grad_params and not self.replayed:
+            raise ValueError(f"compute.grad_params is for replayed compute's stand-in "
+                             f"weights, got {list(self.grad_params)} with source "
+                             f"{self.source!r}")
         if self.coding == "replay" and not self.replayed:
             raise ValueError(f"compute.coding 'replay' needs replayed compute (compute.source "
                              f"replay:PROFILE), got source {self.source!r}")

@@ -139,6 +139,10 @@ def _load_stage(cfg: RunConfig, topo: Topology, device: torch.device) -> torch.n
         if topo.replicas > 1:
             weights = ReplayWeights(stage_shapes(cfg.model, topo.stage, topo.stages),
                                     seed=cfg.train.seed * 1000 + topo.rank, device=device)
+            recorded = cfg.compute.grad_params[topo.stage]
+            if weights.numel != recorded:
+                raise ConfigError(f"compute.grad_params[{topo.stage}] is {recorded}, the "
+                                  f"stage of this model shape has {weights.numel} parameters")
         module = ReplayStage(cfg.compute.stages[topo.stage], first=topo.is_first,
                              last=topo.is_last, n_embd=cfg.model.n_embd,
                              weights=weights).to(device)

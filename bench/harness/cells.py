@@ -202,7 +202,8 @@ def run_config(cell: CellSpec, output_dir: Path) -> RunConfig:
         data=_data(w, choice),
         dist=DistConfig(timeout_s=w.dist_timeout_s),
         compute=replay_compute(w.compute, model, w.stages, w.micro_batch_size, w.precision,
-                               coding=w.coding, modes=(forward.mode, backward.mode)),
+                               coding=w.coding, modes=(forward.mode, backward.mode),
+                               replicas=w.replicas),
         output=OutputConfig(dir=str(output_dir), trace=False, tensorboard=True),
         plugins=cell.mode.plugins,  # its workers load them (docs/plugins.md)
     )

@@ -17,7 +17,7 @@ from aqsgd.model.config import PRESETS, SHAPE_FIELDS, ModelConfig
 from aqsgd.train.config import PipelineConfig, RunConfig, TrainConfig
 from aqsgd.train.replay import CodingRates, ComputeConfig, StageTimes, profile_reference
 from bench.perfmodel.profile import Profile, ProfileError, StageCost, load_profile, profile_path
-from bench.perfmodel.workload import ADAM_BYTES_PER_PARAM, _stage_work
+from bench.perfmodel.workload import ADAM_BYTES_PER_PARAM, _stage_work, stage_params
 
 __all__ = ["replay_compute"]
 
@@ -32,7 +32,8 @@ def _cut_text(c: StageCost) -> str:
 
 def replay_compute(source: str, model: ModelConfig, stages: int, micro_batch_size: int,
                    precision: str, coding: str = "real",
-                   modes: tuple[str, str] = ("none", "none")) -> ComputeConfig:
+                   modes: tuple[str, str] = ("none", "none"),
+                   replicas: int = 1) -> ComputeConfig:
     """The worker's compute section for `source` ('real', or 'replay:PROFILE'): the
     profile's measured times of every stage of this cut. A stage cost matches when its
     preset's shape is `model`'s (every SHAPE_FIELDS value), its stage count and its
@@ -40,7 +41,9 @@ def replay_compute(source: str, model: ModelConfig, stages: int, micro_batch_siz
     that cut but with a `flop_rate_tflops` gives times derived from it, by the
     performance model's own rule (bench.perfmodel.workload), and says so in `derived`.
     `coding` 'replay' adds the profile's seconds an element for `modes` (the forward
-    and the backward mode). ProfileError naming the file, the field and the value
+    and the backward mode). With `replicas` > 1, `grad_params` records each stage's
+    parameter count (bench.perfmodel.workload.stage_params), which the stand-ins'
+    gradient exchange moves. ProfileError naming the file, the field and the value
     otherwise."""
     reference = profile_reference(source)
     if reference is None:
@@ -75,8 +78,10 @@ def replay_compute(source: str, model: ModelConfig, stages: int, micro_batch_siz
                            f"{'; '.join(have)}) and no compute.flop_rate_tflops to derive "
                            f"them from; `python -m bench profile` measures them")
     rates = _coding_rates(profile, path, modes) if coding == "replay" else None
+    grads = tuple(stage_params(model, stages)) if replicas > 1 else ()
     return ComputeConfig(source=source, profile=profile.name, precision=profile.precision,
-                         stages=times, derived=derived, coding=coding, coding_rates=rates)
+                         stages=times, derived=derived, coding=coding, coding_rates=rates,
+                         grad_params=grads)
 
 
 def _derived_times(profile: Profile, model: ModelConfig, stages: int,

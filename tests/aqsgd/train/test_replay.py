@@ -134,8 +134,12 @@ def test_the_run_config_checks_its_compute_section():
         config_from_dict(_config(stages=[{"forward_s": 0, "backward_s": 0, "optimizer_s": 0},
                                          {"forward_s": 0, "backward_s": 0,
                                           "optimizer_s": -2}]))
-    assert config_from_dict({**_config(), "pipeline": {"stages": 2, "replicas": 2}}) \
-        .pipeline.replicas == 2  # stand-in weights of the real size (test_replay_dp)
+    # replicas: stand-in weights of the real size, recorded per stage (test_replay_dp)
+    replicas = {"pipeline": {"stages": 2, "replicas": 2}}
+    assert config_from_dict({**_config(grad_params=[10, 20]), **replicas}) \
+        .compute.grad_params == (10, 20)
+    with pytest.raises(ConfigError, match=r"compute.grad_params has 0 entries: one per stage"):
+        config_from_dict({**_config(), **replicas})
 
 
 FWD = (0.04, 0.06)

@@ -100,8 +100,10 @@ def _replay_section(coding: str = "real", **extra) -> dict:
 
 
 def test_the_run_config_takes_replicas_and_checks_replayed_coding():
-    base = {"pipeline": {"stages": 2, "replicas": 2}, "compute": _replay_section()}
-    assert config_from_dict(base).pipeline.replicas == 2
+    base = {"pipeline": {"stages": 2}, "compute": _replay_section()}
+    assert config_from_dict({"pipeline": {"stages": 2, "replicas": 2},
+                             "compute": _replay_section(grad_params=[5, 6])}) \
+        .compute.grad_params == (5, 6)
     assert config_from_dict({**base, "compute": _replay_section("replay")}).compute.coding \
         == "replay"
     with pytest.raises(ConfigError, match=r"coding_rates exactly when it is 'replay'"):
@@ -109,6 +111,8 @@ def test_the_run_config_takes_replicas_and_checks_replayed_coding():
     with pytest.raises(ConfigError, match=r"forward.mode 'aqsgd' with widths under compute"):
         config_from_dict({**base, "compute": _replay_section("replay"),
                           "forward": {"mode": "aqsgd", "bits": 2, "widths": [2, 4]}})
+    with pytest.raises(ConfigError, match=r"grad_params is for replayed compute"):
+        config_from_dict({"compute": {"source": "real", "grad_params": [1, 2]}})
 
 
 def _run(out, ranks: int, **sections) -> list[list[dict]]:
@@ -139,10 +143,10 @@ def test_two_by_two_replayed_ranks_exchange_the_real_stage_s_gradient_bytes(tmp_
     """2 stages x 2 replicas on gloo: every rank's data-parallel bytes a step are the
     codec's size rule for its stage's real parameters (exact at step 0, compressed
     after), whatever the stand-in computes."""
-    records = _run(tmp_path / "run", 4, pipeline={"stages": 2, "replicas": 2, "micro_batch_size": B,
-                                          "num_micro_batches": 2},
-                   grad=grad, compute=_replay_section())
     model = PRESETS["tiny"].replace(n_embd=D, n_head=2, seq_len=L)
+    records = _run(tmp_path / "run", 4, pipeline={"stages": 2, "replicas": 2,
+                                                  "micro_batch_size": B, "num_micro_batches": 2},
+                   grad=grad, compute=_replay_section(grad_params=stage_params(model, 2)))
     cfg = GradCompressionConfig(**grad)
     for rank, recs in enumerate(records):
         stage = rank % 2

@@ -14,7 +14,7 @@ from bench.harness.cells import run_config
 from bench.harness.sweep import CellSpec, Workload, parse_mode
 from bench.perfmodel.profile import ProfileError, load_profile
 from bench.perfmodel.replay import replay_compute
-from bench.perfmodel.workload import _stage_work
+from bench.perfmodel.workload import _stage_work, stage_params
 
 A100 = "replay:a100-bf16"
 
@@ -83,3 +83,15 @@ def test_a_mode_the_profile_has_no_coding_entry_for_is_refused_naming_file_field
                                            r"'my-plugin-mode'"):
         replay_compute("replay:cpu-2core", PRESETS["tiny"], 2, 16, "fp32", coding="replay",
                        modes=("my-plugin-mode", "none"))
+
+
+def test_a_replicated_replayed_cell_records_each_stage_s_exchanged_parameters(tmp_path):
+    w = Workload(compute="replay:cpu-2core", replicas=2, init_from=None, train_samples=64)
+    config = run_config(CellSpec("loopback", parse_mode("aqsgd+gc/qadam:2/4"), w), tmp_path)
+    assert config.pipeline.replicas == 2
+    assert list(config.compute.grad_params) == stage_params(config.model, 2)
+    single = run_config(CellSpec("loopback", parse_mode("aqsgd:2/4"),
+                                 Workload(compute="replay:cpu-2core", init_from=None,
+                                          train_samples=64)), tmp_path / "one")
+    assert single.compute.grad_params == ()
+
