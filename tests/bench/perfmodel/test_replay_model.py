@@ -135,3 +135,12 @@ def test_the_fit_refuses_replayed_cells_only(monkeypatch):
 def test_stage_work_scaled_keeps_parameters():
     assert StageWork(1.0, 2.0, 3.0, 7).scaled(2.0) == StageWork(2.0, 4.0, 6.0, 7)
     assert np.isclose(contended(_work(), 1.0).stage[0].forward_s, _work().stage[0].forward_s)
+
+
+def test_profile_refit_flags_are_checked_before_any_work(capsys):
+    from bench.__main__ import main
+
+    assert main(["profile", "--keep-comm", "--cells", "results"]) == 2
+    assert "--keep-comm keeps the comm of the profile --from names" in capsys.readouterr().err
+    assert main(["profile", "--from", "cpu-2core"]) == 2
+    assert "name the --cells to refit it from" in capsys.readouterr().err
