@@ -6,9 +6,10 @@ over its ranks, the largest against this machine's, and a refusal when it would 
 
 What a rank holds (docs/replay-sweeps.md, "Memory stated up front"):
 - the runtime: an interpreter with torch, the worker and gloo (RUNTIME_BYTES, measured);
-- its stage's weights with their gradients and Adam's two moments (16 bytes a parameter
-  in fp32; a replayed stand-in holds one scalar and a (D,) buffer, or with replicas
-  weights of the real size, aqsgd.train.replay_weights);
+- its stage's weights with their gradients and Adam's two moments (20 bytes a parameter
+  in fp32, the optimizer step's temporaries measured in; with replicas 44, the exchange's copies and the codec's state measured in; a
+  replayed stand-in holds one scalar and a (D,) buffer, or with replicas weights of the
+  real size, aqsgd.train.replay_weights);
 - the activations of the micro-batches in flight per the schedule (GPipe: all M of a step;
   1F1B: at most S - stage): a real stage keeps about L x (34 D + 5 h L) bytes a sequence
   a layer at 16-bit compute (Korthikanti et al., "Reducing activation recomputation in
@@ -49,7 +50,14 @@ RUNTIME_BYTES = 400 * 2**20
 # cell would not fit its memory (the others' ranks run on their own hosts).
 LOCAL_LAUNCHERS = ("local", "netns", "docker")
 _GIB = 2**30
-_ADAM_BYTES_A_PARAM = 16  # fp32 weight, gradient, exp_avg, exp_avg_sq
+# fp32 weight, gradient, exp_avg and exp_avg_sq, and about one more fp32 value of the
+# optimizer step's temporaries (fit to real GPT-2-shaped stages of 49 M parameters, whose
+# ranks held 1.62-1.64 GiB: docs/replay-sweeps.md)
+_ADAM_BYTES_A_PARAM = 20
+# With data-parallel replicas a rank also holds the exchange's flat copies and the codec's
+# state (error feedback): 41-45 bytes a parameter measured on replayed GPT-2 small in 8
+# stages x 2 replicas under aqsgd+gc/qadam (docs/replay-replicas.md, "Memory")
+_REPLICATED_BYTES_A_PARAM = 44
 _ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -122,8 +130,11 @@ def estimate(config: RunConfig, name: str = "") -> CellMemory:
         params = _stage_parameters(model, len(layers), first, last)
         # a replayed stage holds weights of the real size only with replicas (their
         # gradients are exchanged: aqsgd.train.replay_weights)
-        weights += (4 * (d + 1) if replayed and p.replicas == 1
-                    else _ADAM_BYTES_A_PARAM * params)
+        if replayed and p.replicas == 1:
+            weights += 4 * (d + 1)
+        else:
+            weights += params * (_ADAM_BYTES_A_PARAM if p.replicas == 1
+                                 else _REPLICATED_BYTES_A_PARAM)
         if replayed:
             activations += flight * 2 * b * seq * d * 4
         else:
