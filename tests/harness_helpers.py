@@ -79,7 +79,8 @@ with open(os.path.join(out, f"rank{rank}.jsonl"), "w") as f:
                "tokens": mb * 64, "lr": t["lr"], "bytes_sent": sent,
                "bytes_recv": {"activation": 0, "gradient": 0, "dp": 0},
                "bytes_by_peer": {str(rank + 1 if stage == 0 else rank - 1):
-                                 {"sent": sum(sent.values()), "recv": 0}}}
+                                 {"sent": sum(sent.values()), "recv": 0}},
+               "peak_rss_bytes": 300_000_000}
         f.write(json.dumps(rec) + "\n")
 print("fake worker done", flush=True)
 '''
@@ -107,6 +108,7 @@ def rank_records(rank: int, stage: int, stages: int, steps: int, warmup_steps: i
             "compress_s": 0.0, "samples": samples, "tokens": samples * 64, "lr": 1e-4,
             "bytes_sent": sent, "bytes_recv": {"activation": 0, "gradient": 0, "dp": 0},
             "bytes_by_peer": {str(1 - rank): {"sent": sum(sent.values()), "recv": 0}},
+            "peak_rss_bytes": 300_000_000,
         })
     return recs
 
