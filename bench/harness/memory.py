@@ -14,7 +14,8 @@ What a rank holds (docs/replay-sweeps.md, "Memory stated up front"):
   1F1B: at most S - stage): a real stage keeps about L x (34 D + 5 h L) bytes a sequence
   a layer at 16-bit compute (Korthikanti et al., "Reducing activation recomputation in
   large transformer models", 2022), twice that at fp32, and the last stage its logits; a
-  stand-in keeps its input and output, (L, D) fp32 each;
+  stand-in about 1.5 (L, D) fp32 rows a boundary side (its input or output, the wire's
+  row, AQ-SGD's working copy: measured);
 - AQ-SGD's per-sample caches: samples x seq_len x width x the cache's bytes an element,
   one copy at each end of every boundary whose direction keeps one (in memory; `mmap`
   caches are on disk and counted apart);
@@ -49,6 +50,12 @@ RUNTIME_BYTES = 400 * 2**20
 # Launchers whose ranks all run on this machine: their sweeps are refused when the largest
 # cell would not fit its memory (the others' ranks run on their own hosts).
 LOCAL_LAUNCHERS = ("local", "netns", "docker")
+# What a replayed stage holds of a micro-batch in flight, in (L, D) fp32 rows a boundary
+# side: the input it received or the output it sends, the wire's row, and AQ-SGD's
+# working copy. Fit to replayed GPT2-XL in 8 stages, 32 micro-batches of 1 x 1024 under
+# GPipe (first and last ranks 613-614 MiB, middle ranks 1063-1119 MiB in fp32 cells;
+# docs/replay-sweeps.md).
+_REPLAYED_ROWS = 1.5
 _GIB = 2**30
 # fp32 weight, gradient, exp_avg and exp_avg_sq, and about one more fp32 value of the
 # optimizer step's temporaries (fit to real GPT-2-shaped stages of 49 M parameters, whose
@@ -135,8 +142,9 @@ def estimate(config: RunConfig, name: str = "") -> CellMemory:
         else:
             weights += params * (_ADAM_BYTES_A_PARAM if p.replicas == 1
                                  else _REPLICATED_BYTES_A_PARAM)
-        if replayed:
-            activations += flight * 2 * b * seq * d * 4
+        sides = (0 if first else 1) + (0 if last else 1)
+        if replayed:  # _REPLAYED_ROWS (L, D) fp32 rows a boundary side a micro-batch
+            activations += int(flight * sides * _REPLAYED_ROWS * b * seq * d * 4)
         else:
             a_layer = b * seq * (34 * d + 5 * model.n_head * seq) * compute_bytes // 2
             logits = 2 * b * seq * model.vocab_size * 4 if last else 0
@@ -144,7 +152,6 @@ def estimate(config: RunConfig, name: str = "") -> CellMemory:
         # a micro-batch's received input and its output are the activations above; the
         # buffers beside them: on each side, a raw row being sent and one posted ahead to
         # receive, each way (activation, gradient)
-        sides = (0 if first else 1) + (0 if last else 1)
         messages += sides * 2 * 2 * b * seq * d * wire
     boundaries = (p.stages - 1) * p.replicas
     samples = config.data.max_samples
