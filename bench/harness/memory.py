@@ -7,9 +7,9 @@ over its ranks, the largest against this machine's, and a refusal when it would 
 What a rank holds (docs/replay-sweeps.md, "Memory stated up front"):
 - the runtime: an interpreter with torch, the worker and gloo (RUNTIME_BYTES, measured);
 - its stage's weights with their gradients and Adam's two moments (20 bytes a parameter
-  in fp32, the optimizer step's temporaries measured in; with replicas 44, the exchange's copies and the codec's state measured in; a
-  replayed stand-in holds one scalar and a (D,) buffer, or with replicas weights of the
-  real size, aqsgd.train.replay_weights);
+  in fp32, the optimizer step's temporaries measured in; with replicas 44, the exchange's
+  copies and the codec's state measured in); a replayed stand-in holds one scalar and a
+  (D,) buffer, or with replicas weights of the real size (aqsgd.train.replay_weights);
 - the activations of the micro-batches in flight per the schedule (GPipe: all M of a step;
   1F1B: at most S - stage): a real stage keeps about L x (34 D + 5 h L) bytes a sequence
   a layer at 16-bit compute (Korthikanti et al., "Reducing activation recomputation in

@@ -131,12 +131,14 @@ def test_the_largest_cell_is_stated_and_a_sweep_that_would_not_fit_is_refused():
     assert line.endswith("(launcher ssh runs the ranks on their own hosts)")
 
 
-def test_the_dry_run_states_time_and_memory_and_refuses_what_would_not_fit(capsys):
-    assert main(["sweep", str(SWEEPS / "paper-replay.yaml"), "--dry-run"]) == 0
+def test_the_dry_run_states_time_and_memory_and_refuses_what_would_not_fit(tmp_path, capsys):
+    assert main(["sweep", str(SWEEPS / "paper-replay.yaml"), "--dry-run", "--out",
+                 str(tmp_path / "p")]) == 0
     out = capsys.readouterr().out
     assert re.search(r"sweep paper-replay: 50 of 50 cells to run, about [\d.]+ min", out)
     assert re.search(r"memory: the largest cell \S+, about [\d.]+ GiB over its 8 ranks", out)
-    assert main(["sweep", str(SWEEPS / "paper-replay-gc.yaml"), "--dry-run"]) == 2
+    assert main(["sweep", str(SWEEPS / "paper-replay-gc.yaml"), "--dry-run", "--out",
+                 str(tmp_path / "gc")]) == 2
     err = capsys.readouterr().err
     assert re.search(r"error: sweep paper-replay-gc: cell \S+ needs about [\d.]+ GiB "
                      r"\(runtime [\d.]+, weights [\d.]+", err)
