@@ -202,9 +202,10 @@ def memory_line(spec: SweepSpec, todo: list[CellSpec],
     here = choice is None or choice.name in LOCAL_LAUNCHERS
     if not here:
         return line + f" (launcher {choice.name} runs the ranks on their own hosts)"
-    if big.total > available:
+    if big.total > available:  # caches on disk only where that alone makes it fit
         fix = ("put AQ-SGD's caches on disk (workload overrides: forward.cache_storage: mmap, "
-               "forward.cache_dir: a folder with room), or " if big.caches else "")
+               "forward.cache_dir: a folder with room), or "
+               if big.caches and big.total - big.caches <= available else "")
         raise MemoryRefusal(
             f"sweep {spec.name}: cell {big.name} needs about {big.total / _GIB:.2f} GiB "
             f"({big.parts_text()}) and this machine has {available / _GIB:.1f} GiB available "

@@ -118,10 +118,14 @@ def test_the_largest_cell_is_stated_and_a_sweep_that_would_not_fit_is_refused():
                         r"[\d.]+ GiB over its 8 ranks \(runtime [\d.]+, weights [\d.]+, "
                         r"activations [\d.]+, AQ-SGD caches 1\.37, messages [\d.]+ GiB\) "
                         r"against this machine's 20\.0 GiB available of 23\.0 GiB", line)
+    # 8.94 GiB against 8 available: the caches' 1.37 on disk would make it fit
     with pytest.raises(MemoryRefusal, match=r"sweep paper-replay: cell 100mbps-8hosts__aqsgd-"
-                       r"fw4-bw8__\S+ needs about [\d.]+ GiB .* this machine has 2\.0 GiB "
-                       r"available of 4\.0 GiB: put AQ-SGD's caches on disk \(workload "
+                       r"fw4-bw8__\S+ needs about [\d.]+ GiB .* this machine has 8\.0 GiB "
+                       r"available of 23\.0 GiB: put AQ-SGD's caches on disk \(workload "
                        r"overrides: forward.cache_storage: mmap"):
+        memory_line(spec, todo, machine=(8 * GIB, 23 * GIB))
+    # against 2 they would not: the fix offered is a smaller cell or more hosts
+    with pytest.raises(MemoryRefusal, match=r"available of 4\.0 GiB: run fewer train_samples"):
         memory_line(spec, todo, machine=(2 * GIB, 4 * GIB))
     # a launcher that runs every rank here is held to this machine's memory; one whose
     # ranks run on their own hosts (ssh) only hears the estimate
