@@ -28,11 +28,25 @@ KINDS = ("activation", "gradient", "dp")
 _CATEGORIES = ("compute", "compress", "comm_wait", "dp_sync")
 # getrusage's ru_maxrss unit: kibibytes on Linux, bytes on macOS
 _MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
+_STATUS = Path("/proc/self/status")
+_peak = 0  # the largest VmHWM read so far in this process
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set so far, in bytes (getrusage's ru_maxrss: the
-    high-water mark of its resident memory since it started, never lowered)."""
+    """This process's peak resident set so far, in bytes: the high-water mark of its
+    resident memory since it started, never lowered. On Linux /proc/self/status's VmHWM,
+    which belongs to the process's own image: getrusage's ru_maxrss also keeps the peak
+    of the image it was forked from before exec, so a rank started by a large parent (a
+    test process, a harness) would read at least the parent's size. Elsewhere ru_maxrss."""
+    global _peak
+    if sys.platform.startswith("linux"):
+        # VmHWM's per-thread counters are synced lazily: it can read a few hundred kB
+        # lower than before, so the reading kept is the largest so far
+        lines = [x for x in _STATUS.read_text().splitlines() if x.startswith("VmHWM:")]
+        if not lines:
+            raise RuntimeError(f"{_STATUS}: no VmHWM line")
+        _peak = max(_peak, int(lines[0].split()[1]) * 1024)  # kB
+        return _peak
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT
 
 

@@ -4,6 +4,8 @@ column and the summary's largest rank and sum over ranks (bench.report.summary).
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 from report_fixtures import write_fixture_cell
@@ -27,6 +29,26 @@ def test_a_record_carries_the_process_s_peak_resident_memory_which_never_falls()
     assert isinstance(before, int) and before > 10 * 2**20  # an interpreter with torch
     assert after >= before + 32 * 2**20  # the block raised the high-water mark
     assert later >= after  # a high-water mark: freeing memory does not lower it
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork then exec, Linux")
+def test_a_process_forked_from_a_large_parent_reads_its_own_peak_not_the_parents(tmp_path):
+    # a launcher forks its ranks from a harness (or a test process) that may be large;
+    # getrusage's ru_maxrss keeps that image's peak across exec, VmHWM does not
+    block = bytearray(512 * 2**20)
+    block[::4096] = b"\x01" * len(block[::4096])
+    out = tmp_path / "peak"
+    code = "from aqsgd.train.metrics import peak_rss_bytes as p; print(p())"
+    pid = os.fork()
+    if pid == 0:  # the child: exec at once, as a launcher's rank does
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT)
+        os.dup2(fd, 1)
+        os.execv(sys.executable, [sys.executable, "-c", code])
+    _, status = os.waitpid(pid, 0)
+    del block
+    assert os.waitstatus_to_exitcode(status) == 0
+    child = int(out.read_text())
+    assert 10 * 2**20 < child < 400 * 2**20  # an interpreter with torch, not 512 MiB more
 
 
 def test_metrics_csv_has_the_column_and_the_summary_the_largest_rank_and_the_sum(tmp_path):
