@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aqsgd.compress.message import CompressionConfig
-from aqsgd.model.config import ModelConfig, layer_split
+from aqsgd.model.config import layer_split
 from aqsgd.train.config import RunConfig
 from bench.harness.cells import run_config
 from bench.harness.sweep import CellSpec, SweepSpec
 from bench.launch.choice import LauncherChoice
+from bench.perfmodel.workload import stage_params
 
 __all__ = ["RUNTIME_BYTES", "LOCAL_LAUNCHERS", "CellMemory", "MemoryRefusal", "cell_memory",
            "machine_memory", "memory_line"]
@@ -100,14 +101,6 @@ class CellMemory:
         return ", ".join(parts) + " GiB"
 
 
-def _stage_parameters(model: ModelConfig, layers: int, first: bool, last: bool) -> int:
-    d, v, f = model.n_embd, model.vocab_size, model.inner_dim
-    block = 4 * d + 3 * d * d + 3 * d + d * d + d + d * f + f + f * d + d
-    embed = v * d + model.seq_len * d if first else 0
-    head = v * d + 2 * d if last else 0  # untied head and ln_f
-    return layers * block + embed + head
-
-
 def _in_flight(config: RunConfig, stage: int) -> int:
     """Micro-batches whose activations a stage holds at once under the schedule."""
     p = config.pipeline
@@ -131,10 +124,10 @@ def estimate(config: RunConfig, name: str = "") -> CellMemory:
     wire = _ELEMENT.get(config.forward.dtype, 4)
     splits = layer_split(model.n_layer, p.stages)
     weights = activations = messages = 0
-    for stage, layers in enumerate(splits):
+    for stage, (layers, params) in enumerate(zip(splits, stage_params(model, p.stages),
+                                                 strict=True)):
         first, last = stage == 0, stage == p.stages - 1
         flight = _in_flight(config, stage)
-        params = _stage_parameters(model, len(layers), first, last)
         # a replayed stage holds weights of the real size only with replicas (their
         # gradients are exchanged: aqsgd.train.replay_weights)
         if replayed and p.replicas == 1:
